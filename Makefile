@@ -1,0 +1,29 @@
+# Two commands for a fresh machine:
+#   make demo   creates .venv, installs pixelmill, generates demo data and runs the job on it
+#   make test   creates .venv, installs pixelmill with test extras, runs the test suite
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+WORKDIR ?= demo_out
+
+.PHONY: demo test bench venv clean
+
+$(BIN)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: $(BIN)/.installed
+	$(BIN)/pixelmill demo --workdir $(WORKDIR)
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest -n 2 -q tests
+
+bench: $(BIN)/.installed
+	$(BIN)/pixelmill bench preprocess
+
+clean:
+	rm -rf $(VENV) $(WORKDIR) bench_out *.egg-info

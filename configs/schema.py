@@ -1,0 +1,378 @@
+"""The pixelmill configuration: YAML loaded into frozen, validated dataclasses.
+
+Every section is a frozen dataclass that checks its own values in `__post_init__`; the loader
+checks key names and types against the field annotations. Errors name the full key, the allowed
+values and what was received, and are raised before any work starts:
+
+    ConfigError: Unknown key 'quality.blurr'. Expected one of (blur_min, ...). Received: blurr=30
+
+A preset (e.g. `configs/satellite.yaml`) names its parent with `extends: base.yaml` and overrides
+only what differs. Command-line overrides use dotted keys: `--set quality.blur_min=15`.
+"""
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import os
+import types
+import typing
+from typing import Any, Mapping
+
+import yaml
+
+__all__ = [
+    "ConfigError",
+    "Config",
+    "DiscoveryConfig",
+    "LimitsConfig",
+    "QualityConfig",
+    "DedupConfig",
+    "LabelsConfig",
+    "BoxesConfig",
+    "ClassesConfig",
+    "SplitConfig",
+    "OutputConfig",
+    "DecodeConfig",
+    "load_config",
+    "config_from_dict",
+    "config_to_dict",
+    "default_config_path",
+    "check_one_of",
+    "check_range",
+]
+
+SPLITS = ("train", "validation", "test")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown, of the wrong type or out of range."""
+
+
+def check_one_of(key: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(
+            f"Unknown {key.rsplit('.', 1)[-1]} {value!r}. Expected one of {allowed}. "
+            f"Received: {key}={value!r}")
+
+
+def check_range(key: str, value: float, low: float | None = None, high: float | None = None,
+                low_open: bool = False) -> None:
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and value > high
+    if too_low or too_high:
+        lo = "-inf" if low is None else f"{low}"
+        hi = "inf" if high is None else f"{high}"
+        bracket = "(" if low_open else "["
+        raise ConfigError(
+            f"Value out of range for {key}. Expected a number in {bracket}{lo}, {hi}]. "
+            f"Received: {key}={value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DiscoveryConfig:
+    """Which files under the data root are images to consider (case-insensitive extensions)."""
+    extensions: tuple = ("jpg", "jpeg", "png", "gif", "bmp", "webp")
+
+    def __post_init__(self):
+        if not self.extensions:
+            raise ConfigError("discovery.extensions must not be empty. Received: []")
+        object.__setattr__(self, "extensions",
+                           tuple(sorted({e.lower().lstrip(".") for e in self.extensions})))
+
+
+@dataclasses.dataclass(frozen=True)
+class LimitsConfig:
+    """Size rules. `max_pixels` is checked on the header, before anything is decoded."""
+    max_pixels: int = 40_000_000
+    min_side: int = 32
+    max_side: int = 16384
+    max_aspect_ratio: float = 8.0
+
+    def __post_init__(self):
+        check_range("limits.max_pixels", self.max_pixels, 1)
+        check_range("limits.min_side", self.min_side, 1)
+        check_range("limits.max_side", self.max_side, self.min_side)
+        check_range("limits.max_aspect_ratio", self.max_aspect_ratio, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class QualityConfig:
+    """Quality filter thresholds, all measured on 8-bit luma of a copy at most `analysis_size` px.
+
+    Defaults follow cleanvision/fastdup practice: dark when even the 99th brightness percentile
+    is dim, bright when even the 1st percentile is glaring, low information when the picture is
+    nearly flat (std) or has few grey levels (entropy in bits), blurry when the variance of
+    the Laplacian is low. Set a threshold to null to switch that rule off.
+    """
+    enabled: bool = True
+    analysis_size: int = 256
+    dark_p99_max: float | None = 40.0
+    bright_p01_min: float | None = 230.0
+    min_std: float | None = 6.0
+    min_entropy: float | None = 2.5
+    blur_min: float | None = 25.0
+
+    def __post_init__(self):
+        check_range("quality.analysis_size", self.analysis_size, 32, 4096)
+        for name in ("dark_p99_max", "bright_p01_min"):
+            value = getattr(self, name)
+            if value is not None:
+                check_range(f"quality.{name}", value, 0.0, 255.0)
+        for name in ("min_std", "blur_min"):
+            value = getattr(self, name)
+            if value is not None:
+                check_range(f"quality.{name}", value, 0.0)
+        if self.min_entropy is not None:
+            check_range("quality.min_entropy", self.min_entropy, 0.0, 8.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DedupConfig:
+    """Exact duplicates by sha256 always; near duplicates by perceptual-hash Hamming distance."""
+    near_duplicates: bool = True
+    max_hamming: int = 4
+
+    def __post_init__(self):
+        check_range("dedup.max_hamming", self.max_hamming, 0, 16)
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelsConfig:
+    """CSV columns. Every other column is carried into the record as `meta/<column>`."""
+    path_column: str = "path"
+    label_column: str = "label"
+    split_column: str = "split"
+    delimiter: str = ","
+    folder_labels: bool = True  # label = parent folder name when no CSV is given
+
+    def __post_init__(self):
+        if len(self.delimiter) != 1:
+            raise ConfigError(
+                f"labels.delimiter must be one character. Received: labels.delimiter="
+                f"{self.delimiter!r}")
+        names = [self.path_column, self.label_column, self.split_column]
+        if len(set(names)) != 3 or not all(names):
+            raise ConfigError(
+                "labels.path_column, labels.label_column and labels.split_column must be "
+                f"distinct non-empty names. Received: {names}")
+
+
+@dataclasses.dataclass(frozen=True)
+class BoxesConfig:
+    """Bounding-box CSV: `path,xmin,ymin,xmax,ymax,label` in pixel or normalized coordinates."""
+    coordinates: str = "pixel"
+    on_bad_box: str = "reject"
+
+    def __post_init__(self):
+        check_one_of("boxes.coordinates", self.coordinates, ("pixel", "normalized"))
+        check_one_of("boxes.on_bad_box", self.on_bad_box, ("reject", "clip"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassesConfig:
+    """Class table policy. ids never change: `OUTPUT/classes.txt` is append-only across runs.
+
+    `frozen: true` rejects labels missing from the table as `unknown_class` instead of
+    appending them (a `--classes` file always freezes the table to that file's names plus the
+    existing table). `renames` maps an old class name to a new one; the id is kept.
+    """
+    frozen: bool = False
+    renames: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.renames, Mapping):
+            raise ConfigError(
+                f"classes.renames must be a mapping old_name: new_name. "
+                f"Received: classes.renames={self.renames!r}")
+        object.__setattr__(self, "renames", dict(self.renames))
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitConfig:
+    """Split ratios used when a CSV row has no split column; deterministic from the sha256."""
+    train: float = 0.8
+    validation: float = 0.1
+    test: float = 0.1
+
+    def __post_init__(self):
+        for name in SPLITS:
+            check_range(f"split.{name}", getattr(self, name), 0.0, 1.0)
+        total = self.train + self.validation + self.test
+        if abs(total - 1.0) > 1e-6:
+            raise ConfigError(
+                "split ratios must add up to 1. Received: "
+                f"split.train={self.train}, split.validation={self.validation}, "
+                f"split.test={self.test} (sum {total:g})")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputConfig:
+    """Shard naming and sizing: `<name>-<split>.tfrecord-00000-of-00008` (+ `.gz`)."""
+    name: str = "images"
+    target_shard_mb: float = 128.0
+    num_shards: int = 0  # 0: from target_shard_mb
+    compression: str = "none"
+
+    def __post_init__(self):
+        if not self.name or "/" in self.name or "-" in self.name:
+            raise ConfigError(
+                "output.name must be non-empty without '/' or '-'. "
+                f"Received: output.name={self.name!r}")
+        check_range("output.target_shard_mb", self.target_shard_mb, 0.0, low_open=True)
+        check_range("output.num_shards", self.num_shards, 0, 100000)
+        check_one_of("output.compression", self.compression, ("none", "gzip"))
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeConfig:
+    """How the offline decode check is isolated: a crashing or hanging decoder only rejects
+    the one file (`subprocess`, with `timeout_s`), or runs in the worker (`inline`, faster)."""
+    isolation: str = "subprocess"
+    timeout_s: float = 60.0
+
+    def __post_init__(self):
+        check_one_of("decode.isolation", self.isolation, ("subprocess", "inline"))
+        check_range("decode.timeout_s", self.timeout_s, 0.0, low_open=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The whole configuration. Each section is documented on its dataclass."""
+    discovery: DiscoveryConfig = dataclasses.field(default_factory=DiscoveryConfig)
+    limits: LimitsConfig = dataclasses.field(default_factory=LimitsConfig)
+    quality: QualityConfig = dataclasses.field(default_factory=QualityConfig)
+    dedup: DedupConfig = dataclasses.field(default_factory=DedupConfig)
+    labels: LabelsConfig = dataclasses.field(default_factory=LabelsConfig)
+    boxes: BoxesConfig = dataclasses.field(default_factory=BoxesConfig)
+    classes: ClassesConfig = dataclasses.field(default_factory=ClassesConfig)
+    split: SplitConfig = dataclasses.field(default_factory=SplitConfig)
+    output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
+    decode: DecodeConfig = dataclasses.field(default_factory=DecodeConfig)
+
+
+def _type_ok(value: Any, annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if annotation is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if annotation is tuple or origin is tuple:
+        return isinstance(value, (list, tuple))
+    if annotation is Mapping or origin is collections.abc.Mapping:
+        return isinstance(value, Mapping)
+    return True
+
+
+def _build(cls: type, data: Mapping[str, Any], prefix: str):
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"Section '{prefix or 'config'}' must be a mapping. Received: {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{prefix}.{key}" if prefix else key
+        if key not in fields:
+            raise ConfigError(
+                f"Unknown key '{full}'. Expected one of ({', '.join(fields)}). "
+                f"Received: {key}={value!r}")
+        annotation = hints[key]
+        if dataclasses.is_dataclass(annotation):
+            kwargs[key] = _build(annotation, value or {}, full)
+            continue
+        if not _type_ok(value, annotation):
+            raise ConfigError(
+                f"Wrong type for '{full}'. Expected {getattr(annotation, '__name__', annotation)}"
+                f". Received: {full}={value!r} ({type(value).__name__})")
+        if (isinstance(value, int) and not isinstance(value, bool)
+                and float in (typing.get_args(annotation) or (annotation,))):
+            value = float(value)
+        if isinstance(value, list):
+            value = tuple(value)
+        kwargs[key] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # a dataclass rejected the arguments
+        raise ConfigError(f"Invalid section '{prefix or 'config'}': {exc}") from exc
+
+
+def _deep_merge(base: dict, override: Mapping) -> dict:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(dict(merged[key]), value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read_yaml(path: str) -> dict:
+    from apache_beam.io.filesystems import FileSystems
+    try:
+        with FileSystems.open(path) as handle:
+            data = yaml.safe_load(handle.read().decode("utf-8")) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"Config file {path} is not valid YAML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"Cannot read config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"Config file {path} must hold a mapping. Received: {data!r}")
+    parent = data.pop("extends", None)
+    if parent:
+        parent_path = parent if os.path.isabs(parent) or "://" in parent else os.path.join(
+            os.path.dirname(path), parent)
+        data = _deep_merge(_read_yaml(parent_path), data)
+    return data
+
+
+def _parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ConfigError(f"Override must look like section.key=value. Received: {text!r}")
+    key, raw = text.split("=", 1)
+    return key.strip().split("."), yaml.safe_load(raw)
+
+
+def config_from_dict(data: Mapping[str, Any]) -> Config:
+    """Validates a plain mapping (as read from YAML) into a `Config`."""
+    return _build(Config, data, "")
+
+
+def load_config(path: str | None = None, overrides: list[str] | tuple = ()) -> Config:
+    """Reads YAML (default `configs/base.yaml`), applies `section.key=value` overrides, validates."""
+    data = _read_yaml(path or default_config_path())
+    for text in overrides:
+        keys, value = _parse_override(text)
+        node = data
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"Cannot override {text!r}: {key} is not a section")
+        node[keys[-1]] = value
+    return config_from_dict(data)
+
+
+def config_to_dict(config: Config) -> dict:
+    """The config as plain JSON-able data (for the manifest)."""
+    def convert(value):
+        if dataclasses.is_dataclass(value):
+            return {f.name: convert(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, tuple):
+            return [convert(v) for v in value]
+        if isinstance(value, Mapping):
+            return {k: convert(v) for k, v in value.items()}
+        return value
+    return convert(config)
+
+
+def default_config_path() -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "base.yaml")

@@ -1,0 +1,26 @@
+"""pixelmill: raw image folders + CSV labels -> clean sharded TFRecords, and back into training.
+
+This file is the one install path: `pip install -e .[test]` for development, and what Dataflow
+workers install through `--setup_file ./setup.py`.
+"""
+import setuptools
+
+setuptools.setup(
+    name="pixelmill",
+    version="0.1.0",
+    description="Validated, quality-filtered, deduplicated, sharded TFRecords from raw images",
+    python_requires=">=3.11,<3.12",
+    packages=setuptools.find_packages(include=["pipelines", "transforms", "runners", "configs"]),
+    package_data={"configs": ["*.yaml"]},
+    install_requires=[
+        "tensorflow==2.21.0",
+        "apache-beam[gcp]==2.77.0",
+        "tensorflow-transform==1.21.0",
+        "pyyaml>=6",
+        "pillow>=10",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-xdist>=3"],
+    },
+    entry_points={"console_scripts": ["pixelmill = runners.cli:main"]},
+)

@@ -1,0 +1,135 @@
+"""The record contract: the one place that encodes and parses pixelmill's tf.train.Example.
+
+Keys follow the TF Object Detection API / TF-Slim image conventions (see DESIGN.md), so other
+readers understand the shards too. The offline writer calls `encode_example`; the online reader
+calls `parse_example`; nothing else declares feature keys.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import tensorflow as tf
+
+__all__ = [
+    "IMAGE_ENCODED", "IMAGE_FORMAT", "IMAGE_HEIGHT", "IMAGE_WIDTH", "IMAGE_CHANNELS",
+    "IMAGE_FILENAME", "IMAGE_SHA256", "CLASS_LABEL", "CLASS_TEXT",
+    "BBOX_XMIN", "BBOX_YMIN", "BBOX_XMAX", "BBOX_YMAX", "BOX_CLASS_LABEL", "BOX_CLASS_TEXT",
+    "QUALITY_PREFIX", "META_PREFIX", "QUALITY_METRICS",
+    "feature_spec", "encode_example", "parse_example",
+]
+
+IMAGE_ENCODED = "image/encoded"
+IMAGE_FORMAT = "image/format"
+IMAGE_HEIGHT = "image/height"
+IMAGE_WIDTH = "image/width"
+IMAGE_CHANNELS = "image/channels"
+IMAGE_FILENAME = "image/filename"
+IMAGE_SHA256 = "image/key/sha256"
+CLASS_LABEL = "image/class/label"
+CLASS_TEXT = "image/class/text"
+BBOX_XMIN = "image/object/bbox/xmin"
+BBOX_YMIN = "image/object/bbox/ymin"
+BBOX_XMAX = "image/object/bbox/xmax"
+BBOX_YMAX = "image/object/bbox/ymax"
+BOX_CLASS_LABEL = "image/object/class/label"
+BOX_CLASS_TEXT = "image/object/class/text"
+QUALITY_PREFIX = "quality/"
+META_PREFIX = "meta/"
+
+# The metrics the quality filter measures; each is stored as `quality/<name>`.
+QUALITY_METRICS = ("brightness_mean", "brightness_p01", "brightness_p99", "contrast_std",
+                   "entropy", "blur_laplacian_var")
+
+_BOX_KEYS = (BBOX_XMIN, BBOX_YMIN, BBOX_XMAX, BBOX_YMAX)
+
+
+def _bytes(values: Sequence[bytes]) -> tf.train.Feature:
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=list(values)))
+
+
+def _ints(values: Sequence[int]) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
+
+
+def _floats(values: Sequence[float]) -> tf.train.Feature:
+    return tf.train.Feature(float_list=tf.train.FloatList(value=[float(v) for v in values]))
+
+
+def encode_example(*, encoded: bytes, image_format: str, height: int, width: int,
+                   filename: str, sha256: str, label: int, label_text: str,
+                   channels: int = 3, boxes: Sequence[Sequence[float]] = (),
+                   box_labels: Sequence[int] = (), box_texts: Sequence[str] = (),
+                   quality: Mapping[str, float] | None = None,
+                   meta: Mapping[str, str] | None = None) -> bytes:
+    """Serializes one accepted image. Boxes are (xmin, ymin, xmax, ymax) normalized to [0, 1].
+
+    The output is deterministic: tf.train.Example serializes map entries in sorted key order.
+    """
+    if not (len(boxes) == len(box_labels) == len(box_texts)):
+        raise ValueError(
+            f"boxes, box_labels and box_texts must have the same length. Received: "
+            f"{len(boxes)}, {len(box_labels)}, {len(box_texts)}")
+    feature = {
+        IMAGE_ENCODED: _bytes([encoded]),
+        IMAGE_FORMAT: _bytes([image_format.encode()]),
+        IMAGE_HEIGHT: _ints([height]),
+        IMAGE_WIDTH: _ints([width]),
+        IMAGE_CHANNELS: _ints([channels]),
+        IMAGE_FILENAME: _bytes([filename.encode()]),
+        IMAGE_SHA256: _bytes([sha256.encode()]),
+        CLASS_LABEL: _ints([label]),
+        CLASS_TEXT: _bytes([label_text.encode()]),
+    }
+    if boxes:
+        for index, key in enumerate(_BOX_KEYS):
+            feature[key] = _floats([box[index] for box in boxes])
+        feature[BOX_CLASS_LABEL] = _ints(box_labels)
+        feature[BOX_CLASS_TEXT] = _bytes([t.encode() for t in box_texts])
+    for name, value in sorted((quality or {}).items()):
+        feature[QUALITY_PREFIX + name] = _floats([value])
+    for name, value in sorted((meta or {}).items()):
+        feature[META_PREFIX + name] = _bytes([str(value).encode()])
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
+    return example.SerializeToString(deterministic=True)
+
+
+def feature_spec(with_boxes: bool = True, quality: bool = False,
+                 meta_columns: Sequence[str] = ()) -> dict:
+    """The parsing spec of the contract. Box features parse as variable-length (sparse) lists;
+    images without boxes parse to empty lists, so one spec reads every shard."""
+    spec = {
+        IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
+        IMAGE_FORMAT: tf.io.FixedLenFeature([], tf.string),
+        IMAGE_HEIGHT: tf.io.FixedLenFeature([], tf.int64),
+        IMAGE_WIDTH: tf.io.FixedLenFeature([], tf.int64),
+        IMAGE_CHANNELS: tf.io.FixedLenFeature([], tf.int64, default_value=3),
+        IMAGE_FILENAME: tf.io.FixedLenFeature([], tf.string),
+        IMAGE_SHA256: tf.io.FixedLenFeature([], tf.string),
+        CLASS_LABEL: tf.io.FixedLenFeature([], tf.int64),
+        CLASS_TEXT: tf.io.FixedLenFeature([], tf.string),
+    }
+    if with_boxes:
+        for key in _BOX_KEYS:
+            spec[key] = tf.io.VarLenFeature(tf.float32)
+        spec[BOX_CLASS_LABEL] = tf.io.VarLenFeature(tf.int64)
+        spec[BOX_CLASS_TEXT] = tf.io.VarLenFeature(tf.string)
+    if quality:
+        for name in QUALITY_METRICS:
+            spec[QUALITY_PREFIX + name] = tf.io.FixedLenFeature([], tf.float32, default_value=0.0)
+    for column in meta_columns:
+        spec[META_PREFIX + column] = tf.io.FixedLenFeature([], tf.string, default_value="")
+    return spec
+
+
+def parse_example(serialized: tf.Tensor, with_boxes: bool = True, quality: bool = False,
+                  meta_columns: Sequence[str] = ()) -> dict:
+    """Parses one serialized Example (graph-friendly; use inside `tf.data.Dataset.map`).
+
+    Box coordinates come back dense, shape [num_boxes], as `image/object/bbox/*`.
+    """
+    parsed = tf.io.parse_single_example(
+        serialized, feature_spec(with_boxes, quality, meta_columns))
+    if with_boxes:
+        for key in (*_BOX_KEYS, BOX_CLASS_LABEL, BOX_CLASS_TEXT):
+            parsed[key] = tf.sparse.to_dense(parsed[key])
+    return parsed

@@ -1,0 +1,43 @@
+"""The one image decoder, shared by the offline validation and the online training input.
+
+"Accepted offline" must mean "decodes in training": both halves call `decode_image`. It returns
+8-bit RGB of shape [H, W, 3] for JPEG, PNG (incl. 16-bit, grayscale, RGBA, palette), GIF (first
+frame), BMP and WebP. Corrupt or truncated data raises `tf.errors.InvalidArgumentError`; nothing
+is ever padded.
+
+`jpeg_ratio` (1, 2, 4 or 8) asks libjpeg for a DCT-scaled decode: every byte of the
+entropy-coded data is still Huffman-decoded (so truncation and corruption are still caught) but
+the inverse DCT and colour conversion run at 1/ratio size. The offline quality metrics use it
+because they only need a small copy.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+__all__ = ["decode_image", "pick_jpeg_ratio"]
+
+
+def decode_image(contents: tf.Tensor, jpeg_ratio: int = 1) -> tf.Tensor:
+    """Decodes encoded image bytes (a scalar string tensor) to uint8 [H, W, 3]."""
+    contents = tf.convert_to_tensor(contents, tf.string)
+
+    def as_jpeg():
+        return tf.io.decode_jpeg(contents, channels=3, ratio=jpeg_ratio)
+
+    def as_other():
+        return tf.io.decode_image(contents, channels=3, dtype=tf.uint8, expand_animations=False)
+
+    if jpeg_ratio == 1:
+        image = as_other()  # decode_image dispatches JPEG to the same libjpeg path
+    else:
+        image = tf.cond(tf.io.is_jpeg(contents), as_jpeg, as_other)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def pick_jpeg_ratio(width: int, height: int, target: int) -> int:
+    """The largest DCT scale (1, 2, 4, 8) that keeps the short side at least `target` px."""
+    ratio = 1
+    while ratio < 8 and min(width, height) // (ratio * 2) >= target:
+        ratio *= 2
+    return ratio

@@ -1,0 +1,63 @@
+"""The rejects ledger: a fixed, documented vocabulary of reasons, and the record of one reject.
+
+Every discovered input (image file, label CSV row, box CSV row) ends either accepted or as
+exactly one `Reject`. The vocabulary is closed: the README documents each code, and a reason
+outside it is a programming error.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+__all__ = ["REASONS", "Reject", "IMAGE", "LABEL_ROW", "BOX_ROW", "KINDS"]
+
+IMAGE = "image"
+LABEL_ROW = "label_row"
+BOX_ROW = "box_row"
+KINDS = (IMAGE, LABEL_ROW, BOX_ROW)
+
+REASONS = {
+    "unsafe_path": "path is absolute, has a scheme, or escapes the data root (never opened)",
+    "unreadable": "the file could not be read",
+    "unknown_format": "magic bytes are not JPEG, PNG, GIF, BMP or WebP",
+    "bad_header": "the header is malformed or declares no size",
+    "too_large": "more pixels than limits.max_pixels (from the header, not decoded) "
+                 "or a side above limits.max_side",
+    "decode_error": "the TensorFlow decoder rejected the data (corrupt or truncated)",
+    "decoder_crash": "the decoder crashed or hung on this file (isolated; the job went on)",
+    "too_small": "a side below limits.min_side",
+    "bad_aspect_ratio": "max(w/h, h/w) above limits.max_aspect_ratio",
+    "too_dark": "99th luma percentile below quality.dark_p99_max",
+    "too_bright": "1st luma percentile above quality.bright_p01_min",
+    "low_information": "nearly flat: luma std below quality.min_std or entropy below "
+                       "quality.min_entropy (e.g. blank)",
+    "blurry": "variance of the Laplacian below quality.blur_min",
+    "unlabeled": "no label: no CSV row names the image (or no folder label)",
+    "label_conflict": "the CSV rows name two or more different labels (or splits) for the image",
+    "unknown_class": "the label is not in the class table",
+    "bad_box": "a box is inverted, outside the image, or has an unknown class",
+    "duplicate": "same sha256 as an image kept under another path (named in detail)",
+    "near_duplicate": "perceptual hash within dedup.max_hamming of a kept image (named in detail)",
+    "missing_file": "a CSV row names a file that was not discovered under the data root",
+    "bad_csv_row": "a CSV line that does not parse (file and line number in detail)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reject:
+    """One line of rejects.jsonl. `sha256` is empty when the input was never read."""
+    path: str
+    reason: str
+    detail: str
+    kind: str = IMAGE
+    sha256: str = ""
+
+    def __post_init__(self):
+        if self.reason not in REASONS:
+            raise ValueError(
+                f"Unknown reject reason {self.reason!r}. Expected one of {tuple(REASONS)}.")
+        if self.kind not in KINDS:
+            raise ValueError(f"Unknown reject kind {self.kind!r}. Expected one of {KINDS}.")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
