@@ -1,0 +1,49 @@
+"""The index: one row per discovered image, whatever happened to it (`index.parquet`).
+
+Users query it with pandas/DuckDB/BigQuery to re-slice a dataset without re-reading images, and
+the nightly run reads it back as its memory of what was seen. The pipeline builds rows with
+`make_row` so every row has every column (None where unknown).
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+
+from transforms.codec import QUALITY_METRICS
+
+__all__ = ["INDEX_SCHEMA", "INDEX_COLUMNS", "CHANNEL_COLUMNS", "make_row"]
+
+# Per-channel mean and mean of squares of pixel/255, measured on the analysis copy;
+# the dataset's normalization statistics are their pixel-count-weighted averages.
+CHANNEL_COLUMNS = ("mean_r", "mean_g", "mean_b", "sqmean_r", "sqmean_g", "sqmean_b")
+
+INDEX_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),          # relative to the data root
+        ("sha256", pa.string()),        # "" when the file was never read (unsafe_path)
+        ("format", pa.string()),        # from magic bytes; "" when unknown
+        ("width", pa.int64()),          # from the header; null when unknown
+        ("height", pa.int64()),
+        ("bytes", pa.int64()),
+        ("outcome", pa.string()),       # the split name when accepted, else the reject reason
+        ("accepted", pa.bool_()),
+        ("detail", pa.string()),        # reject detail; "" when accepted
+        ("label", pa.string()),         # class name; null when none
+        ("label_id", pa.int64()),       # class id; null when none
+        ("split", pa.string()),         # train/validation/test when accepted
+        ("phash", pa.string()),         # 16 hex chars; null when not decoded
+        ("shard", pa.string()),         # shard file (relative to the snapshot) when accepted
+        ("num_boxes", pa.int64()),
+    ]
+    + [(f"quality_{name}", pa.float64()) for name in QUALITY_METRICS]
+    + [(name, pa.float64()) for name in CHANNEL_COLUMNS]
+)
+
+INDEX_COLUMNS = tuple(INDEX_SCHEMA.names)
+
+
+def make_row(**values) -> dict:
+    """A complete index row: the given columns, None for the rest. Unknown names are an error."""
+    unknown = set(values) - set(INDEX_COLUMNS)
+    if unknown:
+        raise ValueError(f"Unknown index columns {sorted(unknown)}. Expected: {INDEX_COLUMNS}")
+    return {name: values.get(name) for name in INDEX_COLUMNS}
