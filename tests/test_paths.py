@@ -1,0 +1,176 @@
+"""transforms.paths: every unsafe kind refused with its detail, safe paths made canonical."""
+import os
+
+import pytest
+
+from transforms.paths import UnsafePath, escapes_root, normalize_relative, relative_to_root
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("a/b.jpg", "a/b.jpg"),
+    ("a/./b.jpg", "a/b.jpg"),
+    ("./a.jpg", "a.jpg"),
+    ("a//b.jpg", "a/b.jpg"),
+    ("a/b/", "a/b"),
+    ("  a/b.jpg \t", "a/b.jpg"),
+    ("a/../b.jpg", "b.jpg"),
+    ("a/b/../../c.jpg", "c.jpg"),
+    ("a\\b.jpg", "a/b.jpg"),
+    ("a\\.\\b.jpg", "a/b.jpg"),
+    ("a/b:c.jpg", "a/b:c.jpg"),
+    ("my photo.jpg", "my photo.jpg"),
+    ("..a/b..jpg", "..a/b..jpg"),
+    ("ünï/çødé.jpg", "ünï/çødé.jpg"),
+])
+def test_normalize_relative_makes_safe_paths_canonical(raw, expected):
+    assert normalize_relative(raw) == expected
+
+
+@pytest.mark.parametrize("raw, detail", [
+    ("", "empty path: ''"),
+    ("   ", "empty path: '   '"),
+    ("/x", "absolute path: '/x'"),
+    ("/data/imgs/a.jpg", "absolute path: '/data/imgs/a.jpg'"),
+    ("C:\\x", "absolute path (Windows drive): 'C:\\\\x'"),
+    ("c:/x", "absolute path (Windows drive): 'c:/x'"),
+    ("\\\\server\\x", "absolute path: '\\\\\\\\server\\\\x'"),
+    ("gs://b/x", "path has a URL scheme 'gs': 'gs://b/x'"),
+    ("file:///x", "path has a URL scheme 'file': 'file:///x'"),
+    ("http://example.com/x.jpg", "path has a URL scheme 'http': 'http://example.com/x.jpg'"),
+    ("data:image/png;base64,AAAA", "path has a URL scheme 'data': 'data:image/png;base64,AAAA'"),
+    ("../x", "path escapes the data root: '../x'"),
+    ("a/../../x", "path escapes the data root: 'a/../../x'"),
+    ("..\\x", "path escapes the data root: '..\\\\x'"),
+    ("../root/x.jpg", "path escapes the data root: '../root/x.jpg'"),
+    ("a/..", "path names the data root itself, not a file: 'a/..'"),
+    (".", "path names the data root itself, not a file: '.'"),
+    ("a\x00b.jpg", "path contains a NUL byte: 'a\\x00b.jpg'"),
+])
+def test_normalize_relative_refuses_unsafe_paths(raw, detail):
+    with pytest.raises(UnsafePath) as info:
+        normalize_relative(raw)
+    assert str(info.value) == detail
+
+
+def test_unsafe_path_is_a_value_error():
+    assert issubclass(UnsafePath, ValueError)
+
+
+@pytest.mark.parametrize("root, full_path, expected", [
+    ("/data/imgs", "/data/imgs/a.jpg", "a.jpg"),
+    ("/data/imgs/", "/data/imgs/cats/a.jpg", "cats/a.jpg"),
+    ("/data/imgs", "/data/imgs//cats/./a.jpg", "cats/a.jpg"),
+    ("/", "/a.jpg", "a.jpg"),
+    ("gs://bucket/prefix", "gs://bucket/prefix/cats/a.jpg", "cats/a.jpg"),
+    ("gs://bucket/prefix/", "gs://bucket/prefix/a.jpg", "a.jpg"),
+    ("gs://bucket", "gs://bucket/a.jpg", "a.jpg"),
+])
+def test_relative_to_root_gives_the_part_below_the_root(root, full_path, expected):
+    assert relative_to_root(root, full_path) == expected
+
+
+def test_relative_to_root_accepts_a_relative_local_root():
+    full_path = os.path.join(os.getcwd(), "imgs", "a.jpg")
+    assert relative_to_root("imgs", full_path) == "a.jpg"
+
+
+@pytest.mark.parametrize("root, full_path, detail", [
+    ("/data/imgs", "/data/imgs2/a.jpg",
+     "not under the data root '/data/imgs': '/data/imgs2/a.jpg'"),
+    ("/data/imgs", "/data/imgs/../x.jpg",
+     "not under the data root '/data/imgs': '/data/imgs/../x.jpg'"),
+    ("/data/imgs", "/data/imgs", "not under the data root '/data/imgs': '/data/imgs'"),
+    ("gs://bucket/prefix", "gs://bucket/prefix2/a.jpg",
+     "not under the data root 'gs://bucket/prefix': 'gs://bucket/prefix2/a.jpg'"),
+    ("gs://bucket/prefix", "s3://bucket/prefix/a.jpg",
+     "not under the data root 'gs://bucket/prefix': 's3://bucket/prefix/a.jpg'"),
+    ("/data", "gs://data/a.jpg", "not under the data root '/data': 'gs://data/a.jpg'"),
+    ("gs://data", "/data/a.jpg", "not under the data root 'gs://data': '/data/a.jpg'"),
+])
+def test_relative_to_root_refuses_files_outside_the_root(root, full_path, detail):
+    with pytest.raises(UnsafePath) as info:
+        relative_to_root(root, full_path)
+    assert str(info.value) == detail
+
+
+@pytest.mark.parametrize("root, full_path, detail", [
+    ("gs://b/p", "gs://b/p/a//x.jpg",
+     "file name is not a canonical relative path ('a//x.jpg' would be read as 'a/x.jpg'), "
+     "so no CSV row could name it: 'gs://b/p/a//x.jpg'"),
+    ("/d", "/d/a\\b.jpg",
+     "file name is not a canonical relative path ('a\\\\b.jpg' would be read as 'a/b.jpg'), "
+     "so no CSV row could name it: '/d/a\\\\b.jpg'"),
+    ("/d", "/d/ a.jpg",
+     "file name is not a canonical relative path (' a.jpg' would be read as 'a.jpg'), "
+     "so no CSV row could name it: '/d/ a.jpg'"),
+    ("gs://b/p", "gs://b/p/../x.jpg",
+     "file name cannot be named safely below the data root (path escapes the data root: "
+     "'../x.jpg'): 'gs://b/p/../x.jpg'"),
+])
+def test_relative_to_root_refuses_names_a_csv_could_not_name(root, full_path, detail):
+    with pytest.raises(UnsafePath) as info:
+        relative_to_root(root, full_path)
+    assert str(info.value) == detail
+
+
+@pytest.fixture
+def data_root(tmp_path):
+    """A data root with one real image file, and a secret file next to (outside) the root."""
+    root = tmp_path / "root"
+    (root / "cats").mkdir(parents=True)
+    (root / "cats" / "a.jpg").write_bytes(b"\xff\xd8")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not an image")
+    return root, secret
+
+
+def test_escapes_root_flags_a_symlink_to_a_file_outside(data_root):
+    root, secret = data_root
+    link = root / "cats" / "b.jpg"
+    link.symlink_to(secret)
+    assert escapes_root(str(root), str(link)) == (
+        f"symlink resolves outside the data root: {os.path.realpath(secret)}")
+
+
+def test_escapes_root_flags_a_symlinked_folder_pointing_outside(data_root, tmp_path):
+    root, _ = data_root
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "c.jpg").write_bytes(b"\xff\xd8")
+    (root / "dogs").symlink_to(outside, target_is_directory=True)
+    assert escapes_root(str(root), str(root / "dogs" / "c.jpg")) == (
+        f"symlink resolves outside the data root: {os.path.realpath(outside / 'c.jpg')}")
+
+
+def test_escapes_root_accepts_a_symlink_that_stays_inside(data_root):
+    root, _ = data_root
+    link = root / "alias.jpg"
+    link.symlink_to(root / "cats" / "a.jpg")
+    assert escapes_root(str(root), str(link)) is None
+
+
+def test_escapes_root_accepts_a_plain_file(data_root):
+    root, _ = data_root
+    assert escapes_root(str(root), str(root / "cats" / "a.jpg")) is None
+
+
+def test_escapes_root_accepts_files_under_a_symlinked_root(data_root, tmp_path):
+    root, _ = data_root
+    root_link = tmp_path / "root_link"
+    root_link.symlink_to(root, target_is_directory=True)
+    assert escapes_root(str(root_link), str(root_link / "cats" / "a.jpg")) is None
+
+
+def test_escapes_root_flags_a_plain_path_outside(data_root):
+    root, secret = data_root
+    assert escapes_root(str(root), str(secret)) == (
+        f"path is outside the data root: {os.path.realpath(secret)}")
+
+
+@pytest.mark.parametrize("root, full_path", [
+    ("gs://bucket/prefix", "gs://bucket/prefix/a.jpg"),
+    ("gs://bucket/prefix", "gs://other/a.jpg"),
+    ("/data", "gs://bucket/a.jpg"),
+])
+def test_escapes_root_ignores_object_store_paths(root, full_path):
+    assert escapes_root(root, full_path) is None

@@ -1,0 +1,138 @@
+"""Path safety: every path the job reads is a canonical relative path under the data root.
+
+Two kinds of paths reach the job, and both end up as the same canonical key (the record's
+`image/filename`, and what CSV rows are joined on):
+
+* paths written in a CSV (`normalize_relative`): untrusted text. An absolute path, a URL,
+  a NUL byte or a `..` that climbs out of the data root is refused with `UnsafePath` and the
+  file is never opened.
+* files discovered under the root (`relative_to_root`): the part of the full path below the
+  root. A name that is not already canonical (so no CSV row could name it unambiguously) is
+  refused the same way.
+
+`escapes_root` is the one function here that touches the local filesystem: it resolves
+symlinks (without opening anything) so a link inside the root that points outside it is
+refused too.
+
+Decisions, so CSVs written anywhere mean the same thing:
+
+* A backslash is a path separator (`cats\\a.jpg` == `cats/a.jpg`), because CSVs exported on
+  Windows use it and a backslash inside a real file name is almost always an accident. The
+  price: a discovered file whose name contains a backslash is refused (`relative_to_root`),
+  since no CSV path can name it.
+* A colon in the first path segment is read as a URL scheme (`gs:`, `file:`, `data:`) or a
+  Windows drive (`C:`), both refused. A colon further down (`a/b:c.jpg`) is an ordinary
+  character.
+* Surrounding whitespace is stripped from CSV paths (spreadsheets add it); inner whitespace is
+  kept. `.` segments and repeated separators are dropped; `..` is resolved lexically and must
+  never climb above the root, even if it comes back down (`../root/x` is refused).
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+
+__all__ = ["UnsafePath", "normalize_relative", "relative_to_root", "escapes_root"]
+
+# Beam FileSystems' own rule for a scheme-qualified path (`gs://`, `s3://`, `file://`).
+_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
+_DRIVE = re.compile(r"^[A-Za-z]:")
+_FIRST_SEGMENT_SCHEME = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*):")
+
+
+class UnsafePath(ValueError):
+    """A path that must not be opened. The message is the reject detail."""
+
+
+def normalize_relative(path: str) -> str:
+    """Returns the canonical relative posix form of a CSV path, or raises `UnsafePath`.
+
+    `" a/./b//c.jpg "` -> `"a/b/c.jpg"`; `"a\\b.jpg"` -> `"a/b.jpg"`; `"a/../b.jpg"` -> `"b.jpg"`.
+    Refused: empty, NUL bytes, absolute (`/x`, `C:\\x`, `\\\\server\\x`), a URL scheme
+    (`gs://b/x`, `file:///x`), anything that climbs out of the root (`../x`, `a/../../x`), and a
+    path that names the root itself (`a/..`).
+    """
+    if not isinstance(path, str):
+        raise UnsafePath(f"path must be text. Received: {path!r} ({type(path).__name__})")
+    if "\x00" in path:
+        raise UnsafePath(f"path contains a NUL byte: {path!r}")
+    text = path.strip().replace("\\", "/")
+    if not text:
+        raise UnsafePath(f"empty path: {path!r}")
+    if text.startswith("/"):
+        raise UnsafePath(f"absolute path: {path!r}")
+    if _DRIVE.match(text):
+        raise UnsafePath(f"absolute path (Windows drive): {path!r}")
+    scheme = _FIRST_SEGMENT_SCHEME.match(text)
+    if scheme:
+        raise UnsafePath(f"path has a URL scheme {scheme.group('scheme')!r}: {path!r}")
+    parts: list[str] = []
+    for segment in text.split("/"):
+        if segment in ("", "."):
+            continue
+        if segment == "..":
+            if not parts:
+                raise UnsafePath(f"path escapes the data root: {path!r}")
+            parts.pop()
+            continue
+        parts.append(segment)
+    if not parts:
+        raise UnsafePath(f"path names the data root itself, not a file: {path!r}")
+    return "/".join(parts)
+
+
+def relative_to_root(root: str, full_path: str) -> str:
+    """Returns the canonical relative path of a discovered file below `root`, or raises.
+
+    `root` is local (`/data/imgs`, `/data/imgs/`, `data/imgs`) or scheme-qualified
+    (`gs://bucket/prefix`). Local paths are compared after lexical normalization
+    (`os.path.abspath`: `//`, `.` and `..` collapsed; symlinks are `escapes_root`'s job);
+    object-store paths are compared as the literal strings they are (`a//b` and `a/b` are two
+    different objects there). Raises `UnsafePath` when `full_path` is not strictly below
+    `root`, or when the part below it is not canonical (see `normalize_relative`), because a
+    CSV could then not name the file unambiguously.
+    """
+    root_url = _URL.match(root)
+    file_url = _URL.match(full_path)
+    if root_url or file_url:
+        if not (root_url and file_url):
+            raise UnsafePath(f"not under the data root {root!r}: {full_path!r}")
+        below_scheme = root[root_url.end():].rstrip("/")
+        prefix = root[:root_url.end()] + (below_scheme + "/" if below_scheme else "")
+        candidate = full_path
+    else:
+        base = os.path.abspath(root)
+        prefix = base if base.endswith("/") else base + "/"
+        candidate = os.path.abspath(full_path)
+    if not candidate.startswith(prefix) or candidate == prefix:
+        raise UnsafePath(f"not under the data root {root!r}: {full_path!r}")
+    relative = candidate[len(prefix):]
+    try:
+        canonical = normalize_relative(relative)
+    except UnsafePath as exc:
+        raise UnsafePath(f"file name cannot be named safely below the data root "
+                         f"({exc}): {full_path!r}") from exc
+    if canonical != relative:
+        raise UnsafePath(
+            f"file name is not a canonical relative path ({relative!r} would be read as "
+            f"{canonical!r}), so no CSV row could name it: {full_path!r}")
+    return relative
+
+
+def escapes_root(root: str, full_path: str) -> str | None:
+    """Returns a reject detail when a local file resolves (via symlinks) outside the root.
+
+    Both paths are resolved with `os.path.realpath`, which follows links without opening the
+    file. Returns None when the file stays inside the root, and for scheme-qualified paths
+    (`gs://...`), where there are no symlinks.
+    """
+    if _URL.match(root) or _URL.match(full_path):
+        return None
+    real_root = os.path.realpath(root)
+    real_file = os.path.realpath(full_path)
+    if os.path.commonpath([real_root, real_file]) == real_root:
+        return None
+    if real_file != os.path.abspath(full_path):
+        return f"symlink resolves outside the data root: {real_file}"
+    return f"path is outside the data root: {real_file}"
