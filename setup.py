@@ -18,6 +18,7 @@ setuptools.setup(
         "tensorflow-transform==1.21.0",
         "pyyaml>=6",
         "pillow>=10",
+        "google-crc32c>=1.5",
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3"],

@@ -25,7 +25,10 @@ def decode_image(contents: tf.Tensor, jpeg_ratio: int = 1) -> tf.Tensor:
         return tf.io.decode_jpeg(contents, channels=3, ratio=jpeg_ratio)
 
     def as_other():
-        return tf.io.decode_image(contents, channels=3, dtype=tf.uint8, expand_animations=False)
+        # channels=0 then RGB: TF refuses channels=3 for WebP with alpha ("Number of channels
+        # requested does not match input"), so decode what is stored and drop alpha ourselves.
+        return _to_rgb(tf.io.decode_image(contents, channels=0, dtype=tf.uint8,
+                                          expand_animations=False))
 
     if jpeg_ratio == 1:
         image = as_other()  # decode_image dispatches JPEG to the same libjpeg path
@@ -33,6 +36,14 @@ def decode_image(contents: tf.Tensor, jpeg_ratio: int = 1) -> tf.Tensor:
         image = tf.cond(tf.io.is_jpeg(contents), as_jpeg, as_other)
     image.set_shape([None, None, 3])
     return image
+
+
+def _to_rgb(image: tf.Tensor) -> tf.Tensor:
+    """[H, W, C] with C in 1..4 -> [H, W, 3]: grey (+alpha) is repeated, alpha is dropped."""
+    channels = tf.shape(image)[-1]
+    return tf.cond(channels < 3,
+                   lambda: tf.tile(image[..., :1], [1, 1, 3]),
+                   lambda: image[..., :3])
 
 
 def pick_jpeg_ratio(width: int, height: int, target: int) -> int:

@@ -1,0 +1,220 @@
+"""The offline preprocessing graph: raw images + CSV labels -> a staged snapshot.
+
+    discover -> inspect (read, sha256, header, decode, validate, quality) -> join labels/boxes
+      -> class ids -> exact dedup -> near dedup -> split -> write shards
+    every reject -> rejects.jsonl; every discovered image -> index.parquet; counts -> accounting
+
+The graph only composes steps from `transforms/`; `runners/preprocess.py` parses options and
+`pipelines/snapshot.py` checks the accounting and publishes what this graph staged.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.parquetio import WriteToParquet
+
+from configs.schema import Config
+from transforms import classes, codec, splits
+from transforms.dedup import DropExactDuplicates, DropNearDuplicates
+from transforms.discover import DiscoverImages
+from transforms.index_table import CHANNEL_COLUMNS, INDEX_SCHEMA, make_row
+from transforms.inspect_image import ImageRecord, InspectImages
+from transforms.join_labels import MATCHED, ROW_REJECTS, JoinLabels, ReadBoxRows, ReadLabelRows
+from transforms.outputs import CountInto, WriteJson, WriteRejectsLedger
+from transforms.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
+from transforms.stats import SummarizeIndexFn
+from transforms.write_shards import FILES, WriteShards
+
+__all__ = ["PreprocessJob", "build_preprocess", "WORK_DIR", "work_file"]
+
+WORK_DIR = "_work"  # job-internal summaries inside the staging folder; not published
+
+
+def work_file(staging_dir: str, name: str) -> str:
+    return FileSystems.join(staging_dir, WORK_DIR, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessJob:
+    """Everything the graph needs, resolved and validated by the runner before it is built."""
+    data_roots: tuple
+    label_csvs: tuple
+    box_csvs: tuple
+    class_table: tuple          # the table this run starts from (ids of these names are fixed)
+    frozen_classes: bool
+    staging_dir: str
+    config: Config
+
+
+REJECTED = "rejected"
+_ROW_COUNT = {LABEL_ROW: "label_rows", BOX_ROW: "box_rows"}
+
+
+def _route(record: ImageRecord):
+    if record.reject is not None:
+        yield beam.pvalue.TaggedOutput(REJECTED, record)
+    else:
+        yield record
+
+
+class _Route(beam.PTransform):
+    """Splits ImageRecords into (still candidates, rejected)."""
+
+    def expand(self, records):
+        routed = records | "Route" >> beam.FlatMap(_route).with_outputs(REJECTED, main="ok")
+        return routed.ok, routed[REJECTED]
+
+
+def _split_rows(item):
+    if isinstance(item, Reject):
+        yield beam.pvalue.TaggedOutput(REJECTED, item)
+    else:
+        yield item
+
+
+def _labels_of(record: ImageRecord):
+    yield record.label
+    for box in record.boxes:
+        yield box[4]
+
+
+def _assign_class_id(record: ImageRecord, table):
+    ids = {name: i for i, name in enumerate(table)}
+    if record.label not in ids:
+        return record.rejected("unknown_class", (
+            f"label {record.label!r} is not in the class table ({len(table)} classes: "
+            f"{', '.join(table[:20])}{', ...' if len(table) > 20 else ''})"))
+    unknown = sorted({box[4] for box in record.boxes} - set(ids))
+    if unknown:
+        return record.rejected("bad_box", f"box classes {unknown} are not in the class table")
+    return dataclasses.replace(record, label_id=ids[record.label])
+
+
+def _assign_split(record: ImageRecord, ratios):
+    return dataclasses.replace(record, split=splits.assign_split(record.sha256, ratios,
+                                                                 record.split))
+
+
+def _rejected_index_row(record: ImageRecord) -> dict:
+    metrics = dict(record.metrics)
+    return make_row(
+        path=record.rel, sha256=record.sha256, format=record.format, width=record.width,
+        height=record.height, bytes=record.size, outcome=record.reject.reason, accepted=False,
+        detail=record.reject.detail, label=record.label, label_id=record.label_id, split=None,
+        phash=record.phash, shard=None, num_boxes=len(record.boxes),
+        **{f"quality_{name}": metrics.get(name) for name in codec.QUALITY_METRICS},
+        **dict(zip(CHANNEL_COLUMNS, record.moments)))
+
+
+def _discovery_index_row(reject: Reject) -> dict:
+    return make_row(path=reject.path, sha256=reject.sha256, format="", outcome=reject.reason,
+                    accepted=False, detail=reject.detail, num_boxes=0)
+
+
+def _merge_counts(pairs) -> dict:
+    merged = {}
+    for name, value in pairs:
+        merged[name] = merged.get(name, 0) + value
+    return merged
+
+
+def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
+    """Adds the whole job to `pipeline`; everything it writes lands in `job.staging_dir`."""
+    config = job.config
+    staging = job.staging_dir
+
+    refs, discovery_rejects = pipeline | "DiscoverImages" >> DiscoverImages(
+        list(job.data_roots), config.discovery.extensions)
+    inspected = refs | "InspectImages" >> InspectImages(config)
+
+    label_items = (pipeline
+                   | "LabelCsvPaths" >> beam.Create(list(job.label_csvs))
+                   | "ReadLabelRows" >> ReadLabelRows(config))
+    label_parsed = label_items | "SplitLabelRows" >> beam.FlatMap(_split_rows).with_outputs(
+        REJECTED, main="rows")
+    box_items = (pipeline
+                 | "BoxCsvPaths" >> beam.Create(list(job.box_csvs))
+                 | "ReadBoxRows" >> ReadBoxRows())
+    box_parsed = box_items | "SplitBoxRows" >> beam.FlatMap(_split_rows).with_outputs(
+        REJECTED, main="rows")
+
+    folder_labels = not job.label_csvs and config.labels.folder_labels
+    joined = ((inspected, label_parsed.rows, box_parsed.rows)
+              | "JoinLabels" >> JoinLabels(config, folder_labels))
+    labelled, rejected_before_classes = joined.images | "RouteLabelled" >> _Route()
+
+    frozen, start_table = job.frozen_classes, list(job.class_table)
+    class_table = (labelled
+                   | "LabelNames" >> beam.FlatMap(_labels_of)
+                   | "DistinctLabels" >> beam.Distinct()
+                   | "AllLabels" >> beam.combiners.ToList()
+                   | "ClassTable" >> beam.Map(
+                       lambda labels: classes.extend_class_table(start_table, labels, frozen)))
+    with_ids, rejected_class = (
+        labelled
+        | "AssignClassIds" >> beam.Map(_assign_class_id, beam.pvalue.AsSingleton(class_table))
+        | "RouteClassIds" >> _Route())
+    unique, rejected_exact = (with_ids
+                              | "DropExactDuplicates" >> DropExactDuplicates()
+                              | "RouteExact" >> _Route())
+    rejected_stages = [rejected_before_classes, rejected_class, rejected_exact]
+    if config.dedup.near_duplicates:
+        unique, rejected_near = (unique
+                                 | "DropNearDuplicates" >> DropNearDuplicates(
+                                     config.dedup.max_hamming)
+                                 | "RouteNear" >> _Route())
+        rejected_stages.append(rejected_near)
+    accepted = unique | "AssignSplits" >> beam.Map(_assign_split, config.split)
+    written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table)
+
+    rejected_images = rejected_stages | "AllRejectedImages" >> beam.Flatten()
+    image_rejects = ((rejected_images | "ImageRejects" >> beam.Map(lambda r: r.reject),
+                      discovery_rejects)
+                     | "AllImageRejects" >> beam.Flatten())
+    all_rejects = ((image_rejects, label_parsed[REJECTED], box_parsed[REJECTED],
+                    joined[ROW_REJECTS])
+                   | "AllRejects" >> beam.Flatten())
+    all_rejects | "WriteRejectsLedger" >> WriteRejectsLedger(
+        FileSystems.join(staging, "rejects.jsonl"))
+
+    index_rows = ((written.index,
+                   rejected_images | "RejectedIndexRows" >> beam.Map(_rejected_index_row),
+                   discovery_rejects | "DiscoveryIndexRows" >> beam.Map(_discovery_index_row))
+                  | "AllIndexRows" >> beam.Flatten())
+    index_rows | "WriteIndex" >> WriteToParquet(
+        FileSystems.join(staging, "index"), INDEX_SCHEMA, num_shards=1,
+        shard_name_template="", file_name_suffix=".parquet")
+    (index_rows
+     | "SummarizeIndex" >> beam.CombineGlobally(SummarizeIndexFn())
+     | "WriteIndexSummary" >> WriteJson(work_file(staging, "index_summary.json")))
+
+    (written[FILES]
+     | "AllShardFiles" >> beam.combiners.ToList()
+     | "SortShardFiles" >> beam.Map(lambda files: sorted(
+         (dataclasses.asdict(f) for f in files), key=lambda f: f["path"]))
+     | "WriteShardList" >> WriteJson(work_file(staging, "shards.json")))
+    class_table | "WriteClassTable" >> beam.Map(
+        lambda names: classes.write_class_table(FileSystems.join(staging, "classes.txt"), names))
+
+    counts = [
+        refs | "CountDiscoveredOk" >> CountInto("images.discovered"),
+        discovery_rejects | "CountDiscoveryRejects" >> CountInto("images.discovered"),
+        written.index | "CountAccepted" >> CountInto("images.accepted"),
+        image_rejects | "CountImageRejects" >> CountInto("images.rejected"),
+        label_items | "CountLabelRows" >> CountInto("label_rows.total"),
+        box_items | "CountBoxRows" >> CountInto("box_rows.total"),
+        (all_rejects
+         | "RowRejects" >> beam.Filter(lambda r: r.kind != IMAGE)
+         | "RowRejectPairs" >> beam.Map(lambda r: (_ROW_COUNT[r.kind] + ".rejected", 1))),
+        (joined[MATCHED]
+         | "MatchedPairs" >> beam.Map(lambda kv: (_ROW_COUNT[kv[0]] + ".matched", kv[1]))),
+        (all_rejects
+         | "ReasonKeys" >> beam.Map(lambda r: (f"reasons.{r.kind}.{r.reason}", 1))),
+    ]
+    (counts
+     | "AllCounts" >> beam.Flatten()
+     | "GatherCounts" >> beam.combiners.ToList()
+     | "MergeCounts" >> beam.Map(_merge_counts)
+     | "WriteCounts" >> WriteJson(work_file(staging, "counts.json")))

@@ -1,0 +1,252 @@
+"""Turning a staged run into a committed snapshot, or into nothing.
+
+After the graph ran, the job itself checks that every input is accounted for
+(`accepted + rejected == discovered` for images, and likewise for label and box CSV rows). Only
+then are stats, stats.pb and report.html written, the staged files moved to
+`snapshots/<run_id>/`, `manifest.json` written last (a snapshot without it is not committed and
+readers ignore it), then `classes.txt` and the `LATEST` pointer. A run that fails at any point
+publishes nothing, and the previous snapshot stays readable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import importlib.metadata
+import json
+import platform
+import posixpath
+
+from apache_beam.io.filesystems import FileSystems
+
+from configs.schema import Config, config_to_dict
+from pipelines.preprocess import WORK_DIR, PreprocessJob, work_file
+from transforms import classes
+from transforms.report import render_report
+from transforms.stats import finalize_stats, to_statistics_proto
+from transforms.thumbnails import thumbnail_png
+
+__all__ = ["AccountingError", "Snapshot", "new_run_id", "staging_dir_for", "snapshot_dir_for",
+           "check_accounting", "publish_snapshot", "read_json", "committed_snapshots",
+           "latest_snapshot", "SNAPSHOTS", "LATEST", "MANIFEST"]
+
+SNAPSHOTS = "snapshots"
+LATEST = "LATEST"
+MANIFEST = "manifest.json"
+_THUMBNAILS_PER_REASON = 4
+
+
+class AccountingError(RuntimeError):
+    """The job lost or double-counted inputs: it fails and publishes nothing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What a committed run produced (returned to the CLI and to tests)."""
+    run_id: str
+    path: str
+    accounting: dict
+    stats: dict
+    manifest: dict
+
+
+def new_run_id(now: datetime.datetime | None = None) -> str:
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def staging_dir_for(output_dir: str, run_id: str) -> str:
+    return FileSystems.join(output_dir, ".staging", run_id)
+
+
+def snapshot_dir_for(output_dir: str, run_id: str) -> str:
+    return FileSystems.join(output_dir, SNAPSHOTS, run_id)
+
+
+def read_json(path: str):
+    with FileSystems.open(path, compression_type="uncompressed") as handle:
+        return json.loads(handle.read().decode("utf-8"))
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    with FileSystems.create(path) as handle:
+        handle.write(data)
+
+
+def _write_json(path: str, data) -> None:
+    _write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+
+
+def check_accounting(counts: dict) -> dict:
+    """The accounting section of the manifest, with an `ok` flag per kind and overall."""
+    def section(kind: str, done: tuple) -> dict:
+        values = {name: int(counts.get(f"{kind}.{name}", 0))
+                  for name in ("discovered" if kind == "images" else "total",) + done}
+        total = values["discovered" if kind == "images" else "total"]
+        values["ok"] = total == sum(values[name] for name in done)
+        return values
+    accounting = {
+        "images": section("images", ("accepted", "rejected")),
+        "label_rows": section("label_rows", ("matched", "rejected")),
+        "box_rows": section("box_rows", ("matched", "rejected")),
+    }
+    accounting["ok"] = all(part["ok"] for part in accounting.values())
+    return accounting
+
+
+def _rejects_by_kind(counts: dict) -> dict:
+    result: dict = {}
+    for key, value in counts.items():
+        if key.startswith("reasons."):
+            _, kind, reason = key.split(".", 2)
+            result.setdefault(kind, {})[reason] = value
+    return {kind: dict(sorted(reasons.items())) for kind, reasons in sorted(result.items())}
+
+
+def _find_input(data_roots, rel: str) -> str | None:
+    for root in data_roots:
+        candidate = FileSystems.join(root.rstrip("/"), rel)
+        if FileSystems.exists(candidate):
+            return candidate
+    return None
+
+
+def _thumbnails(job: PreprocessJob, stats: dict) -> dict:
+    result = {}
+    for reason, examples in sorted(stats.get("reject_examples", {}).items()):
+        if reason in ("unsafe_path", "too_large", "missing_file"):
+            result[reason] = [(rel, None) for rel in examples[:_THUMBNAILS_PER_REASON]]
+            continue  # never open unsafe files; never decode bombs
+        thumbs = []
+        for rel in examples[:_THUMBNAILS_PER_REASON]:
+            found = _find_input(job.data_roots, rel)
+            thumbs.append((rel, thumbnail_png(found) if found else None))
+        result[reason] = thumbs
+    return result
+
+
+def _thresholds(config: Config) -> dict:
+    q = config.quality
+    return {name: value for name, value in (
+        ("brightness_p99", q.dark_p99_max), ("brightness_p01", q.bright_p01_min),
+        ("contrast_std", q.min_std), ("entropy", q.min_entropy),
+        ("blur_laplacian_var", q.blur_min)) if value is not None}
+
+
+def _versions() -> dict:
+    import apache_beam
+    import pyarrow
+    import tensorflow
+    versions = {"python": platform.python_version(), "apache_beam": apache_beam.__version__,
+                "tensorflow": tensorflow.__version__, "pyarrow": pyarrow.__version__}
+    for key, package in (("pixelmill", "pixelmill"),
+                         ("tensorflow_transform", "tensorflow-transform"),
+                         ("tfx_bsl", "tfx-bsl")):
+        try:
+            versions[key] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[key] = "not installed"
+    return versions
+
+
+def _file_entry(path: str, rel: str) -> dict:
+    digest = hashlib.sha256()
+    size = 0
+    with FileSystems.open(path, compression_type="uncompressed") as handle:
+        while True:
+            chunk = handle.read(1 << 20)
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+    return {"path": rel, "bytes": size, "sha256": digest.hexdigest()}
+
+
+def _staged_files(staging: str) -> list[str]:
+    matched = FileSystems.match([FileSystems.join(staging, "**")])[0].metadata_list
+    prefix = staging.rstrip("/") + "/"
+    rels = sorted(m.path[len(prefix):] for m in matched)
+    return [rel for rel in rels if not rel.startswith(WORK_DIR + "/")]
+
+
+def _move(sources: list[str], destinations: list[str]) -> None:
+    for destination in destinations:
+        parent = posixpath.dirname(destination)
+        if "://" not in parent and not FileSystems.exists(parent):
+            FileSystems.mkdirs(parent)
+    if sources:
+        FileSystems.rename(sources, destinations)
+
+
+def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: dict) -> Snapshot:
+    """Checks the staged run and commits it as `snapshots/<run_id>/` (see module docstring)."""
+    staging = job.staging_dir
+    counts = read_json(work_file(staging, "counts.json"))
+    accounting = check_accounting(counts)
+    if not accounting["ok"]:
+        raise AccountingError(
+            "Inputs are not all accounted for; nothing was published. "
+            f"Accounting: {json.dumps(accounting, sort_keys=True)}")
+    stats = finalize_stats(read_json(work_file(staging, "index_summary.json")),
+                           _rejects_by_kind(counts), accounting)
+    stats["thresholds"] = _thresholds(job.config)
+    table = classes.read_class_table(FileSystems.join(staging, "classes.txt"))
+    stats["classes"] = table
+    _write_json(FileSystems.join(staging, "stats.json"), stats)
+    _write_bytes(FileSystems.join(staging, "stats.pb"),
+                 to_statistics_proto(stats).SerializeToString(deterministic=True))
+    html = render_report(stats, _thumbnails(job, stats), title=f"pixelmill snapshot {run_id}",
+                         run_id=run_id)
+    _write_bytes(FileSystems.join(staging, "report.html"), html.encode("utf-8"))
+
+    shard_entries = {entry["path"]: entry for entry in read_json(work_file(staging, "shards.json"))}
+    final = snapshot_dir_for(output_dir, run_id)
+    rels = _staged_files(staging)
+    files = []
+    for rel in rels:
+        entry = shard_entries.get(rel) or _file_entry(FileSystems.join(staging, rel), rel)
+        files.append(entry)
+    _move([FileSystems.join(staging, rel) for rel in rels],
+          [FileSystems.join(final, rel) for rel in rels])
+    manifest = {
+        "run_id": run_id,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "inputs": inputs,
+        "accounting": accounting,
+        "splits": stats.get("by_split", {}),
+        "num_classes": len(table),
+        "files": files,
+        "config": config_to_dict(job.config),
+        "versions": _versions(),
+    }
+    _write_json(FileSystems.join(final, MANIFEST), manifest)  # the commit point
+    classes.write_class_table(FileSystems.join(output_dir, "classes.txt"), table)
+    _write_bytes(FileSystems.join(output_dir, LATEST), (run_id + "\n").encode("utf-8"))
+    _remove_tree(staging)
+    return Snapshot(run_id=run_id, path=final, accounting=accounting, stats=stats,
+                    manifest=manifest)
+
+
+def _remove_tree(path: str) -> None:
+    matched = FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list
+    if matched:
+        FileSystems.delete([m.path for m in matched])
+    if "://" not in path:
+        import shutil
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def committed_snapshots(output_dir: str) -> list[str]:
+    """run_ids of committed snapshots (those with a manifest), oldest first."""
+    pattern = FileSystems.join(output_dir, SNAPSHOTS, "*", MANIFEST)
+    matched = FileSystems.match([pattern])[0].metadata_list
+    return sorted(posixpath.basename(posixpath.dirname(m.path)) for m in matched)
+
+
+def latest_snapshot(output_dir: str) -> str | None:
+    """The run_id named by LATEST, or None before the first committed run."""
+    path = FileSystems.join(output_dir, LATEST)
+    if not FileSystems.exists(path):
+        return None
+    with FileSystems.open(path, compression_type="uncompressed") as handle:
+        return handle.read().decode("utf-8").strip() or None

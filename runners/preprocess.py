@@ -1,0 +1,170 @@
+"""`pixelmill preprocess`: raw images + CSV labels -> a committed snapshot of sharded TFRecords.
+
+Locally (default in-process runner, no download):
+
+    pixelmill preprocess --data_root ./images --labels labels.csv --classes classes.txt \\
+        --output_dir ./out [--boxes boxes.csv] [--config configs/base.yaml] \\
+        [--set quality.blur_min=15]
+
+With two local worker processes:
+
+    pixelmill preprocess ... --direct_running_mode=multi_processing --direct_num_workers=2
+
+On Google Cloud Dataflow (same command, Beam's own flags):
+
+    pixelmill preprocess --data_root gs://bucket/images --labels gs://bucket/labels.csv \\
+        --output_dir gs://bucket/pixelmill --runner DataflowRunner --project my-project \\
+        --region us-central1 --temp_location gs://bucket/tmp --setup_file ./setup.py
+
+Any Beam pipeline option is accepted; pixelmill's own options are `PreprocessOptions`.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
+
+from configs.schema import ConfigError, load_config
+from pipelines.preprocess import PreprocessJob, build_preprocess
+from pipelines.snapshot import (Snapshot, new_run_id, publish_snapshot, staging_dir_for)
+from runners.beam_runner import runner_for
+from runners.errors import UsageError
+from transforms import boxes, classes, labels
+from transforms.join_labels import read_csv_header
+
+__all__ = ["PreprocessOptions", "run", "main", "resolve_job", "translate_flags"]
+
+_LOG = logging.getLogger(__name__)
+
+
+class PreprocessOptions(PipelineOptions):
+    """pixelmill's job options (shown by `pixelmill preprocess --help`)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--data_root", action="append", default=None,
+                            help="Folder or glob of images, local or gs:// (repeatable).")
+        parser.add_argument("--label_csv", action="append", default=None,
+                            help="Label CSV (repeatable; `--labels` on the command line). "
+                                 "Without it, folder names are labels.")
+        parser.add_argument("--boxes", action="append", default=None,
+                            help="Bounding-box CSV: path,xmin,ymin,xmax,ymax,label (repeatable).")
+        parser.add_argument("--classes", default=None,
+                            help="Class table: one name per line, id = line index (freezes it).")
+        parser.add_argument("--output_dir", default=None,
+                            help="Where snapshots, classes.txt and LATEST live (local or gs://).")
+        parser.add_argument("--config", default=None,
+                            help="YAML config (default: configs/base.yaml).")
+        parser.add_argument("--set", dest="config_overrides", action="append", default=None,
+                            metavar="SECTION.KEY=VALUE", help="Override one config value.")
+        parser.add_argument("--run_id", default=None,
+                            help="Snapshot name (default: UTC timestamp).")
+
+
+def _require(value, flag: str):
+    if not value:
+        raise UsageError(f"{flag} is required. Run `pixelmill preprocess --help` for usage.")
+    return value
+
+
+def _check_exists(path: str, flag: str):
+    if not FileSystems.exists(path):
+        raise UsageError(f"{flag} {path}: no such file.")
+
+
+def _starting_class_table(output_dir: str, classes_file: str | None, config) -> tuple[list, bool]:
+    existing = classes.apply_renames(
+        classes.read_class_table(FileSystems.join(output_dir, "classes.txt")),
+        config.classes.renames)
+    if not classes_file:
+        return existing, config.classes.frozen
+    _check_exists(classes_file, "--classes")
+    given = classes.read_class_table(classes_file)
+    if given[:len(existing)] != existing[:len(given)] or len(given) < len(existing) and any(
+            name not in given for name in existing):
+        raise UsageError(
+            f"--classes {classes_file} disagrees with {output_dir}/classes.txt: class ids never "
+            f"change, so the file must list the existing classes first, in order. Existing: "
+            f"{existing}; given: {given}")
+    return existing + [name for name in given if name not in existing], True
+
+
+def _check_header(parse_header_only):
+    """Parses just the header line: a missing column stops the job before any work."""
+    try:
+        list(parse_header_only())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def resolve_job(job_options: PreprocessOptions, staging_dir: str):
+    """Validates flags, config and inputs, and returns (PreprocessJob, inputs for the manifest).
+    Everything here fails fast, before any data is read."""
+    roots = _require(job_options.data_root, "--data_root")
+    output_dir = _require(job_options.output_dir, "--output_dir")
+    try:
+        config = load_config(job_options.config, job_options.config_overrides or ())
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    label_csvs = tuple(job_options.label_csv or ())
+    box_csvs = tuple(job_options.boxes or ())
+    for path in label_csvs:
+        _check_exists(path, "--labels")
+        _check_header(lambda: labels.parse_label_csv(path, [read_csv_header(path)],
+                                                     config.labels))
+    for path in box_csvs:
+        _check_exists(path, "--boxes")
+        _check_header(lambda: boxes.parse_box_csv(path, [read_csv_header(path)]))
+    table, frozen = _starting_class_table(output_dir, job_options.classes, config)
+    job = PreprocessJob(data_roots=tuple(roots), label_csvs=label_csvs, box_csvs=box_csvs,
+                        class_table=tuple(table), frozen_classes=frozen,
+                        staging_dir=staging_dir, config=config)
+    inputs = {"data_roots": list(roots), "labels": list(label_csvs), "boxes": list(box_csvs),
+              "classes": job_options.classes}
+    return job, inputs
+
+
+def translate_flags(argv) -> list[str]:
+    """`--labels CSV` is pixelmill's label file, but Beam already owns `--labels` (Dataflow job
+    labels). The command line keeps the friendly name: `--labels` becomes `--label_csv`, and
+    Dataflow job labels are passed as `--dataflow_labels key=value`."""
+    renamed = {"--labels": "--label_csv", "--dataflow_labels": "--labels"}
+    result = []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        result.append(renamed[name] + eq + value if name in renamed else arg)
+    return result
+
+
+def run(argv=None, save_main_session: bool = False) -> Snapshot:
+    """Runs the job and commits the snapshot; raises on any failure (nothing published)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    options = PipelineOptions(translate_flags(argv))
+    options.view_as(SetupOptions).save_main_session = save_main_session
+    job_options = options.view_as(PreprocessOptions)
+    run_id = job_options.run_id or new_run_id()
+    output_dir = _require(job_options.output_dir, "--output_dir")
+    job, inputs = resolve_job(job_options, staging_dir_for(output_dir, run_id))
+    pipeline = beam.Pipeline(runner=runner_for(options), options=options)
+    build_preprocess(pipeline, job)
+    result = pipeline.run()
+    state = result.wait_until_finish()
+    if state not in ("DONE", None) and str(state) != "PipelineState.DONE":
+        raise RuntimeError(f"The pipeline ended in state {state}; nothing was published.")
+    return publish_snapshot(job, output_dir, run_id, inputs)
+
+
+def main(argv=None) -> int:
+    """Command-line entry: runs the job and prints the summary; exit code 0 on success."""
+    from runners.summary import format_summary
+    snapshot = run(argv)
+    print(format_summary(snapshot))
+    return 0
+
+
+if __name__ == "__main__":
+    from runners.cli import main as cli_main
+    sys.exit(cli_main(["preprocess", *sys.argv[1:]]))

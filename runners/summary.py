@@ -1,0 +1,47 @@
+"""The plain-text summary printed after a run: accounting, accepted per split and class,
+rejected per reason, and where the outputs are."""
+from __future__ import annotations
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.snapshot import Snapshot
+
+__all__ = ["format_summary"]
+
+_SPLITS = ("train", "validation", "test")
+
+
+def format_summary(snapshot: Snapshot) -> str:
+    stats, accounting = snapshot.stats, snapshot.accounting
+    images = accounting["images"]
+    lines = [f"pixelmill snapshot {snapshot.run_id}", ""]
+    verdict = "OK" if accounting["ok"] else "MISMATCH"
+    lines.append(f"images: {images['discovered']} discovered = {images['accepted']} accepted + "
+                 f"{images['rejected']} rejected  [{verdict}]")
+    for kind in ("label_rows", "box_rows"):
+        part = accounting[kind]
+        if part["total"]:
+            lines.append(f"{kind.replace('_', ' ')}: {part['total']} read = {part['matched']} "
+                         f"matched + {part['rejected']} rejected")
+    by_split_class = stats.get("by_split_class", {})
+    names = sorted({name for split in by_split_class.values() for name in split})
+    if names:
+        width = max(len("class"), *(len(n) for n in names))
+        lines += ["", "accepted per split and class:",
+                  f"  {'class':<{width}} " + " ".join(f"{s:>10}" for s in _SPLITS)]
+        for name in names:
+            counts = [by_split_class.get(s, {}).get(name, 0) for s in _SPLITS]
+            lines.append(f"  {name:<{width}} " + " ".join(f"{c:>10}" for c in counts))
+        totals = [stats.get("by_split", {}).get(s, 0) for s in _SPLITS]
+        lines.append(f"  {'total':<{width}} " + " ".join(f"{c:>10}" for c in totals))
+    by_kind = stats.get("rejects_by_kind", {})
+    if by_kind:
+        lines += ["", "rejected per reason:"]
+        for kind, reasons in sorted(by_kind.items()):
+            for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+                lines.append(f"  {reason:<18} {count:>6}  ({kind})")
+    lines += ["", f"snapshot:  {snapshot.path}",
+              f"report:    {FileSystems.join(snapshot.path, 'report.html')}",
+              f"rejects:   {FileSystems.join(snapshot.path, 'rejects.jsonl')}",
+              f"index:     {FileSystems.join(snapshot.path, 'index.parquet')}"]
+    return "\n".join(lines)

@@ -1,0 +1,120 @@
+"""Discovery: every image file under the data roots, through Beam's file APIs (local or gs://).
+
+A root is a folder (searched recursively) or a glob. Files are kept when their extension is in
+`discovery.extensions` (case-insensitively); the real format is decided later from magic bytes.
+A local file that resolves outside its root through a symlink is rejected as `unsafe_path`
+and never opened.
+"""
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+
+import apache_beam as beam
+from apache_beam.io import fileio
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from transforms import paths
+from transforms.rejects import IMAGE, Reject
+
+__all__ = ["FileRef", "DiscoverImages", "root_and_pattern", "UNSAFE_TAG"]
+
+UNSAFE_TAG = "unsafe"
+_GLOB_CHARS = "*?["
+
+
+@dataclasses.dataclass(frozen=True)
+class FileRef:
+    """A discovered file: full path for reading, root-relative posix path as its identity."""
+    path: str
+    rel: str
+    size: int
+
+
+def root_and_pattern(root: str) -> tuple[str, str]:
+    """('gs://b/imgs', 'gs://b/imgs/**') for a folder; a glob keeps its non-glob prefix as root."""
+    if any(c in root for c in _GLOB_CHARS):
+        cut = min(root.index(c) for c in _GLOB_CHARS if c in root)
+        base = root[:cut].rsplit("/", 1)[0] if "/" in root[:cut] else ""
+        return base, root
+    base = root.rstrip("/") or "/"
+    return base, FileSystems.join(base, "**")
+
+
+class _ClassifyFileFn(beam.DoFn):
+    """Keeps image files by extension; splits off files that escape their root."""
+
+    def __init__(self, root: str, extensions: tuple):
+        self._root = root
+        self._extensions = tuple(extensions)
+        self._skipped = Metrics.counter("pixelmill", "skipped_not_image_extension")
+
+    def process(self, metadata):
+        extension = posixpath.splitext(metadata.path)[1].lower().lstrip(".")
+        if extension not in self._extensions:
+            self._skipped.inc()
+            return
+        try:
+            rel = paths.relative_to_root(self._root, metadata.path)
+        except paths.UnsafePath as exc:
+            yield beam.pvalue.TaggedOutput(
+                UNSAFE_TAG, Reject(path=metadata.path, reason="unsafe_path", detail=str(exc),
+                                   kind=IMAGE))
+            return
+        escape = paths.escapes_root(self._root, metadata.path)
+        if escape:
+            yield beam.pvalue.TaggedOutput(
+                UNSAFE_TAG, Reject(path=rel, reason="unsafe_path", detail=escape, kind=IMAGE))
+            return
+        yield FileRef(path=metadata.path, rel=rel, size=int(metadata.size_in_bytes))
+
+
+class DiscoverImages(beam.PTransform):
+    """roots -> (FileRef per image file, Reject per unsafe file), spread across workers."""
+
+    def __init__(self, roots: list[str], extensions: tuple):
+        super().__init__()
+        self._roots = list(roots)
+        self._extensions = tuple(extensions)
+
+    def expand(self, pbegin):
+        refs, unsafe = [], []
+        for index, root in enumerate(self._roots):
+            base, pattern = root_and_pattern(root)
+            found = (
+                pbegin
+                | f"Pattern{index}" >> beam.Create([pattern])
+                | f"Match{index}" >> fileio.MatchAll()
+                | f"Classify{index}" >> beam.ParDo(
+                    _ClassifyFileFn(base, self._extensions)).with_outputs(UNSAFE_TAG, main="ok"))
+            refs.append(found.ok)
+            unsafe.append(found[UNSAFE_TAG])
+        grouped = (
+            refs
+            | "FlattenRefs" >> beam.Flatten()
+            | "KeyByRelPath" >> beam.Map(lambda ref: (ref.rel, ref))
+            | "GroupByRelPath" >> beam.GroupByKey()
+            | "OnePerRelPath" >> beam.ParDo(_OnePerRelPathFn()).with_outputs(
+                UNSAFE_TAG, main="ok"))
+        rejected = (unsafe + [grouped[UNSAFE_TAG]]) | "FlattenRejected" >> beam.Flatten()
+        return grouped.ok | "Spread" >> beam.Reshuffle(), rejected
+
+
+class _OnePerRelPathFn(beam.DoFn):
+    """A file matched by two overlapping roots counts once; two different files that share a
+    root-relative path (two roots) cannot both be addressed by a CSV: the lowest full path is
+    kept and the others are rejected as `duplicate` naming it."""
+
+    def __init__(self):
+        self._discovered = Metrics.counter("pixelmill", "discovered")
+
+    def process(self, item):
+        rel, refs = item
+        unique = sorted({ref.path: ref for ref in refs}.values(), key=lambda r: r.path)
+        self._discovered.inc(len(unique))
+        yield unique[0]
+        for other in unique[1:]:
+            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, Reject(
+                path=other.path, reason="duplicate", kind=IMAGE,
+                detail=f"same relative path {rel!r} as {unique[0].path} (kept)"))

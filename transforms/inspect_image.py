@@ -1,0 +1,183 @@
+"""Inspect one image file: read, hash, sniff the header, decode with the shared TF decoder,
+validate sizes and measure quality. The result is an `ImageRecord` whether accepted or not, so
+every discovered file reaches the index with whatever was learned about it.
+
+Order matters for safety and cost: the header is checked against `limits.max_pixels` before
+anything is decoded, and decoding runs isolated in a subprocess (by default) so that a decoder
+that crashes or hangs rejects that one file as `decoder_crash` instead of taking the job down.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import time
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from configs.schema import Config
+from transforms import image_header, quality
+from transforms.discover import FileRef
+from transforms.rejects import IMAGE, Reject
+
+__all__ = ["ImageRecord", "InspectImageFn", "InspectImages", "size_reject"]
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageRecord:
+    """Everything known about one discovered image as it moves through the job."""
+    path: str                      # full path (for reading)
+    rel: str                       # root-relative path (identity, CSV key, image/filename)
+    size: int
+    sha256: str = ""
+    format: str = ""
+    width: int | None = None
+    height: int | None = None
+    metrics: tuple = ()            # ((name, value), ...) sorted
+    moments: tuple = ()            # (mean_r, mean_g, mean_b, sqmean_r, sqmean_g, sqmean_b)
+    phash: str | None = None
+    reject: Reject | None = None
+    label: str | None = None
+    label_id: int | None = None
+    split: str | None = None
+    meta: tuple = ()               # ((column, value), ...) sorted
+    boxes: tuple = ()              # ((xmin, ymin, xmax, ymax, label_text), ...) normalized
+
+    def rejected(self, reason: str, detail: str) -> "ImageRecord":
+        return dataclasses.replace(self, reject=Reject(
+            path=self.rel, reason=reason, detail=detail, kind=IMAGE, sha256=self.sha256))
+
+
+def size_reject(width: int, height: int, limits) -> tuple[str, str] | None:
+    """The size rules on stored dimensions (header or decoded): reason and detail, or None."""
+    if width * height > limits.max_pixels:
+        return "too_large", (f"{width}x{height} = {width * height} pixels > "
+                             f"limits.max_pixels={limits.max_pixels}")
+    if max(width, height) > limits.max_side:
+        return "too_large", f"{width}x{height}: a side > limits.max_side={limits.max_side}"
+    if min(width, height) < limits.min_side:
+        return "too_small", f"{width}x{height}: a side < limits.min_side={limits.min_side}"
+    aspect = max(width / height, height / width)
+    if aspect > limits.max_aspect_ratio:
+        return "bad_aspect_ratio", (f"{width}x{height}: aspect {aspect:.2f} > "
+                                    f"limits.max_aspect_ratio={limits.max_aspect_ratio}")
+    return None
+
+
+class InspectImageFn(beam.DoFn):
+    """FileRef -> ImageRecord (with `reject` set when a rule fails). Expected failures become
+    rejects here; anything that escapes (a crash, a hang) is the dead letter of the isolation."""
+
+    def __init__(self, config: Config):
+        self._config = config
+
+    def setup(self):
+        import tensorflow as tf  # imported in the worker (or the isolating subprocess)
+        from transforms.decode import decode_image, pick_jpeg_ratio
+        self._tf = tf
+        self._decode_image = decode_image
+        self._pick_jpeg_ratio = pick_jpeg_ratio
+        self._counters = {}
+        self._seen = 0
+        self._last_log = time.monotonic()
+        self._started = self._last_log
+
+    def _count(self, name: str):
+        counter = self._counters.get(name)
+        if counter is None:
+            counter = self._counters[name] = Metrics.counter("pixelmill", name)
+        counter.inc()
+
+    def _progress(self):
+        self._seen += 1
+        now = time.monotonic()
+        if now - self._last_log >= 10.0:
+            rate = self._seen / max(now - self._started, 1e-9)
+            _LOG.info("pixelmill: inspected %d images in this worker (%.0f/s)", self._seen, rate)
+            self._last_log = now
+
+    def process(self, ref: FileRef):
+        self._progress()
+        record = self._inspect(ref)
+        self._count("rejected_" + record.reject.reason if record.reject else "inspected_ok")
+        yield record
+
+    def _inspect(self, ref: FileRef) -> ImageRecord:
+        record = ImageRecord(path=ref.path, rel=ref.rel, size=ref.size)
+        try:
+            with FileSystems.open(ref.path, compression_type="uncompressed") as handle:
+                data = handle.read()
+        except OSError as exc:
+            return record.rejected("unreadable", f"{type(exc).__name__}: {exc}")
+        record = dataclasses.replace(record, sha256=hashlib.sha256(data).hexdigest(),
+                                     size=len(data))
+        try:
+            header = image_header.read_header(data)
+        except image_header.UnknownFormat as exc:
+            return record.rejected("unknown_format", str(exc))
+        except image_header.HeaderError as exc:
+            return record.rejected("bad_header", str(exc))
+        record = dataclasses.replace(record, format=header.format, width=header.width,
+                                     height=header.height)
+        limits = self._config.limits
+        if header.width * header.height > limits.max_pixels:  # never decode a bomb
+            return record.rejected(*size_reject(header.width, header.height, limits))
+        analysis_size = self._config.quality.analysis_size
+        ratio = self._pick_jpeg_ratio(header.width, header.height, analysis_size)
+        try:
+            image = self._decode_image(data, jpeg_ratio=ratio).numpy()
+        except self._tf.errors.InvalidArgumentError as exc:
+            return record.rejected("decode_error", _decoder_message(exc))
+        self._count("decoded")
+        rule = size_reject(header.width, header.height, limits)
+        if rule:
+            return record.rejected(*rule)
+        small = quality.small_copy(image, analysis_size)
+        metrics = quality.measure(small)
+        means, sqmeans = quality.channel_moments(small)
+        record = dataclasses.replace(
+            record, metrics=tuple(sorted(metrics.items())), moments=tuple(means) + tuple(sqmeans),
+            phash=quality.perceptual_hash(small))
+        verdict = quality.judge(metrics, self._config.quality)
+        if verdict:
+            return record.rejected(*verdict)
+        return record
+
+
+def _decoder_message(exc) -> str:
+    message = getattr(exc, "message", None) or str(exc)
+    # TF prefixes "{{function_node __wrapped__DecodeImage_device_/...}}"; keep what the codec said
+    if "}}" in message:
+        message = message.split("}}", 1)[1].strip()
+    return message.split("[Op:")[0].strip()
+
+
+def _crash_to_record(dead_letter) -> ImageRecord:
+    ref, (exc_type, exc_message, _traceback) = dead_letter
+    kind = getattr(exc_type, "__name__", str(exc_type))
+    return ImageRecord(path=ref.path, rel=ref.rel, size=ref.size).rejected(
+        "decoder_crash", f"{kind}: {str(exc_message)[:500]}")
+
+
+class InspectImages(beam.PTransform):
+    """FileRefs -> ImageRecords. With `decode.isolation: subprocess` each worker inspects in a
+    child process with a per-file timeout (Beam's `with_exception_handling(use_subprocess=...)`);
+    a crash or timeout restarts the child and rejects that one file."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self._config = config
+
+    def expand(self, refs):
+        isolate = self._config.decode.isolation == "subprocess"
+        good, crashed = refs | "Inspect" >> beam.ParDo(
+            InspectImageFn(self._config)).with_exception_handling(
+                use_subprocess=isolate,
+                timeout=self._config.decode.timeout_s if isolate else None)
+        crashed_records = crashed | "CrashToReject" >> beam.Map(_crash_to_record)
+        return (good, crashed_records) | "AllInspected" >> beam.Flatten()
+

@@ -1,0 +1,167 @@
+"""Sharded TFRecord writing that is deterministic and scales.
+
+Only small metadata flows through the job; the image bytes are read again here, when a shard is
+written (and their sha256 checked, so a file that changed during the run fails the job instead
+of writing content the rest of the job never validated). The number of shards per split comes
+from the split's total bytes and `output.target_shard_mb` (or `output.num_shards`); a record's
+shard comes from its content hash, and records inside a shard are ordered by hash, so the same
+inputs and config always give byte-identical files, whatever the runner or worker count.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import struct
+import zlib
+
+import apache_beam as beam
+import google_crc32c
+from apache_beam.io.filesystems import CompressionTypes, FileSystems
+from apache_beam.metrics import Metrics
+
+from configs.schema import OutputConfig
+from transforms import codec, splits
+from transforms.index_table import make_row
+
+__all__ = ["WriteShards", "shard_name", "shard_counts", "frame_record", "ShardFile", "FILES"]
+
+FILES = "files"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardFile:
+    """One written shard, for the manifest."""
+    path: str        # relative to the snapshot folder
+    bytes: int
+    sha256: str
+    records: int
+
+
+def shard_name(name: str, split: str, index: int, count: int, compression: str) -> str:
+    suffix = ".gz" if compression == "gzip" else ""
+    return f"{split}/{name}-{split}.tfrecord-{index:05d}-of-{count:05d}{suffix}"
+
+
+def shard_counts(bytes_by_split: dict, output: OutputConfig) -> dict:
+    """split -> number of shards (at least one for every split that has records)."""
+    target = output.target_shard_mb * 1024 * 1024
+    return {split: output.num_shards or max(1, math.ceil(total / target))
+            for split, total in bytes_by_split.items()}
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame_record(data: bytes) -> bytes:
+    """TFRecord framing: length, masked crc32c of length, data, masked crc32c of data."""
+    length = struct.pack("<Q", len(data))
+    return length + struct.pack("<I", _masked_crc(length)) + data + struct.pack(
+        "<I", _masked_crc(data))
+
+
+def _index_row(record, shard: str) -> dict:
+    metrics = dict(record.metrics)
+    return make_row(
+        path=record.rel, sha256=record.sha256, format=record.format, width=record.width,
+        height=record.height, bytes=record.size, outcome=record.split, accepted=True, detail="",
+        label=record.label, label_id=record.label_id, split=record.split, phash=record.phash,
+        shard=shard, num_boxes=len(record.boxes),
+        **{f"quality_{name}": metrics.get(name) for name in codec.QUALITY_METRICS},
+        **dict(zip(("mean_r", "mean_g", "mean_b", "sqmean_r", "sqmean_g", "sqmean_b"),
+                   record.moments)))
+
+
+def _encode(record, data: bytes, class_ids: dict) -> bytes:
+    return codec.encode_example(
+        encoded=data, image_format=record.format, height=record.height, width=record.width,
+        filename=record.rel, sha256=record.sha256, label=record.label_id,
+        label_text=record.label,
+        boxes=[box[:4] for box in record.boxes],
+        box_labels=[class_ids[box[4]] for box in record.boxes],
+        box_texts=[box[4] for box in record.boxes],
+        quality=dict(record.metrics), meta=dict(record.meta))
+
+
+class _WriteShardFn(beam.DoFn):
+    def __init__(self, staging_dir: str, output: OutputConfig):
+        self._staging_dir = staging_dir
+        self._output = output
+        self._written = Metrics.counter("pixelmill", "accepted")
+
+    def process(self, item, counts, class_table):
+        (split, index), records = item
+        records = sorted((r for r in records if r is not None), key=lambda r: r.sha256)
+        class_ids = {name: i for i, name in enumerate(class_table)}
+        rel_path = shard_name(self._output.name, split, index, counts[split],
+                              self._output.compression)
+        digest = hashlib.sha256()
+        size = 0
+        compressor = (zlib.compressobj(9, zlib.DEFLATED, 31)
+                      if self._output.compression == "gzip" else None)
+        with FileSystems.create(FileSystems.join(self._staging_dir, rel_path),
+                                compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            def write(chunk: bytes):
+                nonlocal size
+                if compressor is not None:
+                    chunk = compressor.compress(chunk)
+                handle.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+
+            for record in records:
+                with FileSystems.open(record.path,
+                                      compression_type=CompressionTypes.UNCOMPRESSED) as source:
+                    data = source.read()
+                if hashlib.sha256(data).hexdigest() != record.sha256:
+                    raise RuntimeError(
+                        f"{record.path} changed while the job ran (sha256 differs from the one "
+                        f"validated); rerun the job on a stable input.")
+                write(frame_record(_encode(record, data, class_ids)))
+                self._written.inc()
+                yield _index_row(record, rel_path)
+            if compressor is not None:
+                tail = compressor.flush()
+                handle.write(tail)
+                digest.update(tail)
+                size += len(tail)
+        yield beam.pvalue.TaggedOutput(
+            FILES, ShardFile(path=rel_path, bytes=size, sha256=digest.hexdigest(),
+                             records=len(records)))
+
+
+class WriteShards(beam.PTransform):
+    """Accepted ImageRecords (with split and label_id) -> index rows; tagged `files` output:
+    one ShardFile per written shard. `class_table` is a singleton side input (list of names)."""
+
+    def __init__(self, staging_dir: str, output: OutputConfig, class_table):
+        super().__init__()
+        self._staging_dir = staging_dir
+        self._output = output
+        self._class_table = class_table
+
+    def expand(self, records):
+        output = self._output
+        counts = beam.pvalue.AsSingleton(
+            records
+            | "BytesPerSplit" >> beam.Map(lambda r: (r.split, r.size))
+            | "SumBytes" >> beam.CombinePerKey(sum)
+            | "AllSplits" >> beam.combiners.ToDict()
+            | "ShardCounts" >> beam.Map(shard_counts, output))
+        keyed = records | "KeyByShard" >> beam.Map(
+            lambda r, n: ((r.split, splits.shard_index(r.sha256, n[r.split])), r), counts)
+        # Every shard exists even when the hash sent it no record (names must not have gaps).
+        every_shard = (
+            records.pipeline
+            | "Once" >> beam.Create([None])
+            | "EveryShard" >> beam.FlatMap(
+                lambda _, n: [((split, i), None) for split in sorted(n) for i in range(n[split])],
+                counts))
+        return ((keyed, every_shard)
+                | "WithEmptyShards" >> beam.Flatten()
+                | "GroupByShard" >> beam.GroupByKey()
+                | "WriteShard" >> beam.ParDo(
+                    _WriteShardFn(self._staging_dir, output), counts,
+                    beam.pvalue.AsSingleton(self._class_table)).with_outputs(FILES, main="index"))
