@@ -1,0 +1,142 @@
+"""End to end: the offline job on the generated demo dataset (every bad-input kind once)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from runners.demo_data import generate_demo
+from tests.jobutil import index_rows, read_records, rejects, run_job, shard_files
+from transforms import codec
+from transforms.decode import decode_image
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return generate_demo(str(tmp_path_factory.mktemp("demo")), seed=3, images_per_class=5)
+
+
+@pytest.fixture(scope="module")
+def snapshot(demo, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    return run_job(demo.root, out, labels=[demo.labels_csv], classes=demo.classes_txt,
+                   boxes=[demo.boxes_csv])
+
+
+def test_every_image_reaches_its_expected_outcome(demo, snapshot):
+    rows = index_rows(snapshot)
+    assert set(rows) == set(demo.expected)
+    got = {path: ("accepted" if row["accepted"] else row["outcome"]) for path, row in rows.items()}
+    assert got == demo.expected
+
+
+def test_csv_rows_reach_their_expected_outcome(demo, snapshot):
+    row_rejects = {r["path"]: r["reason"] for r in rejects(snapshot) if r["kind"] == "label_row"}
+    image_rejects = {r["path"]: r["reason"] for r in rejects(snapshot) if r["kind"] == "image"}
+    for path, reason in demo.csv_expected.items():
+        assert row_rejects.get(path, image_rejects.get(path)) == reason, path
+
+
+def test_accounting_adds_up_and_is_in_the_manifest(demo, snapshot):
+    manifest = json.load(open(os.path.join(snapshot.path, "manifest.json")))
+    images = manifest["accounting"]["images"]
+    accepted = sum(1 for v in demo.expected.values() if v == "accepted")
+    assert images == {"discovered": len(demo.expected), "accepted": accepted,
+                      "rejected": len(demo.expected) - accepted, "ok": True}
+    assert manifest["accounting"]["ok"] is True
+    image_reject_lines = [r for r in rejects(snapshot) if r["kind"] == "image"]
+    assert len(image_reject_lines) == images["rejected"]
+    rows = manifest["accounting"]["label_rows"]
+    assert rows["total"] == rows["matched"] + rows["rejected"]
+
+
+def test_every_accepted_record_decodes_with_the_training_decoder(demo, snapshot):
+    records = read_records(snapshot)
+    accepted = sorted(p for p, v in demo.expected.items() if v == "accepted")
+    assert sorted(r[codec.IMAGE_FILENAME].numpy().decode() for r in records) == accepted
+    for record in records:
+        image = decode_image(record[codec.IMAGE_ENCODED])
+        assert image.shape[0] == int(record[codec.IMAGE_HEIGHT])
+        assert image.shape[1] == int(record[codec.IMAGE_WIDTH])
+        data = record[codec.IMAGE_ENCODED].numpy()
+        assert hashlib.sha256(data).hexdigest() == record[codec.IMAGE_SHA256].numpy().decode()
+
+
+def test_labels_come_from_the_class_table(demo, snapshot):
+    names = open(demo.classes_txt).read().split()
+    assert open(os.path.join(os.path.dirname(os.path.dirname(snapshot.path)),
+                             "classes.txt")).read().split() == names
+    for record in read_records(snapshot):
+        assert names[int(record[codec.CLASS_LABEL])] == record[codec.CLASS_TEXT].numpy().decode()
+
+
+def test_shards_are_named_per_split_and_listed_with_checksums(snapshot):
+    manifest = json.load(open(os.path.join(snapshot.path, "manifest.json")))
+    listed = {entry["path"]: entry for entry in manifest["files"]}
+    for path in shard_files(snapshot):
+        rel = os.path.relpath(path, snapshot.path)
+        split = rel.split("/")[0]
+        assert os.path.basename(rel).startswith(f"images-{split}.tfrecord-")
+        data = open(path, "rb").read()
+        assert listed[rel]["sha256"] == hashlib.sha256(data).hexdigest()
+        assert listed[rel]["bytes"] == len(data)
+    for name in ("rejects.jsonl", "index.parquet", "stats.json", "stats.pb", "report.html",
+                 "classes.txt"):
+        assert name in listed
+
+
+def test_png_named_jpg_is_recorded_as_png(demo, snapshot):
+    rows = index_rows(snapshot)
+    pngs_named_jpg = [p for p, v in demo.expected.items()
+                      if v == "accepted" and p.endswith(".jpg") and rows[p]["format"] == "png"]
+    assert pngs_named_jpg, "the demo has a PNG saved under a .jpg name"
+
+
+def test_quality_metrics_are_stored_in_records(snapshot):
+    rows = index_rows(snapshot)
+    for record in read_records(snapshot):
+        row = rows[record[codec.IMAGE_FILENAME].numpy().decode()]
+        for name in codec.QUALITY_METRICS:
+            assert float(record[codec.QUALITY_PREFIX + name]) == pytest.approx(
+                row[f"quality_{name}"], abs=1e-3)
+
+
+def test_boxes_are_stored_normalized(demo, snapshot):
+    with_boxes = [r for r in read_records(snapshot)
+                  if tf.size(tf.sparse.to_dense(r[codec.BBOX_XMIN])) > 0]
+    assert with_boxes
+    for record in with_boxes:
+        for key in (codec.BBOX_XMIN, codec.BBOX_YMIN, codec.BBOX_XMAX, codec.BBOX_YMAX):
+            values = tf.sparse.to_dense(record[key]).numpy()
+            assert np.all((values >= 0) & (values <= 1))
+
+
+def test_report_and_stats_are_written(snapshot):
+    html = open(os.path.join(snapshot.path, "report.html")).read()
+    assert "<svg" in html and "decode_error" in html
+    stats = json.load(open(os.path.join(snapshot.path, "stats.json")))
+    assert stats["images"]["accepted"] == snapshot.accounting["images"]["accepted"]
+
+
+def test_rerun_gives_byte_identical_shards(demo, snapshot, tmp_path):
+    again = run_job(demo.root, tmp_path, labels=[demo.labels_csv], classes=demo.classes_txt,
+                    boxes=[demo.boxes_csv], sets=["decode.isolation=inline"])
+    first = {os.path.relpath(p, snapshot.path): open(p, "rb").read()
+             for p in shard_files(snapshot)}
+    second = {os.path.relpath(p, again.path): open(p, "rb").read() for p in shard_files(again)}
+    assert first == second
+
+
+def test_two_local_worker_processes_give_the_same_shards(demo, snapshot, tmp_path):
+    multi = run_job(demo.root, tmp_path, labels=[demo.labels_csv], classes=demo.classes_txt,
+                    boxes=[demo.boxes_csv], extra=["--direct_running_mode=multi_processing",
+                                                   "--direct_num_workers=2"])
+    assert multi.accounting == snapshot.accounting
+    first = {os.path.relpath(p, snapshot.path): open(p, "rb").read()
+             for p in shard_files(snapshot)}
+    second = {os.path.relpath(p, multi.path): open(p, "rb").read() for p in shard_files(multi)}
+    assert first == second
