@@ -235,6 +235,10 @@ class DecodeConfig:
         check_range("decode.timeout_s", self.timeout_s, 0.0, low_open=True)
 
 
+# Imported here, after ConfigError and the check helpers it uses are defined (it imports them).
+from configs.online import OnlineConfig  # noqa: E402
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """The whole configuration. Each section is documented on its dataclass."""
@@ -248,6 +252,7 @@ class Config:
     split: SplitConfig = dataclasses.field(default_factory=SplitConfig)
     output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
     decode: DecodeConfig = dataclasses.field(default_factory=DecodeConfig)
+    online: OnlineConfig = dataclasses.field(default_factory=OnlineConfig)
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:

@@ -1,0 +1,244 @@
+"""The batch augmenter: config -> one seeded, vectorized augmentation of whole batches.
+
+`build_batch_augmenter(config.online, num_classes)` adds an op only when it is enabled (timm's
+transforms_factory style): geometry (one fused matrix), then the pixel ops in `PixelConfig`'s
+order, then Mixup/CutMix. `BatchAugmenter` follows "sample, then apply":
+
+    augmenter = build_batch_augmenter(config.online, num_classes=10)
+    seed = seeds.step_seed(config.online.seed, epoch, step)        # int64 [2]
+    out = augmenter(batch, seed)                                   # = apply(batch, sample(...))
+    params = augmenter.sample(batch_size, (224, 224), seed)        # nested dict of tensors
+    out = augmenter.apply(batch, params)                           # pure; XLA-compilable
+
+The batch dict (what goes in, and what comes out with the same keys):
+* `images`  float32 [B, H, W, 3] in [0, 1] (uint8 is converted by /255).
+* `labels`  float32 [B, C] one-hot or soft; int [B] class ids are one-hot encoded. Out: label
+            smoothing (`online.label_smoothing`, default 0) then mixing; rows sum to 1.
+* `boxes`   optional float32 [B, N, 4] (ymin, xmin, ymax, xmax) normalized, padded, with
+  `box_labels` int32/int64 [B, N] and `num_boxes` int32 [B]: rows >= num_boxes are padding.
+            Out: moved with the geometry, dropped below `geometry.min_box_area`, compacted to the
+            front; padding rows are zeros with label -1 (`geometry.BOX_PADDING_LABEL`). When the
+            mix op is on, the box capacity doubles to 2N (own + partner boxes, see mixing).
+* `matrix`  out: float32 [B, 3, 3] mapping an output pixel (x, y, 1) to the input pixel it came
+            from (continuous pixel units, centres at +0.5; see geometry). Identity when the
+            geometry is off or the batch is not augmented. An incoming `matrix` is composed.
+Other keys pass through untouched (a partner's mixed-in pixels do not change them).
+
+`enable_rate` < 1 decides per batch, from the batch seed, whether the batch is augmented at all
+(a `tf.cond`); a batch that is not augmented still gets label smoothing and box padding, so the
+output structure never changes.
+
+XLA: `sample` draws Beta lambdas with stateless gammas, which XLA cannot compile; keep it outside
+`jit_compile` (in the `tf.data` map, or eagerly). `apply` compiles: `jit_compile=True` wraps it
+in `tf.function(jit_compile=True)`, and on an accelerator one can run `sample` in the input
+pipeline and `apply` inside the compiled `train_step`.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import keras
+import tensorflow as tf
+
+from configs.online import OnlineConfig
+from transforms import seeds as seeds_lib
+from transforms.geometry import GeometryOp, compact_boxes, identity_matrices
+from transforms.mixing import MixOp
+from transforms.pixel_ops import (BlurOp, BrightnessOp, ContrastOp, GammaOp, GaussianNoiseOp,
+                                  GrayscaleOp, HueOp, JpegOp, SaturationOp, SpeckleNoiseOp)
+
+__all__ = ["BatchAugmenter", "build_batch_augmenter", "build_ops", "AugmentLayer"]
+
+
+def build_ops(online_config: OnlineConfig) -> list:
+    """The enabled ops in application order (geometry, pixel ops, mix); disabled ones omitted."""
+    ops = []
+    geometry = online_config.geometry
+    if not geometry.is_identity:
+        ops.append(GeometryOp(geometry))
+    pixel = online_config.pixel
+    if pixel.enabled:
+        switches = [
+            (pixel.brightness > 0, BrightnessOp),
+            (pixel.contrast > 0, ContrastOp),
+            (pixel.saturation > 0, SaturationOp),
+            (pixel.hue > 0, HueOp),
+            (pixel.gamma != (1.0, 1.0), GammaOp),
+            (pixel.grayscale_probability > 0, GrayscaleOp),
+            (pixel.blur_probability > 0, BlurOp),
+            (pixel.jpeg_probability > 0, JpegOp),
+            (pixel.gaussian_noise_std > 0, GaussianNoiseOp),
+            (pixel.speckle_noise_std > 0, SpeckleNoiseOp),
+        ]
+        ops.extend(op_class(pixel) for enabled, op_class in switches if enabled)
+    if not online_config.mix.is_identity:
+        ops.append(MixOp(online_config.mix, min_box_area=geometry.min_box_area))
+    return ops
+
+
+class BatchAugmenter:
+    """Seeded augmentation of whole batches; see the module docstring for the batch contract.
+
+    Args:
+      ops: sample-then-apply ops (`build_ops`), applied in order.
+      num_classes: C, to one-hot integer labels and for label smoothing.
+      enable_rate: fraction of batches that are augmented (per-batch draw from the seed).
+      label_smoothing: eps; labels become `y * (1 - eps) + eps / C` before mixing.
+      jit_compile: wrap `apply` in `tf.function(jit_compile=True)` when called via `__call__`.
+    """
+
+    def __init__(self, ops: Sequence, num_classes: int, enable_rate: float = 1.0,
+                 label_smoothing: float = 0.0, jit_compile: bool = False):
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1. Received: num_classes={num_classes}")
+        self.ops = list(ops)
+        self.num_classes = int(num_classes)
+        self.enable_rate = float(enable_rate)
+        self.label_smoothing = float(label_smoothing)
+        self.jit_compile = jit_compile
+        self._compiled_apply = tf.function(self.apply, jit_compile=True) if jit_compile else None
+
+    @property
+    def op_names(self) -> list[str]:
+        return [op.name for op in self.ops]
+
+    @property
+    def mixes(self) -> bool:
+        """True when a mix op is on (then the box capacity doubles)."""
+        return any(isinstance(op, MixOp) for op in self.ops)
+
+    def sample(self, batch_size, image_size, seed) -> dict:
+        """Draws every op's parameters for a batch: `{"augment": bool [], op.name: {...}}`.
+
+        `image_size` is (height, width); `seed` an int64 [2] batch seed. Not XLA-compilable
+        when the mix op is on (stateless gamma).
+        """
+        seed = tf.convert_to_tensor(seed, tf.int64)
+        gate = tf.random.stateless_uniform([], seed=seeds_lib.fold_in_name(seed, "enable_rate"),
+                                           alg=seeds_lib.ALG)
+        params = {"augment": gate < self.enable_rate}
+        for op in self.ops:
+            params[op.name] = op.sample(batch_size, image_size, seed)
+        return params
+
+    def _prepare(self, batch: dict) -> dict:
+        """Float images and labels, label smoothing, clean box padding, and no augmentation."""
+        out = dict(batch)
+        images = tf.convert_to_tensor(batch["images"])
+        if images.dtype == tf.uint8:
+            images = tf.cast(images, tf.float32) / 255.0
+        out["images"] = tf.cast(images, tf.float32)
+        labels = tf.convert_to_tensor(batch["labels"])
+        if labels.dtype.is_integer:
+            labels = tf.one_hot(tf.reshape(labels, [-1]), self.num_classes, dtype=tf.float32)
+        labels = tf.cast(labels, tf.float32)
+        if self.label_smoothing > 0:
+            labels = labels * (1.0 - self.label_smoothing) + (
+                self.label_smoothing / self.num_classes)
+        out["labels"] = labels
+        if "boxes" in batch:
+            boxes = tf.cast(batch["boxes"], tf.float32)
+            num_boxes = tf.cast(batch["num_boxes"], tf.int32)
+            real = tf.range(tf.shape(boxes)[1])[None, :] < num_boxes[:, None]
+            out["boxes"], out["box_labels"], out["num_boxes"] = compact_boxes(
+                boxes, tf.convert_to_tensor(batch["box_labels"]), real)
+        return out
+
+    def _identity(self, batch: dict) -> dict:
+        out = dict(batch)
+        if "matrix" not in out:
+            out["matrix"] = identity_matrices(tf.shape(batch["images"])[0])
+        if "boxes" in batch and self.mixes:  # same 2N capacity as the mixed branch
+            boxes, labels = batch["boxes"], batch["box_labels"]
+            out["boxes"] = tf.concat([boxes, tf.zeros_like(boxes)], axis=1)
+            padding = tf.fill(tf.shape(labels), tf.constant(-1, labels.dtype))
+            out["box_labels"] = tf.concat([labels, padding], axis=1)
+        return out
+
+    def _augmented(self, batch: dict, params: dict) -> dict:
+        out = batch
+        for op in self.ops:
+            out = op.apply(out, params[op.name])
+        if "matrix" not in out:  # no geometry op: the images did not move
+            out = {**out, "matrix": identity_matrices(tf.shape(out["images"])[0])}
+        return out
+
+    def apply(self, batch: dict, params: dict) -> dict:
+        """Applies a parameter dict (from `sample`, or written by hand) to a batch. Pure."""
+        batch = self._prepare(batch)
+        if not self.ops:
+            return self._identity(batch)
+        if self.enable_rate >= 1.0:
+            return self._augmented(batch, params)
+        if self.enable_rate <= 0.0:
+            return self._identity(batch)
+        return tf.cond(params["augment"], lambda: self._augmented(batch, params),
+                       lambda: self._identity(batch))
+
+    def __call__(self, batch: dict, seed) -> dict:
+        """`apply(batch, sample(B, (H, W), seed))` with `seed` an int64 [2] batch seed."""
+        images = tf.convert_to_tensor(batch["images"])
+        static = images.shape
+        dynamic = tf.shape(images)
+        batch_size = static[0] if static[0] is not None else dynamic[0]
+        height = static[1] if static[1] is not None else dynamic[1]
+        width = static[2] if static[2] is not None else dynamic[2]
+        params = self.sample(batch_size, (height, width), seed)
+        apply = self._compiled_apply or self.apply
+        return apply(batch, params)
+
+
+def build_batch_augmenter(online_config: OnlineConfig, num_classes: int,
+                          jit_compile: bool = False) -> BatchAugmenter:
+    """The augmenter described by `online_config` (`config.online`)."""
+    return BatchAugmenter(build_ops(online_config), num_classes=num_classes,
+                          enable_rate=online_config.enable_rate,
+                          label_smoothing=online_config.label_smoothing,
+                          jit_compile=jit_compile)
+
+
+class AugmentLayer(keras.layers.Layer):
+    """The batch augmenter as a Keras layer, for a model or a custom `train_step`.
+
+    Call it with a batch dict (`images`, `labels`, optional boxes) or with an images tensor
+    alone (then the mix op must be off: there are no labels to mix). Only active with
+    `training=True`; otherwise images pass through unchanged (a dict also gets its `matrix`).
+
+    Seeds: pass `seed` (int64 [2], e.g. `seeds.step_seed(global_seed, epoch, step)`) for full
+    control. Without it, the layer folds a non-trainable int64 `step` counter (saved with the
+    model's weights, so a restore resumes the sequence) into `global_seed`:
+    `step_seed(global_seed, 0, step)`, and increments it.
+
+    Under `jit_compile` the mix op's Beta sampling cannot compile; call `augmenter.sample` in
+    the input pipeline and `augmenter.apply` inside the compiled step instead.
+    """
+
+    def __init__(self, online_config: OnlineConfig, num_classes: int,
+                 global_seed: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.online_config = online_config
+        self.num_classes = num_classes
+        self.global_seed = online_config.seed if global_seed is None else int(global_seed)
+        self.augmenter = build_batch_augmenter(online_config, num_classes)
+        self.step = self.add_weight(name="step", shape=(), dtype="int64", trainable=False,
+                                    initializer="zeros")
+
+    def call(self, inputs, training=None, seed=None):
+        is_dict = isinstance(inputs, dict)
+        if not is_dict and self.augmenter.mixes:
+            raise ValueError(
+                "AugmentLayer called with images only but online.mix is on; pass a dict with "
+                "'images' and 'labels'. Received: a tensor")
+        batch = dict(inputs) if is_dict else {
+            "images": inputs,
+            "labels": tf.zeros([tf.shape(inputs)[0], self.num_classes], tf.float32)}
+        if not training:
+            return self.augmenter._identity(batch) if is_dict else inputs
+        if seed is None:
+            seed = seeds_lib.step_seed(self.global_seed, 0, tf.convert_to_tensor(self.step))
+            self.step.assign_add(1)
+        out = self.augmenter(batch, seed)
+        return out if is_dict else out["images"]
+
+    def compute_output_shape(self, input_shape):
+        return input_shape

@@ -1,0 +1,344 @@
+"""Fused per-sample geometry: one 3x3 matrix per sample, one gather-based resampling pass.
+
+Coordinates. A point is `(x, y)` in continuous pixel units of an image of `height` x `width`:
+x runs along the width, y down the height, pixel (row i, col j) covers `[j, j+1) x [i, i+1)`
+and its centre is `(j + 0.5, i + 0.5)`. A normalized box coordinate is that divided by the
+side (`x = xmin * width`). Boxes are float32 `(ymin, xmin, ymax, xmax)` normalized.
+
+The matrix. `matrix[b]` maps an OUTPUT point `(x, y, 1)` to the INPUT point it was sampled from
+(the convention of `ImageProjectiveTransformV3`, but in the continuous units above). So
+`matrix @ (x_out, y_out, 1)` maps a pixel of the augmented image back to the original, and its
+inverse (`invert_matrices`) maps an original pixel to where it went.
+
+Why gathers: `ImageProjectiveTransformV3` has no XLA CPU kernel; sampling written with
+`tf.gather` compiles under `tf.function(jit_compile=True)` on every device and is vectorized
+over the batch (no per-sample loop or `map_fn`).
+
+`GeometryOp` is the sample-then-apply op the augmenter uses: `sample` draws the per-sample
+parameters (flips, rot90, angle, shear, scale, translation, random-resized crop, optional
+elastic field) and composes the matrix; `apply` warps images and moves boxes.
+"""
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+from configs.online import GeometryConfig
+from transforms import seeds as seeds_lib
+
+__all__ = [
+    "BOX_PADDING_LABEL",
+    "GeometryOp",
+    "compose_matrices",
+    "invert_matrices",
+    "map_points",
+    "warp_images",
+    "transform_boxes",
+    "compact_boxes",
+    "identity_matrices",
+]
+
+# Label written into padded box rows (index >= num_boxes) by every box-moving function.
+BOX_PADDING_LABEL = -1
+
+
+def identity_matrices(batch_size) -> tf.Tensor:
+    """float32 [B, 3, 3] identity matrices."""
+    return tf.eye(3, batch_shape=[batch_size], dtype=tf.float32)
+
+
+def _matrix(rows) -> tf.Tensor:
+    """Stacks a 3x3 nested list of [B] tensors into [B, 3, 3]."""
+    return tf.stack([tf.stack(row, axis=-1) for row in rows], axis=-2)
+
+
+def compose_matrices(height, width, *, flip_horizontal, flip_vertical, rot90, angle, shear,
+                     scale, translate, crop) -> tuple[tf.Tensor, tf.Tensor]:
+    """Composes the per-sample geometry into (matrix, forward), both float32 [B, 3, 3].
+
+    `matrix` maps output -> input (what the warp uses), `forward` maps input -> output (what the
+    boxes use); each is built from exact component inverses, not by inverting the product.
+
+    Forward order: crop the input region `crop` = (y0, x0, h, w) in input pixels and stretch it
+    to the full size; then about the image centre: flip (`flip_horizontal`/`flip_vertical`,
+    bool or 0/1 [B]), rotate counter-clockwise (as seen on screen) by `rot90` [B] int quarter
+    turns (exact) plus `angle` [B] radians, shear x by `tan(shear)` [B], zoom by `scale` [B]
+    (> 1 magnifies); finally shift by `translate` [B, 2] = (ty, tx) as fractions of the side.
+    """
+    height = tf.cast(height, tf.float32)
+    width = tf.cast(width, tf.float32)
+    one = tf.ones_like(tf.cast(angle, tf.float32))
+    zero = tf.zeros_like(one)
+    cy, cx = height / 2.0 * one, width / 2.0 * one
+
+    fx = tf.where(tf.cast(flip_horizontal, tf.bool), -one, one)
+    fy = tf.where(tf.cast(flip_vertical, tf.bool), -one, one)
+    quarter = tf.math.floormod(tf.cast(rot90, tf.int32), 4)
+    cos90 = tf.gather(tf.constant([1.0, 0.0, -1.0, 0.0]), quarter)
+    sin90 = tf.gather(tf.constant([0.0, 1.0, 0.0, -1.0]), quarter)
+    cos_a, sin_a = tf.cos(angle), tf.sin(angle)
+    # Rotation by rot90 quarter turns then by angle: cos/sin of the sum, with the quarter exact.
+    cos_t = cos90 * cos_a - sin90 * sin_a
+    sin_t = sin90 * cos_a + cos90 * sin_a
+    shear_t = tf.tan(shear)
+    zoom = tf.cast(scale, tf.float32)
+    ty = tf.cast(translate[:, 0], tf.float32) * height
+    tx = tf.cast(translate[:, 1], tf.float32) * width
+    crop = tf.cast(crop, tf.float32)
+    y0, x0, ch, cw = crop[:, 0], crop[:, 1], crop[:, 2], crop[:, 3]
+
+    # Linear part A = Z * Sh * R * F (2x2), with y down: R = [[c, s], [-s, c]] is CCW on screen.
+    # Sh * R:
+    sr00, sr01 = cos_t - shear_t * sin_t, sin_t + shear_t * cos_t
+    sr10, sr11 = -sin_t, cos_t
+    a00, a01 = zoom * sr00 * fx, zoom * sr01 * fy
+    a10, a11 = zoom * sr10 * fx, zoom * sr11 * fy
+    # Crop stretch C: p1 = (p - (x0, y0)) * (W / cw, H / ch).
+    sx, sy = width / cw, height / ch
+    # forward = T(c + t) A T(-c) C
+    f00, f01 = a00 * sx, a01 * sy
+    f10, f11 = a10 * sx, a11 * sy
+    off_x = -(a00 * cx + a01 * cy) + cx + tx
+    off_y = -(a10 * cx + a11 * cy) + cy + ty
+    f02 = off_x - f00 * x0 - f01 * y0
+    f12 = off_y - f10 * x0 - f11 * y0
+    forward = _matrix([[f00, f01, f02], [f10, f11, f12], [zero, zero, one]])
+
+    # Inverse: C^-1 T(c) A^-1 T(-(c + t)), A^-1 = F R^-1 Sh^-1 Z^-1 (each exact).
+    inv_zoom = 1.0 / zoom
+    # R^-1 Sh^-1 = [[c, -s], [s, c]] [[1, -k], [0, 1]]
+    rs00, rs01 = cos_t, -cos_t * shear_t - sin_t
+    rs10, rs11 = sin_t, -sin_t * shear_t + cos_t
+    b00, b01 = fx * rs00 * inv_zoom, fx * rs01 * inv_zoom
+    b10, b11 = fy * rs10 * inv_zoom, fy * rs11 * inv_zoom
+    ux, uy = cx + tx, cy + ty
+    p02 = -(b00 * ux + b01 * uy) + cx
+    p12 = -(b10 * ux + b11 * uy) + cy
+    isx, isy = cw / width, ch / height
+    matrix = _matrix([[b00 * isx, b01 * isx, p02 * isx + x0],
+                      [b10 * isy, b11 * isy, p12 * isy + y0],
+                      [zero, zero, one]])
+    return matrix, forward
+
+
+def invert_matrices(matrix: tf.Tensor) -> tf.Tensor:
+    """Inverse of each [B, 3, 3] matrix by the adjugate (closed form, XLA-friendly)."""
+    m = tf.convert_to_tensor(matrix, tf.float32)
+    a, b, c = m[:, 0, 0], m[:, 0, 1], m[:, 0, 2]
+    d, e, f = m[:, 1, 0], m[:, 1, 1], m[:, 1, 2]
+    g, h, i = m[:, 2, 0], m[:, 2, 1], m[:, 2, 2]
+    co00, co01, co02 = e * i - f * h, -(d * i - f * g), d * h - e * g
+    det = a * co00 + b * co01 + c * co02
+    adj = _matrix([[co00, -(b * i - c * h), b * f - c * e],
+                   [co01, a * i - c * g, -(a * f - c * d)],
+                   [co02, -(a * h - b * g), a * e - b * d]])
+    return adj / det[:, None, None]
+
+
+def map_points(matrix: tf.Tensor, points: tf.Tensor) -> tf.Tensor:
+    """Applies [B, 3, 3] matrices to points [B, P, 2] given as (x, y) in pixel units."""
+    points = tf.convert_to_tensor(points, tf.float32)
+    m = tf.convert_to_tensor(matrix, tf.float32)
+    x, y = points[..., 0], points[..., 1]
+    new_x = m[:, 0:1, 0] * x + m[:, 0:1, 1] * y + m[:, 0:1, 2]
+    new_y = m[:, 1:2, 0] * x + m[:, 1:2, 1] * y + m[:, 1:2, 2]
+    w = m[:, 2:3, 0] * x + m[:, 2:3, 1] * y + m[:, 2:3, 2]
+    return tf.stack([new_x / w, new_y / w], axis=-1)
+
+
+def _fill_index(index: tf.Tensor, size: tf.Tensor, fill_mode: str):
+    """Maps integer indices outside [0, size) per fill mode; returns (index, inside mask)."""
+    inside = (index >= 0) & (index < size)
+    if fill_mode == "reflect":  # half-sample symmetric: d c b a | a b c d | d c b a
+        period = tf.math.floormod(index, 2 * size)
+        index = tf.where(period >= size, 2 * size - 1 - period, period)
+    elif fill_mode == "wrap":
+        index = tf.math.floormod(index, size)
+    else:  # nearest, and constant (masked by `inside` later)
+        index = tf.clip_by_value(index, 0, size - 1)
+    return index, inside
+
+
+def warp_images(images: tf.Tensor, matrix: tf.Tensor, interpolation: str = "bilinear",
+                fill_mode: str = "reflect", fill_value: float = 0.0,
+                displacement: tf.Tensor | None = None) -> tf.Tensor:
+    """Resamples images [B, H, W, C] through output->input `matrix` [B, 3, 3] in one pass.
+
+    `displacement` (optional, float32 [B, H, W, 2] as (dx, dy) in input pixels) is added to the
+    mapped coordinates (elastic deformation in the same pass). Points outside the input follow
+    `fill_mode`: constant (`fill_value`), reflect (half-sample symmetric), nearest (edge), wrap.
+    An integer-aligned matrix (flips, quarter turns, integer shifts) reproduces pixels exactly.
+    """
+    images = tf.convert_to_tensor(images)
+    shape = tf.shape(images)
+    batch, height, width, channels = shape[0], shape[1], shape[2], shape[3]
+    ys = tf.cast(tf.range(height), tf.float32) + 0.5
+    xs = tf.cast(tf.range(width), tf.float32) + 0.5
+    grid_y, grid_x = tf.meshgrid(ys, xs, indexing="ij")  # [H, W]
+    m = tf.cast(matrix, tf.float32)[:, :, :, None, None]  # [B, 3, 3, 1, 1]
+    src_x = m[:, 0, 0] * grid_x + m[:, 0, 1] * grid_y + m[:, 0, 2]
+    src_y = m[:, 1, 0] * grid_x + m[:, 1, 1] * grid_y + m[:, 1, 2]
+    src_w = m[:, 2, 0] * grid_x + m[:, 2, 1] * grid_y + m[:, 2, 2]
+    src_x, src_y = src_x / src_w, src_y / src_w  # [B, H, W]
+    if displacement is not None:
+        src_x = src_x + displacement[..., 0]
+        src_y = src_y + displacement[..., 1]
+    # Back to index space: the centre of pixel j is at j + 0.5.
+    src_x, src_y = src_x - 0.5, src_y - 0.5
+
+    flat = tf.reshape(images, [-1, channels])
+    base = (tf.range(batch) * height * width)[:, None, None]
+    fill = tf.cast(fill_value, images.dtype)
+
+    def tap(iy, ix):
+        iy, inside_y = _fill_index(iy, height, fill_mode)
+        ix, inside_x = _fill_index(ix, width, fill_mode)
+        values = tf.gather(flat, base + iy * width + ix)  # [B, H, W, C]
+        if fill_mode == "constant":
+            values = tf.where((inside_y & inside_x)[..., None], values, fill)
+        return values
+
+    if interpolation == "nearest":
+        return tap(tf.cast(tf.floor(src_y + 0.5), tf.int32),
+                   tf.cast(tf.floor(src_x + 0.5), tf.int32))
+    if interpolation != "bilinear":
+        raise ValueError(
+            f"Unknown interpolation {interpolation!r}. Expected one of ('bilinear', 'nearest')."
+            f" Received: interpolation={interpolation!r}")
+    y0f, x0f = tf.floor(src_y), tf.floor(src_x)
+    wy, wx = (src_y - y0f)[..., None], (src_x - x0f)[..., None]
+    y0, x0 = tf.cast(y0f, tf.int32), tf.cast(x0f, tf.int32)
+    top = tap(y0, x0) * (1.0 - wx) + tap(y0, x0 + 1) * wx
+    bottom = tap(y0 + 1, x0) * (1.0 - wx) + tap(y0 + 1, x0 + 1) * wx
+    return top * (1.0 - wy) + bottom * wy
+
+
+def compact_boxes(boxes: tf.Tensor, box_labels: tf.Tensor, keep: tf.Tensor):
+    """Moves kept rows to the front (stable), pads the rest; returns (boxes, labels, count).
+
+    Padded rows are boxes of zeros with label `BOX_PADDING_LABEL`; count is int32 [B].
+    """
+    n = tf.shape(keep)[1]
+    position = tf.range(n)[None, :]
+    order = tf.argsort(tf.where(keep, position, position + n), axis=1, stable=True)
+    kept = tf.gather(keep, order, batch_dims=1)
+    boxes = tf.where(kept[..., None], tf.gather(boxes, order, batch_dims=1), 0.0)
+    padding = tf.cast(BOX_PADDING_LABEL, box_labels.dtype)
+    labels = tf.where(kept, tf.gather(box_labels, order, batch_dims=1), padding)
+    return boxes, labels, tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
+
+
+def transform_boxes(boxes, box_labels, num_boxes, forward, height, width,
+                    min_area: float = 0.0):
+    """Moves normalized boxes [B, N, 4] (ymin, xmin, ymax, xmax) with input->output `forward`.
+
+    Each box's 4 corners are mapped, the enclosing box is taken and clipped to the image; a box
+    is kept when it is a real row (index < `num_boxes`), its clipped area is > 0 and at least
+    `min_area` of its unclipped transformed area. Kept boxes move to the front in their
+    original order. Returns (boxes, box_labels, num_boxes) with the same shapes.
+    """
+    boxes = tf.convert_to_tensor(boxes, tf.float32)
+    h = tf.cast(height, tf.float32)
+    w = tf.cast(width, tf.float32)
+    ymin, xmin, ymax, xmax = (boxes[..., k] for k in range(4))
+    corners = tf.stack([tf.stack([xmin * w, ymin * h], -1), tf.stack([xmax * w, ymin * h], -1),
+                        tf.stack([xmin * w, ymax * h], -1), tf.stack([xmax * w, ymax * h], -1)],
+                       axis=2)  # [B, N, 4, 2]
+    n = tf.shape(boxes)[1]
+    mapped = tf.reshape(map_points(forward, tf.reshape(corners, [tf.shape(boxes)[0], -1, 2])),
+                        [tf.shape(boxes)[0], n, 4, 2])
+    new_xmin = tf.reduce_min(mapped[..., 0], axis=2) / w
+    new_xmax = tf.reduce_max(mapped[..., 0], axis=2) / w
+    new_ymin = tf.reduce_min(mapped[..., 1], axis=2) / h
+    new_ymax = tf.reduce_max(mapped[..., 1], axis=2) / h
+    area = (new_ymax - new_ymin) * (new_xmax - new_xmin)
+    clipped = tf.clip_by_value(tf.stack([new_ymin, new_xmin, new_ymax, new_xmax], -1), 0.0, 1.0)
+    clipped_area = ((clipped[..., 2] - clipped[..., 0]) * (clipped[..., 3] - clipped[..., 1]))
+    real = tf.range(n)[None, :] < tf.cast(num_boxes, tf.int32)[:, None]
+    keep = real & (clipped_area > 0) & (clipped_area >= min_area * area)
+    return compact_boxes(clipped, box_labels, keep)
+
+
+class GeometryOp:
+    """Random geometry from a `GeometryConfig`: sample the matrix, then warp and move boxes.
+
+    Parameter dict (all per sample, B = batch size): `flip_horizontal`, `flip_vertical` bool
+    [B]; `rot90` int32 [B]; `angle`, `shear` (radians), `scale` float32 [B]; `translate`
+    float32 [B, 2] (ty, tx fractions); `crop` float32 [B, 4] (y0, x0, h, w input pixels);
+    `matrix` float32 [B, 3, 3] (output -> input, the only key `apply` needs), and, when elastic
+    is on, `displacement_grid` float32 [B, g, g, 2] (dx, dy input pixels, upsampled bilinearly).
+    """
+    name = "geometry"
+
+    def __init__(self, config: GeometryConfig):
+        self.config = config
+
+    def sample(self, batch_size, image_size, seed) -> dict:
+        cfg = self.config
+        height, width = image_size
+        h = tf.cast(height, tf.float32)
+        w = tf.cast(width, tf.float32)
+        u = tf.random.stateless_uniform([batch_size, 12], seed=seeds_lib.fold_in_name(
+            seed, self.name), alg=seeds_lib.ALG)
+        flip_horizontal = u[:, 0] < cfg.horizontal_flip
+        flip_vertical = u[:, 1] < cfg.vertical_flip
+        if cfg.rot90:
+            rot90 = tf.minimum(tf.cast(tf.floor(u[:, 2] * 4.0), tf.int32), 3)
+        else:
+            rot90 = tf.zeros([batch_size], tf.int32)
+        max_angle = math.radians(cfg.rotation_degrees)
+        angle = (2.0 * u[:, 3] - 1.0) * max_angle
+        max_shear = math.radians(cfg.shear_degrees)
+        shear = (2.0 * u[:, 4] - 1.0) * max_shear
+        low, high = cfg.scale
+        scale = low + (high - low) * u[:, 5]
+        translate = (2.0 * u[:, 6:8] - 1.0) * cfg.translate
+        # Random-resized crop: area fraction and log-uniform aspect, clamped to the image.
+        do_crop = u[:, 8] < cfg.crop_probability
+        area = cfg.crop_area[0] + (cfg.crop_area[1] - cfg.crop_area[0]) * u[:, 9]
+        log_lo, log_hi = math.log(cfg.crop_aspect_ratio[0]), math.log(cfg.crop_aspect_ratio[1])
+        ratio = tf.exp(log_lo + (log_hi - log_lo) * u[:, 10])
+        crop_w = tf.minimum(tf.sqrt(area * h * w * ratio), w)
+        crop_h = tf.minimum(tf.sqrt(area * h * w / ratio), h)
+        crop_w = tf.where(do_crop, crop_w, w)
+        crop_h = tf.where(do_crop, crop_h, h)
+        position = tf.random.stateless_uniform([batch_size, 2], seed=seeds_lib.fold_in_name(
+            seed, self.name + "/crop"), alg=seeds_lib.ALG)
+        crop_y = (h - crop_h) * position[:, 0]
+        crop_x = (w - crop_w) * position[:, 1]
+        crop = tf.stack([crop_y, crop_x, crop_h, crop_w], axis=-1)
+        matrix, _ = compose_matrices(
+            height, width, flip_horizontal=flip_horizontal, flip_vertical=flip_vertical,
+            rot90=rot90, angle=angle, shear=shear, scale=scale, translate=translate, crop=crop)
+        params = {"flip_horizontal": flip_horizontal, "flip_vertical": flip_vertical,
+                  "rot90": rot90, "angle": angle, "shear": shear, "scale": scale,
+                  "translate": translate, "crop": crop, "matrix": matrix}
+        if cfg.elastic_alpha > 0:
+            grid = cfg.elastic_grid
+            params["displacement_grid"] = cfg.elastic_alpha * tf.random.stateless_uniform(
+                [batch_size, grid, grid, 2], minval=-1.0, maxval=1.0,
+                seed=seeds_lib.fold_in_name(seed, self.name + "/elastic"), alg=seeds_lib.ALG)
+        return params
+
+    def apply(self, batch: dict, params: dict) -> dict:
+        cfg = self.config
+        images = batch["images"]
+        shape = tf.shape(images)
+        height, width = shape[1], shape[2]
+        displacement = None
+        if "displacement_grid" in params:
+            displacement = tf.image.resize(params["displacement_grid"], [height, width],
+                                           method="bilinear")
+        out = dict(batch)
+        out["images"] = warp_images(images, params["matrix"], cfg.interpolation, cfg.fill_mode,
+                                    cfg.fill_value, displacement)
+        matrix = tf.cast(params["matrix"], tf.float32)
+        previous = batch.get("matrix")
+        # Chained geometry composes: output -> this op's input -> the original input.
+        out["matrix"] = matrix if previous is None else tf.matmul(previous, matrix)
+        if "boxes" in batch:
+            out["boxes"], out["box_labels"], out["num_boxes"] = transform_boxes(
+                batch["boxes"], batch["box_labels"], batch["num_boxes"],
+                invert_matrices(matrix), height, width, cfg.min_box_area)
+        return out

@@ -1,0 +1,359 @@
+"""Per-sample pixel ops on float32 images in [0, 1], vectorized over the batch.
+
+Each op has a pure function (`adjust_brightness(images, delta)`, ...) that takes one parameter
+per sample and clips its output to [0, 1], and a small sample-then-apply class (`BrightnessOp`,
+...) that draws those parameters statelessly from a batch seed. The random draws (including the
+noise fields) all happen in `sample`, so `apply` is a pure, XLA-compilable function of the
+images and the parameter dict.
+
+Luma is ITU-R BT.601 (0.299 R + 0.587 G + 0.114 B), as in `tf.image.rgb_to_grayscale`.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+from transforms import seeds as seeds_lib
+
+__all__ = [
+    "LUMA_WEIGHTS",
+    "adjust_brightness",
+    "adjust_contrast",
+    "adjust_saturation",
+    "adjust_hue",
+    "adjust_gamma",
+    "to_grayscale",
+    "gaussian_blur",
+    "jpeg_compress",
+    "add_gaussian_noise",
+    "add_speckle_noise",
+    "BrightnessOp",
+    "ContrastOp",
+    "SaturationOp",
+    "HueOp",
+    "GammaOp",
+    "GrayscaleOp",
+    "BlurOp",
+    "JpegOp",
+    "GaussianNoiseOp",
+    "SpeckleNoiseOp",
+]
+
+LUMA_WEIGHTS = (0.299, 0.587, 0.114)
+
+_RGB_TO_YIQ = np.array([[0.299, 0.587, 0.114],
+                        [0.595716, -0.274453, -0.321263],
+                        [0.211456, -0.522591, 0.311135]], dtype=np.float64)
+_YIQ_TO_RGB = np.linalg.inv(_RGB_TO_YIQ)
+
+# ITU T.81 Annex K quantisation tables (luma, chroma), row-major 8x8.
+_JPEG_LUMA = np.array([
+    16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55,
+    14, 13, 16, 24, 40, 57, 69, 56, 14, 17, 22, 29, 51, 87, 80, 62,
+    18, 22, 37, 56, 68, 109, 103, 77, 24, 35, 55, 64, 81, 104, 113, 92,
+    49, 64, 78, 87, 103, 121, 120, 101, 72, 92, 95, 98, 112, 100, 103, 99],
+    dtype=np.float32).reshape(8, 8)
+_JPEG_CHROMA = np.array([
+    17, 18, 24, 47, 99, 99, 99, 99, 18, 21, 26, 66, 99, 99, 99, 99,
+    24, 26, 56, 99, 99, 99, 99, 99, 47, 66, 99, 99, 99, 99, 99, 99] + [99] * 32,
+    dtype=np.float32).reshape(8, 8)
+# Orthonormal 8-point DCT-II matrix.
+_DCT = np.array([[(math.sqrt(1 / 8) if k == 0 else math.sqrt(2 / 8))
+                  * math.cos((2 * n + 1) * k * math.pi / 16) for n in range(8)]
+                 for k in range(8)], dtype=np.float32)
+
+
+def _per_sample(values, images) -> tf.Tensor:
+    """[B] parameters -> [B, 1, 1, 1] in the images' dtype."""
+    return tf.reshape(tf.cast(values, images.dtype), [-1, 1, 1, 1])
+
+
+def _luma(images) -> tf.Tensor:
+    return tf.reduce_sum(images * tf.constant(LUMA_WEIGHTS, images.dtype), axis=-1,
+                         keepdims=True)
+
+
+def _clip(images) -> tf.Tensor:
+    return tf.clip_by_value(images, 0.0, 1.0)
+
+
+def adjust_brightness(images, delta) -> tf.Tensor:
+    """`images + delta[b]`, clipped."""
+    return _clip(images + _per_sample(delta, images))
+
+
+def adjust_contrast(images, factor) -> tf.Tensor:
+    """Scales each image about its mean luma: `x * f + mean * (1 - f)`, clipped (f = 1: x)."""
+    f = _per_sample(factor, images)
+    mean = tf.reduce_mean(_luma(images), axis=[1, 2, 3], keepdims=True)
+    return _clip(images * f + mean * (1.0 - f))
+
+
+def adjust_saturation(images, factor) -> tf.Tensor:
+    """Blends with the luma: `luma + f * (x - luma)` (f = 0: grey, 1: unchanged), clipped."""
+    luma = _luma(images)
+    return _clip(luma + _per_sample(factor, images) * (images - luma))
+
+
+def adjust_hue(images, delta) -> tf.Tensor:
+    """Rotates the chroma plane in YIQ by `delta[b]` turns (DALI ColorTwist style), clipped.
+
+    Luma is preserved; +-0.5 is the opposite hue. One 3x3 matrix per sample.
+    """
+    theta = 2.0 * math.pi * tf.cast(delta, tf.float32)
+    cos, sin = tf.cos(theta), tf.sin(theta)
+    one, zero = tf.ones_like(cos), tf.zeros_like(cos)
+    rotation = tf.stack([tf.stack([one, zero, zero], -1), tf.stack([zero, cos, -sin], -1),
+                         tf.stack([zero, sin, cos], -1)], axis=-2)  # [B, 3, 3]
+    matrix = tf.matmul(tf.matmul(tf.constant(_YIQ_TO_RGB, tf.float32)[None], rotation),
+                       tf.constant(_RGB_TO_YIQ, tf.float32)[None])
+    matrix = tf.cast(matrix, images.dtype)
+    return _clip(tf.einsum("bhwc,bdc->bhwd", images, matrix))
+
+
+def adjust_gamma(images, gamma) -> tf.Tensor:
+    """`x ** gamma[b]` (gamma > 0), clipped."""
+    return _clip(tf.pow(images, _per_sample(gamma, images)))
+
+
+def to_grayscale(images, apply) -> tf.Tensor:
+    """Replaces the samples where `apply[b]` is true by their luma on all 3 channels."""
+    grey = tf.broadcast_to(_luma(images), tf.shape(images))
+    return tf.where(tf.reshape(tf.cast(apply, tf.bool), [-1, 1, 1, 1]), grey, images)
+
+
+def _blur_kernel(sigma, radius: int) -> tf.Tensor:
+    """Normalized 1-D gaussian taps [B, 2 * radius + 1]; sigma 0 gives the identity tap."""
+    taps = tf.cast(tf.range(-radius, radius + 1), tf.float32)[None, :]
+    sigma = tf.cast(sigma, tf.float32)[:, None]
+    safe = tf.where(sigma > 0, sigma, 1.0)
+    weights = tf.exp(-0.5 * tf.square(taps / safe))
+    weights = tf.where(sigma > 0, weights, tf.cast(tf.equal(taps, 0.0), tf.float32))
+    return weights / tf.reduce_sum(weights, axis=1, keepdims=True)
+
+
+def gaussian_blur(images, sigma, radius: int) -> tf.Tensor:
+    """Separable gaussian blur with per-sample `sigma[b]` px (0 = unchanged), edges reflected.
+
+    `radius` (static) is the kernel half-width; use at least `ceil(3 * max sigma)`. Written as
+    a sum of shifted slices, so it is vectorized over samples with different kernels.
+    """
+    weights = tf.cast(_blur_kernel(sigma, radius), images.dtype)
+    size = 2 * radius + 1
+    padded = tf.pad(images, [[0, 0], [radius, radius], [0, 0], [0, 0]], mode="SYMMETRIC")
+    height, width = tf.shape(images)[1], tf.shape(images)[2]
+    rows = sum(weights[:, k, None, None, None] * padded[:, k:k + height] for k in range(size))
+    padded = tf.pad(rows, [[0, 0], [0, 0], [radius, radius], [0, 0]], mode="SYMMETRIC")
+    return _clip(sum(weights[:, k, None, None, None] * padded[:, :, k:k + width]
+                     for k in range(size)))
+
+
+def _quant_tables(quality) -> tf.Tensor:
+    """IJG quality scaling of the Annex K tables: [B, 3, 8, 8] for (Y, Cb, Cr)."""
+    q = tf.clip_by_value(tf.round(tf.cast(quality, tf.float32)), 1.0, 100.0)[:, None, None]
+    scale = tf.where(q < 50.0, 5000.0 / q, 200.0 - 2.0 * q)
+    luma = tf.clip_by_value(tf.floor((_JPEG_LUMA * scale + 50.0) / 100.0), 1.0, 255.0)
+    chroma = tf.clip_by_value(tf.floor((_JPEG_CHROMA * scale + 50.0) / 100.0), 1.0, 255.0)
+    return tf.stack([luma, chroma, chroma], axis=1)
+
+
+def jpeg_compress(images, quality, apply) -> tf.Tensor:
+    """A stateless JPEG round trip for the samples where `apply[b]`, at `quality[b]` (1-100).
+
+    YCbCr (JFIF), 8x8 orthonormal DCT, quantisation with the IJG-scaled standard tables,
+    rounding, inverse DCT, back to RGB; 4:4:4 (no chroma subsampling). Image sides that are not
+    multiples of 8 are padded symmetrically and cropped back. Pure TF, so it runs in a graph,
+    under XLA and on the GPU, unlike `tf.image.adjust_jpeg_quality` (one quality per call).
+    """
+    dtype = images.dtype
+    x = tf.cast(images, tf.float32) * 255.0
+    shape = tf.shape(x)
+    batch, height, width = shape[0], shape[1], shape[2]
+    pad_h, pad_w = (-height) % 8, (-width) % 8
+    x = tf.pad(x, [[0, 0], [0, pad_h], [0, pad_w], [0, 0]], mode="SYMMETRIC")
+    to_ycc = tf.constant([[0.299, 0.587, 0.114], [-0.168736, -0.331264, 0.5],
+                          [0.5, -0.418688, -0.081312]], tf.float32)
+    ycc = tf.einsum("bhwc,dc->bhwd", x, to_ycc) - tf.constant([128.0, 0.0, 0.0])
+    blocks_h, blocks_w = (height + pad_h) // 8, (width + pad_w) // 8
+    blocks = tf.reshape(ycc, [batch, blocks_h, 8, blocks_w, 8, 3])
+    blocks = tf.transpose(blocks, [0, 1, 3, 5, 2, 4])  # [B, bh, bw, 3, 8, 8]
+    dct = tf.constant(_DCT)
+    coeffs = tf.einsum("ki,bxyci j,lj->bxyckl".replace(" ", ""), dct, blocks, dct)
+    table = _quant_tables(quality)[:, None, None]  # [B, 1, 1, 3, 8, 8]
+    coeffs = tf.round(coeffs / table) * table
+    blocks = tf.einsum("ki,bxyckl,lj->bxycij", dct, coeffs, dct)
+    ycc = tf.reshape(tf.transpose(blocks, [0, 1, 4, 2, 5, 3]),
+                     [batch, blocks_h * 8, blocks_w * 8, 3])
+    ycc = ycc[:, :height, :width] + tf.constant([128.0, 0.0, 0.0])
+    to_rgb = tf.constant([[1.0, 0.0, 1.402], [1.0, -0.344136, -0.714136], [1.0, 1.772, 0.0]],
+                         tf.float32)
+    rgb = tf.cast(tf.einsum("bhwc,dc->bhwd", ycc, to_rgb) / 255.0, dtype)
+    return tf.where(tf.reshape(tf.cast(apply, tf.bool), [-1, 1, 1, 1]), _clip(rgb), images)
+
+
+def add_gaussian_noise(images, noise, std) -> tf.Tensor:
+    """`x + std[b] * noise`, clipped; `noise` is a standard-normal field like `images`."""
+    return _clip(images + _per_sample(std, images) * tf.cast(noise, images.dtype))
+
+
+def add_speckle_noise(images, noise, std) -> tf.Tensor:
+    """Multiplicative (speckle) noise `x * (1 + std[b] * noise)`, clipped."""
+    return _clip(images * (1.0 + _per_sample(std, images) * tf.cast(noise, images.dtype)))
+
+
+class _PixelOp:
+    """Sample-then-apply base: `sample(batch_size, image_size, seed) -> dict`, `apply`."""
+    name = ""
+
+    def __init__(self, config):
+        self.config = config
+
+    def _uniform(self, batch_size, seed, columns: int = 1, tag: str = "") -> tf.Tensor:
+        return tf.random.stateless_uniform(
+            [batch_size, columns], seed=seeds_lib.fold_in_name(seed, self.name + tag),
+            alg=seeds_lib.ALG)
+
+    def apply(self, batch: dict, params: dict) -> dict:
+        out = dict(batch)
+        out["images"] = self._apply(batch["images"], params)
+        return out
+
+
+class BrightnessOp(_PixelOp):
+    """Params: `delta` float32 [B], uniform in [-brightness, brightness]."""
+    name = "brightness"
+
+    def sample(self, batch_size, image_size, seed):
+        m = self.config.brightness
+        return {"delta": (2.0 * self._uniform(batch_size, seed)[:, 0] - 1.0) * m}
+
+    def _apply(self, images, params):
+        return adjust_brightness(images, params["delta"])
+
+
+class ContrastOp(_PixelOp):
+    """Params: `factor` float32 [B], uniform in [1 - contrast, 1 + contrast]."""
+    name = "contrast"
+
+    def sample(self, batch_size, image_size, seed):
+        m = self.config.contrast
+        return {"factor": 1.0 + (2.0 * self._uniform(batch_size, seed)[:, 0] - 1.0) * m}
+
+    def _apply(self, images, params):
+        return adjust_contrast(images, params["factor"])
+
+
+class SaturationOp(_PixelOp):
+    """Params: `factor` float32 [B], uniform in [1 - saturation, 1 + saturation]."""
+    name = "saturation"
+
+    def sample(self, batch_size, image_size, seed):
+        m = self.config.saturation
+        return {"factor": 1.0 + (2.0 * self._uniform(batch_size, seed)[:, 0] - 1.0) * m}
+
+    def _apply(self, images, params):
+        return adjust_saturation(images, params["factor"])
+
+
+class HueOp(_PixelOp):
+    """Params: `delta` float32 [B] in turns, uniform in [-hue, hue]."""
+    name = "hue"
+
+    def sample(self, batch_size, image_size, seed):
+        m = self.config.hue
+        return {"delta": (2.0 * self._uniform(batch_size, seed)[:, 0] - 1.0) * m}
+
+    def _apply(self, images, params):
+        return adjust_hue(images, params["delta"])
+
+
+class GammaOp(_PixelOp):
+    """Params: `gamma` float32 [B], uniform in `config.gamma`."""
+    name = "gamma"
+
+    def sample(self, batch_size, image_size, seed):
+        low, high = self.config.gamma
+        return {"gamma": low + (high - low) * self._uniform(batch_size, seed)[:, 0]}
+
+    def _apply(self, images, params):
+        return adjust_gamma(images, params["gamma"])
+
+
+class GrayscaleOp(_PixelOp):
+    """Params: `apply` bool [B] with `grayscale_probability`."""
+    name = "grayscale"
+
+    def sample(self, batch_size, image_size, seed):
+        p = self.config.grayscale_probability
+        return {"apply": self._uniform(batch_size, seed)[:, 0] < p}
+
+    def _apply(self, images, params):
+        return to_grayscale(images, params["apply"])
+
+
+class BlurOp(_PixelOp):
+    """Params: `sigma` float32 [B] px, uniform in `blur_sigma` with `blur_probability`, else 0.
+
+    The kernel radius is fixed from the config, `ceil(3 * blur_sigma[1])`, and capped so the
+    symmetric padding stays inside the image (`radius < min(side)`).
+    """
+    name = "blur"
+
+    def sample(self, batch_size, image_size, seed):
+        low, high = self.config.blur_sigma
+        u = self._uniform(batch_size, seed, columns=2)
+        sigma = low + (high - low) * u[:, 1]
+        return {"sigma": tf.where(u[:, 0] < self.config.blur_probability, sigma, 0.0)}
+
+    def _apply(self, images, params):
+        static = images.shape[1:3]
+        radius = int(math.ceil(3.0 * self.config.blur_sigma[1]))
+        if static[0] is not None and static[1] is not None:
+            radius = min(radius, min(static) - 1)
+        return gaussian_blur(images, params["sigma"], max(radius, 1))
+
+
+class JpegOp(_PixelOp):
+    """Params: `quality` float32 [B] uniform in `jpeg_quality`; `apply` bool [B]."""
+    name = "jpeg"
+
+    def sample(self, batch_size, image_size, seed):
+        low, high = self.config.jpeg_quality
+        u = self._uniform(batch_size, seed, columns=2)
+        return {"quality": low + (high - low) * u[:, 1],
+                "apply": u[:, 0] < self.config.jpeg_probability}
+
+    def _apply(self, images, params):
+        return jpeg_compress(images, params["quality"], params["apply"])
+
+
+class _NoiseOp(_PixelOp):
+    _std_key = ""
+
+    def sample(self, batch_size, image_size, seed):
+        height, width = image_size
+        std = getattr(self.config, self._std_key) * self._uniform(batch_size, seed)[:, 0]
+        noise = tf.random.stateless_normal(
+            [batch_size, height, width, 3], seed=seeds_lib.fold_in_name(seed, self.name + "/n"),
+            alg=seeds_lib.ALG)
+        return {"std": std, "noise": noise}
+
+
+class GaussianNoiseOp(_NoiseOp):
+    """Params: `std` float32 [B] uniform in [0, gaussian_noise_std]; `noise` N(0,1) [B,H,W,3]."""
+    name = "gaussian_noise"
+    _std_key = "gaussian_noise_std"
+
+    def _apply(self, images, params):
+        return add_gaussian_noise(images, params["noise"], params["std"])
+
+
+class SpeckleNoiseOp(_NoiseOp):
+    """Params: `std` float32 [B] uniform in [0, speckle_noise_std]; `noise` N(0,1) [B,H,W,3]."""
+    name = "speckle_noise"
+    _std_key = "speckle_noise_std"
+
+    def _apply(self, images, params):
+        return add_speckle_noise(images, params["noise"], params["std"])

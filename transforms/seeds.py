@@ -1,0 +1,102 @@
+"""Stateless seed derivation for the online half: global seed -> epoch -> step -> replica -> sample.
+
+Every random draw in training derives from `(global_seed, epoch, step, replica, sample)` through
+`tf.random.experimental.stateless_fold_in` / `stateless_split` with `alg="philox"`, so the same
+tuple gives the same numbers on any machine, on CPU and GPU, and after a restart from a
+checkpoint, while different epochs, steps, replicas and samples get independent streams. Nothing
+here touches a stateful RNG, and every function is a pure TF computation that also works in a
+graph (`epoch`, `step` and `replica` may be scalar tensors, e.g. a `tf.data` element index).
+
+A seed is an int64 tensor of shape [2], the shape every `tf.random.stateless_*` op takes.
+Each level folds its own tag in before its index, so `epoch_seed(g, 3)` and
+`step_seed(g, 0, 3)` never coincide by construction.
+
+Note `tf.random.stateless_beta` does not exist: Beta(a, b) is built from two stateless gammas,
+`X / (X + Y)` with `X ~ Gamma(a)`, `Y ~ Gamma(b)` (see `stateless_beta`). The gamma kernel has no
+XLA lowering, so it is sampled outside any `jit_compile` region.
+"""
+from __future__ import annotations
+
+import zlib
+
+import tensorflow as tf
+
+__all__ = [
+    "ALG",
+    "root_seed",
+    "epoch_seed",
+    "step_seed",
+    "sample_seeds",
+    "fold_in_name",
+    "stateless_beta",
+]
+
+ALG = "philox"
+
+# Level tags keep the levels apart ("pxm" + level initial, as int32 constants).
+_TAG_ROOT = 0x70786D00
+_TAG_EPOCH = 0x70786D65
+_TAG_STEP = 0x70786D73
+_TAG_REPLICA = 0x70786D72
+
+
+def _fold(seed: tf.Tensor, data) -> tf.Tensor:
+    data = tf.cast(tf.convert_to_tensor(data), tf.int64)
+    return tf.random.experimental.stateless_fold_in(seed, data, alg=ALG)
+
+
+def root_seed(global_seed) -> tf.Tensor:
+    """The int64 [2] seed of the whole run, from one integer (any int64, Python or tensor)."""
+    base = tf.constant([_TAG_ROOT, 0], tf.int64)
+    return _fold(base, global_seed)
+
+
+def epoch_seed(global_seed, epoch) -> tf.Tensor:
+    """The int64 [2] seed of one epoch (file order, shuffle and everything below it)."""
+    return _fold(_fold(root_seed(global_seed), _TAG_EPOCH), epoch)
+
+
+def step_seed(global_seed, epoch, step, replica=0) -> tf.Tensor:
+    """The int64 [2] seed of one batch: (global_seed, epoch, step, replica).
+
+    `step` counts batches within the epoch (or globally; be consistent) and may be a tensor, e.g.
+    the index from `Dataset.enumerate()`. `replica` is the `InputContext.input_pipeline_id`, so
+    replicas draw independently while a restart on the same replica reproduces its batches.
+    """
+    seed = _fold(_fold(epoch_seed(global_seed, epoch), _TAG_STEP), step)
+    return _fold(_fold(seed, _TAG_REPLICA), replica)
+
+
+def sample_seeds(batch_seed, batch_size) -> tf.Tensor:
+    """int64 [batch_size, 2]: one independent seed per sample of a batch (philox split).
+
+    Row i depends only on (batch_seed, batch_size, i); use it for per-sample draws made inside a
+    per-element `map` (e.g. a random crop before batching).
+    """
+    batch_seed = tf.convert_to_tensor(batch_seed, tf.int64)
+    return tf.random.experimental.stateless_split(batch_seed, num=batch_size, alg=ALG)
+
+
+def fold_in_name(seed, name: str) -> tf.Tensor:
+    """A sub-seed for a named consumer (an augmentation op), stable across config changes.
+
+    The tag is the CRC32 of the name, so enabling or disabling one op never shifts another
+    op's draws.
+    """
+    return _fold(tf.convert_to_tensor(seed, tf.int64), zlib.crc32(name.encode("utf-8")))
+
+
+def stateless_beta(shape, alpha, beta, seed) -> tf.Tensor:
+    """float32 samples of Beta(alpha, beta) from two stateless gammas: X / (X + Y).
+
+    Not XLA-compilable (the stateless gamma kernel has no XLA lowering): call it outside
+    `tf.function(jit_compile=True)`. `alpha` and `beta` must be > 0.
+    """
+    seed = tf.convert_to_tensor(seed, tf.int64)
+    seeds = tf.random.experimental.stateless_split(seed, num=2, alg=ALG)
+    x = tf.random.stateless_gamma(shape, seed=seeds[0], alpha=alpha, dtype=tf.float32)
+    y = tf.random.stateless_gamma(shape, seed=seeds[1], alpha=beta, dtype=tf.float32)
+    total = x + y
+    # Both gammas underflow to 0 only for tiny alpha; fall back to the mean instead of 0/0.
+    mean = tf.cast(alpha / (alpha + beta), tf.float32)
+    return tf.where(total > 0, x / tf.where(total > 0, total, 1.0), mean)
