@@ -20,7 +20,8 @@ from transforms import classes, codec, splits
 from transforms.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.discover import DiscoverImages
 from transforms.index_table import CHANNEL_COLUMNS, INDEX_SCHEMA, make_row
-from transforms.inspect_image import ImageRecord, InspectImages
+from transforms.image_record import ImageRecord
+from transforms.inspect_image import InspectImages
 from transforms.join_labels import MATCHED, ROW_REJECTS, JoinLabels, ReadBoxRows, ReadLabelRows
 from transforms.outputs import CountInto, WriteJson, WriteRejectsLedger
 from transforms.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
@@ -108,11 +109,6 @@ def _rejected_index_row(record: ImageRecord) -> dict:
         **dict(zip(CHANNEL_COLUMNS, record.moments)))
 
 
-def _discovery_index_row(reject: Reject) -> dict:
-    return make_row(path=reject.path, sha256=reject.sha256, format="", outcome=reject.reason,
-                    accepted=False, detail=reject.detail, num_boxes=0)
-
-
 def _merge_counts(pairs) -> dict:
     merged = {}
     for name, value in pairs:
@@ -127,7 +123,8 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
 
     refs, discovery_rejects = pipeline | "DiscoverImages" >> DiscoverImages(
         list(job.data_roots), config.discovery.extensions)
-    inspected = refs | "InspectImages" >> InspectImages(config)
+    inspected = ((refs | "InspectImages" >> InspectImages(config), discovery_rejects)
+                 | "AllImages" >> beam.Flatten())
 
     label_items = (pipeline
                    | "LabelCsvPaths" >> beam.Create(list(job.label_csvs))
@@ -170,9 +167,7 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table)
 
     rejected_images = rejected_stages | "AllRejectedImages" >> beam.Flatten()
-    image_rejects = ((rejected_images | "ImageRejects" >> beam.Map(lambda r: r.reject),
-                      discovery_rejects)
-                     | "AllImageRejects" >> beam.Flatten())
+    image_rejects = rejected_images | "ImageRejects" >> beam.Map(lambda r: r.reject)
     all_rejects = ((image_rejects, label_parsed[REJECTED], box_parsed[REJECTED],
                     joined[ROW_REJECTS])
                    | "AllRejects" >> beam.Flatten())
@@ -180,8 +175,7 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
         FileSystems.join(staging, "rejects.jsonl"))
 
     index_rows = ((written.index,
-                   rejected_images | "RejectedIndexRows" >> beam.Map(_rejected_index_row),
-                   discovery_rejects | "DiscoveryIndexRows" >> beam.Map(_discovery_index_row))
+                   rejected_images | "RejectedIndexRows" >> beam.Map(_rejected_index_row))
                   | "AllIndexRows" >> beam.Flatten())
     index_rows | "WriteIndex" >> WriteToParquet(
         FileSystems.join(staging, "index"), INDEX_SCHEMA, num_shards=1,

@@ -16,7 +16,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from transforms import paths
-from transforms.rejects import IMAGE, Reject
+from transforms.image_record import ImageRecord
 
 __all__ = ["FileRef", "DiscoverImages", "root_and_pattern", "UNSAFE_TAG"]
 
@@ -58,20 +58,22 @@ class _ClassifyFileFn(beam.DoFn):
         try:
             rel = paths.relative_to_root(self._root, metadata.path)
         except paths.UnsafePath as exc:
-            yield beam.pvalue.TaggedOutput(
-                UNSAFE_TAG, Reject(path=metadata.path, reason="unsafe_path", detail=str(exc),
-                                   kind=IMAGE))
+            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
+                path=metadata.path, rel=metadata.path, size=int(metadata.size_in_bytes)
+            ).rejected("unsafe_path", str(exc)))
             return
         escape = paths.escapes_root(self._root, metadata.path)
         if escape:
-            yield beam.pvalue.TaggedOutput(
-                UNSAFE_TAG, Reject(path=rel, reason="unsafe_path", detail=escape, kind=IMAGE))
+            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
+                path=metadata.path, rel=rel, size=int(metadata.size_in_bytes)
+            ).rejected("unsafe_path", escape))
             return
         yield FileRef(path=metadata.path, rel=rel, size=int(metadata.size_in_bytes))
 
 
 class DiscoverImages(beam.PTransform):
-    """roots -> (FileRef per image file, Reject per unsafe file), spread across workers."""
+    """roots -> (FileRef per image file, rejected ImageRecord per file that must not be
+    opened), the FileRefs spread across workers."""
 
     def __init__(self, roots: list[str], extensions: tuple):
         super().__init__()
@@ -115,6 +117,6 @@ class _OnePerRelPathFn(beam.DoFn):
         self._discovered.inc(len(unique))
         yield unique[0]
         for other in unique[1:]:
-            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, Reject(
-                path=other.path, reason="duplicate", kind=IMAGE,
-                detail=f"same relative path {rel!r} as {unique[0].path} (kept)"))
+            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
+                path=other.path, rel=other.path, size=other.size).rejected(
+                    "duplicate", f"same relative path {rel!r} as {unique[0].path} (kept)"))

@@ -20,36 +20,11 @@ from apache_beam.metrics import Metrics
 from configs.schema import Config
 from transforms import image_header, quality
 from transforms.discover import FileRef
-from transforms.rejects import IMAGE, Reject
+from transforms.image_record import ImageRecord
 
-__all__ = ["ImageRecord", "InspectImageFn", "InspectImages", "size_reject"]
+__all__ = ["InspectImageFn", "InspectImages", "size_reject"]
 
 _LOG = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageRecord:
-    """Everything known about one discovered image as it moves through the job."""
-    path: str                      # full path (for reading)
-    rel: str                       # root-relative path (identity, CSV key, image/filename)
-    size: int
-    sha256: str = ""
-    format: str = ""
-    width: int | None = None
-    height: int | None = None
-    metrics: tuple = ()            # ((name, value), ...) sorted
-    moments: tuple = ()            # (mean_r, mean_g, mean_b, sqmean_r, sqmean_g, sqmean_b)
-    phash: str | None = None
-    reject: Reject | None = None
-    label: str | None = None
-    label_id: int | None = None
-    split: str | None = None
-    meta: tuple = ()               # ((column, value), ...) sorted
-    boxes: tuple = ()              # ((xmin, ymin, xmax, ymax, label_text), ...) normalized
-
-    def rejected(self, reason: str, detail: str) -> "ImageRecord":
-        return dataclasses.replace(self, reject=Reject(
-            path=self.rel, reason=reason, detail=detail, kind=IMAGE, sha256=self.sha256))
 
 
 def size_reject(width: int, height: int, limits) -> tuple[str, str] | None:

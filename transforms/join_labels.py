@@ -18,7 +18,7 @@ from apache_beam.metrics import Metrics
 from configs.schema import Config
 from transforms import boxes as box_rules
 from transforms import labels as label_rules
-from transforms.inspect_image import ImageRecord
+from transforms.image_record import ImageRecord
 from transforms.rejects import BOX_ROW, LABEL_ROW, Reject
 
 __all__ = ["ReadLabelRows", "ReadBoxRows", "JoinLabels", "ROW_REJECTS", "MATCHED",

@@ -1,0 +1,37 @@
+"""`ImageRecord`: everything known about one discovered image as it moves through the job.
+
+Accepted or not, every discovered image stays an ImageRecord to the end, so the index gets one
+row per input with whatever was learned about it before a rule rejected it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from transforms.rejects import IMAGE, Reject
+
+__all__ = ["ImageRecord"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageRecord:
+    """Everything known about one discovered image as it moves through the job."""
+    path: str                      # full path (for reading)
+    rel: str                       # root-relative path (identity, CSV key, image/filename)
+    size: int
+    sha256: str = ""
+    format: str = ""
+    width: int | None = None
+    height: int | None = None
+    metrics: tuple = ()            # ((name, value), ...) sorted
+    moments: tuple = ()            # (mean_r, mean_g, mean_b, sqmean_r, sqmean_g, sqmean_b)
+    phash: str | None = None
+    reject: Reject | None = None
+    label: str | None = None
+    label_id: int | None = None
+    split: str | None = None
+    meta: tuple = ()               # ((column, value), ...) sorted
+    boxes: tuple = ()              # ((xmin, ymin, xmax, ymax, label_text), ...) normalized
+
+    def rejected(self, reason: str, detail: str) -> "ImageRecord":
+        return dataclasses.replace(self, reject=Reject(
+            path=self.rel, reason=reason, detail=detail, kind=IMAGE, sha256=self.sha256))
