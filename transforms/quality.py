@@ -1,0 +1,261 @@
+"""Quality metrics, the quality verdict and the perceptual hash of one decoded image (numpy only).
+
+The offline job decodes an image (DCT-scaled for JPEG), shrinks it with `small_copy`, then calls
+`measure` (the numbers stored as `quality/<metric>`), `judge` (the reject rule, if any),
+`perceptual_hash` (near-duplicate detection, bucketed by `hash_bands`) and `channel_moments`
+(the dataset's normalization statistics).
+
+Everything here is deterministic across platforms: the downscale and the luma are computed in
+exact integer arithmetic, metrics are rounded to 4 decimals, and DCT coefficients are rounded to
+6 decimals before their bits are taken, so floating-point summation order cannot flip a result.
+
+Luma is ITU-R BT.601, `0.299 R + 0.587 G + 0.114 B` on 0..255, computed as
+`(299 R + 587 G + 114 B) / 1000` so a grey pixel's luma is exactly its value.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from transforms.codec import QUALITY_METRICS
+
+__all__ = ["measure", "judge", "small_copy", "perceptual_hash", "hamming", "hash_bands",
+           "channel_moments"]
+
+_LUMA_WEIGHTS = np.array([299, 587, 114], dtype=np.int64)  # per mille, sum 1000
+_HASH_BITS = 64
+_HASH_RESIZE = 32       # pHash: luma is area-resized to 32x32 before the DCT
+_HASH_LOW = 8           # pHash: the top-left 8x8 (lowest frequencies) make the 64 bits
+_COLUMN_CHUNK = 256     # small_copy reduces the height in strips of this many columns
+
+
+def _check_rgb(image: np.ndarray, name: str = "image") -> np.ndarray:
+    image = np.asarray(image)
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise ValueError(
+            f"{name} must be a uint8 array of shape [height, width, 3]. "
+            f"Received: dtype={image.dtype}, shape={image.shape}")
+    if image.shape[0] == 0 or image.shape[1] == 0:
+        raise ValueError(f"{name} must not be empty. Received: shape={image.shape}")
+    return image
+
+
+def _luma_per_mille(image: np.ndarray) -> np.ndarray:
+    """Exact integer luma times 1000, int64 [H, W]."""
+    return image.astype(np.int64) @ _LUMA_WEIGHTS
+
+
+def _area_axis(values: np.ndarray, target: int, axis: int) -> np.ndarray:
+    """Exact box (area) reduction of an integer array along `axis` from n to `target` cells.
+
+    Output cell i averages the input over [i*n/target, (i+1)*n/target) with fractional edge
+    weights. It returns the integer `n * average` (so nothing is rounded here): the integral of
+    the piecewise-constant input, read off its cumulative sum at rational positions q + r/target.
+    """
+    n = values.shape[axis]
+    moved = np.moveaxis(values, axis, 0)
+    # uint8 sums fit int32 up to 8M rows: half the memory of int64 on large images
+    accumulate = np.int32 if values.dtype == np.uint8 and n < 2**31 // 255 else np.int64
+    cumulative = np.zeros((n + 1,) + moved.shape[1:], dtype=accumulate)
+    np.cumsum(moved, axis=0, dtype=accumulate, out=cumulative[1:])
+    positions = np.arange(target + 1, dtype=np.int64) * n
+    whole, remainder = positions // target, positions % target
+    at_end = whole == n  # the last edge: S[n] == S[n-1] + 1 * x[n-1]
+    whole[at_end], remainder[at_end] = n - 1, target
+    shape = (-1,) + (1,) * (moved.ndim - 1)
+    scaled = (target * cumulative[whole].astype(np.int64)
+              + remainder.reshape(shape) * moved[whole].astype(np.int64))
+    return np.moveaxis(scaled[1:] - scaled[:-1], 0, axis)  # == n * average
+
+
+def _area_resize_exact(values: np.ndarray, height: int, width: int) -> tuple[np.ndarray, int]:
+    """Area-resizes an integer [H, W, ...] array; returns (integer sums, divisor)."""
+    in_height, in_width = values.shape[:2]
+    strips = [_area_axis(values[:, start:start + _COLUMN_CHUNK], height, axis=0)
+              for start in range(0, in_width, _COLUMN_CHUNK)]
+    rows = np.concatenate(strips, axis=1)          # height-reduced, times in_height
+    return _area_axis(rows, width, axis=1), in_height * in_width
+
+
+def small_copy(image: np.ndarray, analysis_size: int) -> np.ndarray:
+    """A copy whose longest side is at most `analysis_size`, by area averaging (exact, rounded
+    half up). An image that already fits is returned as is (the same array, not a copy).
+
+    The short side keeps the aspect ratio, rounded to the nearest pixel and at least 1.
+    """
+    image = _check_rgb(image)
+    if isinstance(analysis_size, bool) or not isinstance(analysis_size, (int, np.integer)) \
+            or analysis_size < 1:
+        raise ValueError(
+            f"analysis_size must be a positive integer. Received: analysis_size={analysis_size!r}")
+    height, width = image.shape[:2]
+    longest = max(height, width)
+    if longest <= analysis_size:
+        return image
+    new_height = max(1, (2 * height * analysis_size + longest) // (2 * longest))
+    new_width = max(1, (2 * width * analysis_size + longest) // (2 * longest))
+    sums, divisor = _area_resize_exact(image, new_height, new_width)
+    return ((2 * sums + divisor) // (2 * divisor)).astype(np.uint8)
+
+
+def measure(image: np.ndarray) -> dict[str, float]:
+    """The quality metrics of `image` (uint8 RGB; pass the `small_copy`), keyed by
+    `codec.QUALITY_METRICS`, each rounded to 4 decimals:
+
+    - brightness_mean, brightness_p01, brightness_p99: luma mean and 1st/99th percentiles
+      (numpy's linear interpolation);
+    - contrast_std: luma standard deviation (population, ddof=0);
+    - entropy: Shannon entropy in bits of the 256-bin histogram of luma rounded to integers;
+    - blur_laplacian_var: variance of the 4-neighbour Laplacian [[0,1,0],[1,-4,1],[0,1,0]] of
+      the float luma over the valid region (no padding). An image with a side below 3 px has no
+      valid region and measures 0.0 (nothing sharp can be seen in it).
+    """
+    image = _check_rgb(image)
+    luma_1000 = _luma_per_mille(image)
+    luma = luma_1000 / 1000.0
+    p01, p99 = np.percentile(luma, [1, 99])
+    levels = (luma_1000 + 500) // 1000
+    counts = np.bincount(levels.ravel(), minlength=256)
+    probabilities = counts[counts > 0] / luma.size
+    entropy = float(-(probabilities * np.log2(probabilities)).sum()) + 0.0  # no "-0.0"
+    if luma.shape[0] >= 3 and luma.shape[1] >= 3:
+        laplacian = (luma[:-2, 1:-1] + luma[2:, 1:-1] + luma[1:-1, :-2] + luma[1:-1, 2:]
+                     - 4.0 * luma[1:-1, 1:-1])
+        blur = float(laplacian.var())
+    else:
+        blur = 0.0
+    values = {
+        "brightness_mean": float(luma.mean()),
+        "brightness_p01": float(p01),
+        "brightness_p99": float(p99),
+        "contrast_std": float(luma.std()),
+        "entropy": entropy,
+        "blur_laplacian_var": blur,
+    }
+    return {name: round(values[name], 4) for name in QUALITY_METRICS}
+
+
+# (reason, metric, config field, metric is bad when it is "<" or ">" the threshold), in the
+# order the rules are checked: the first that fires is the verdict.
+_RULES = (
+    ("low_information", "contrast_std", "min_std", "<"),
+    ("low_information", "entropy", "min_entropy", "<"),
+    ("too_dark", "brightness_p99", "dark_p99_max", "<"),
+    ("too_bright", "brightness_p01", "bright_p01_min", ">"),
+    ("blurry", "blur_laplacian_var", "blur_min", "<"),
+)
+
+
+def judge(metrics: dict, config) -> tuple[str, str] | None:
+    """The quality verdict: `(reason, detail)` for the first rule that fires, or None.
+
+    Order: low_information (contrast_std < min_std, then entropy < min_entropy), too_dark
+    (brightness_p99 < dark_p99_max), too_bright (brightness_p01 > bright_p01_min), blurry
+    (blur_laplacian_var < blur_min). A threshold set to None switches its rule off;
+    `config.enabled` False switches them all off. `config` is a `configs.schema.QualityConfig`.
+    """
+    if not config.enabled:
+        return None
+    for reason, metric, field, direction in _RULES:
+        threshold = getattr(config, field)
+        if threshold is None:
+            continue
+        if metric not in metrics:
+            raise ValueError(
+                f"Missing quality metric {metric!r} needed by quality.{field}. Expected keys "
+                f"{QUALITY_METRICS}. Received: {sorted(metrics)}")
+        value = metrics[metric]
+        fired = value < threshold if direction == "<" else value > threshold
+        if fired:
+            return reason, f"{metric}={value} {direction} {field}={threshold}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _dct_matrix(size: int) -> np.ndarray:
+    """The orthonormal DCT-II matrix: coefficients = D @ x for a length-`size` signal x."""
+    k = np.arange(size)[:, None]
+    n = np.arange(size)[None, :]
+    matrix = np.cos(np.pi * (2 * n + 1) * k / (2 * size)) * math.sqrt(2.0 / size)
+    matrix[0, :] = math.sqrt(1.0 / size)
+    matrix.setflags(write=False)
+    return matrix
+
+
+def perceptual_hash(image: np.ndarray) -> str:
+    """The 64-bit DCT perceptual hash (pHash) of a uint8 RGB image, as 16 lowercase hex chars.
+
+    Exact rule: luma (BT.601) is area-resized to 32x32 (aspect ratio ignored); its orthonormal
+    2-D DCT-II is taken (D @ X @ D.T); the top-left 8x8 coefficients (row-major, the DC term
+    first) are rounded to 6 decimals; `median` is the median of the 63 non-DC coefficients; bit
+    i is 1 when coefficient i > median. Bit 0 is the most significant hex bit. Only the low
+    frequencies count, so re-encoding, resizing and mild noise move few bits; a flat image has
+    every AC bit 0.
+    """
+    image = _check_rgb(image)
+    sums, divisor = _area_resize_exact(_luma_per_mille(image), _HASH_RESIZE, _HASH_RESIZE)
+    luma = sums / (divisor * 1000.0)
+    dct = _dct_matrix(_HASH_RESIZE)
+    coefficients = (dct @ luma @ dct.T)[:_HASH_LOW, :_HASH_LOW].ravel()
+    coefficients = np.round(coefficients, 6)
+    median = np.median(coefficients[1:])
+    value = 0
+    for bit in coefficients > median:
+        value = (value << 1) | int(bit)
+    return f"{value:016x}"
+
+
+def _hash_value(phash: str, name: str) -> int:
+    if not isinstance(phash, str) or len(phash) != 16:
+        raise ValueError(f"{name} must be a 16-character hex string. Received: {name}={phash!r}")
+    try:
+        return int(phash, 16)
+    except ValueError:
+        raise ValueError(
+            f"{name} must be a 16-character hex string. Received: {name}={phash!r}") from None
+
+
+def hamming(a: str, b: str) -> int:
+    """The number of differing bits between two 64-bit hex hashes."""
+    return (_hash_value(a, "a") ^ _hash_value(b, "b")).bit_count()
+
+
+def hash_bands(phash: str, max_hamming: int) -> list[tuple[int, int]]:
+    """The hash cut into `max_hamming + 1` contiguous bands, as `[(band_index, band_value)]`.
+
+    Band sizes differ by at most one bit (the first `64 % bands` bands get the extra bit). By
+    the pigeonhole principle two hashes within `max_hamming` bits agree on at least one band, so
+    grouping by these keys finds every near-duplicate candidate pair without comparing all pairs.
+    """
+    value = _hash_value(phash, "phash")
+    if isinstance(max_hamming, bool) or not isinstance(max_hamming, (int, np.integer)) \
+            or not 0 <= max_hamming < _HASH_BITS:
+        raise ValueError(
+            f"max_hamming must be an integer in [0, {_HASH_BITS - 1}]. "
+            f"Received: max_hamming={max_hamming!r}")
+    count = int(max_hamming) + 1
+    base, extra = divmod(_HASH_BITS, count)
+    bands, shift = [], _HASH_BITS
+    for index in range(count):
+        width = base + (1 if index < extra else 0)
+        shift -= width
+        bands.append((index, (value >> shift) & ((1 << width) - 1)))
+    return bands
+
+
+def channel_moments(image: np.ndarray) -> tuple[list[float], list[float]]:
+    """Per-channel (R, G, B) mean and mean of squares of pixel / 255.
+
+    Weighted by pixel count, these combine across images into the dataset mean and std
+    (std = sqrt(mean of squares - mean**2)). Sums are exact integers before the one division.
+    """
+    image = _check_rgb(image)
+    pixels = image.reshape(-1, 3).astype(np.int64)
+    count = pixels.shape[0]
+    sums = pixels.sum(axis=0)
+    square_sums = (pixels * pixels).sum(axis=0)
+    means = [float(s) / (count * 255.0) for s in sums]
+    square_means = [float(s) / (count * 65025.0) for s in square_sums]
+    return means, square_means
