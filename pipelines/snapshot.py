@@ -34,6 +34,9 @@ SNAPSHOTS = "snapshots"
 LATEST = "LATEST"
 MANIFEST = "manifest.json"
 _THUMBNAILS_PER_REASON = 4
+# Never open unsafe files, never decode bombs or files that crashed or hung the decoder (the
+# report is made in the launcher process, which has no isolation), nothing to show for rows.
+_NO_THUMBNAIL = ("unsafe_path", "too_large", "decoder_crash", "missing_file", "bad_csv_row")
 
 
 class AccountingError(RuntimeError):
@@ -114,9 +117,9 @@ def _find_input(data_roots, rel: str) -> str | None:
 def _thumbnails(job: PreprocessJob, stats: dict) -> dict:
     result = {}
     for reason, examples in sorted(stats.get("reject_examples", {}).items()):
-        if reason in ("unsafe_path", "too_large", "missing_file"):
+        if reason in _NO_THUMBNAIL:
             result[reason] = [(rel, None) for rel in examples[:_THUMBNAILS_PER_REASON]]
-            continue  # never open unsafe files; never decode bombs
+            continue
         thumbs = []
         for rel in examples[:_THUMBNAILS_PER_REASON]:
             found = _find_input(job.data_roots, rel)

@@ -1,0 +1,236 @@
+"""The offline job's modes and failure behaviour: isolation, publishing, config, file systems."""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from apache_beam.io.localfilesystem import LocalFileSystem
+from PIL import Image
+
+from pipelines import snapshot as snapshot_module
+from runners import cli
+from runners.demo_data import photo_like
+from tests.jobutil import index_rows, read_records, run_job, shard_files
+from transforms import decode
+
+
+def _write_jpeg(path, seed, size=(96, 128)):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    buffer = io.BytesIO()
+    Image.fromarray(photo_like(np.random.default_rng(seed), *size, seed % 2)).save(
+        buffer, "JPEG", quality=92)
+    with open(path, "wb") as handle:
+        handle.write(buffer.getvalue())
+
+
+@pytest.fixture()
+def folder_dataset(tmp_path):
+    """Six images in class folders (folder labels), no CSV."""
+    root = tmp_path / "images"
+    for i in range(6):
+        _write_jpeg(str(root / ("cat" if i % 2 else "dog") / f"{i}.jpg"), seed=10 + i)
+    return root
+
+
+def test_folder_names_are_labels_without_a_csv(folder_dataset, tmp_path):
+    snap = run_job(folder_dataset, tmp_path / "out", sets=["decode.isolation=inline"])
+    rows = index_rows(snap)
+    assert {path: row["label"] for path, row in rows.items()} == {
+        f"{'cat' if i % 2 else 'dog'}/{i}.jpg": ("cat" if i % 2 else "dog") for i in range(6)}
+    assert snap.stats["classes"] == ["cat", "dog"]
+
+
+def test_image_at_the_root_has_no_folder_label(folder_dataset, tmp_path):
+    _write_jpeg(str(folder_dataset / "loose.jpg"), seed=40)
+    snap = run_job(folder_dataset, tmp_path / "out", sets=["decode.isolation=inline"])
+    assert index_rows(snap)["loose.jpg"]["outcome"] == "unlabeled"
+
+
+def test_gzip_shards_and_shard_count_from_target_size(folder_dataset, tmp_path):
+    total = sum(os.path.getsize(os.path.join(d, f))
+                for d, _, files in os.walk(folder_dataset) for f in files)
+    target_mb = total / 3.5 / (1024 * 1024)  # ~3-4 shards for the whole set
+    snap = run_job(folder_dataset, tmp_path / "out", sets=[
+        "output.compression=gzip", f"output.target_shard_mb={target_mb}",
+        "split.train=1.0", "split.validation=0.0", "split.test=0.0",
+        "decode.isolation=inline"])
+    names = [os.path.basename(p) for p in shard_files(snap)]
+    count = len(names)
+    assert count >= 3
+    assert names == [f"images-train.tfrecord-{i:05d}-of-{count:05d}.gz" for i in range(count)]
+    assert len(read_records(snap, compression="GZIP")) == 6
+
+
+def test_fixed_shard_count_writes_every_shard_even_empty_ones(folder_dataset, tmp_path):
+    snap = run_job(folder_dataset, tmp_path / "out", sets=[
+        "output.num_shards=8", "split.train=1.0", "split.validation=0.0", "split.test=0.0",
+        "decode.isolation=inline"])
+    names = [os.path.basename(p) for p in shard_files(snap)]
+    assert names == [f"images-train.tfrecord-{i:05d}-of-00008" for i in range(8)]
+    assert len(read_records(snap)) == 6
+
+
+def test_crashing_and_hanging_decoder_reject_one_file_each(folder_dataset, tmp_path,
+                                                           monkeypatch):
+    real_decode = decode.decode_image
+
+    def fragile_decode(contents, jpeg_ratio=1):
+        data = contents if isinstance(contents, bytes) else contents.numpy()
+        if data[-20:] == crash_tail:
+            os._exit(139)  # a segfaulting codec
+        if data[-20:] == hang_tail:
+            time.sleep(60)  # a codec stuck in a loop
+        return real_decode(contents, jpeg_ratio)
+
+    crash_tail = open(folder_dataset / "cat" / "1.jpg", "rb").read()[-20:]
+    hang_tail = open(folder_dataset / "dog" / "2.jpg", "rb").read()[-20:]
+    monkeypatch.setattr(decode, "decode_image", fragile_decode)
+    # The isolating subprocess is forked from this process, so it sees the patched decoder.
+    snap = run_job(folder_dataset, tmp_path / "out",
+                   sets=["decode.isolation=subprocess", "decode.timeout_s=3"])
+    rows = index_rows(snap)
+    assert rows["cat/1.jpg"]["outcome"] == "decoder_crash"
+    assert rows["dog/2.jpg"]["outcome"] == "decoder_crash"
+    assert "Timeout" in rows["dog/2.jpg"]["detail"] or "timeout" in rows["dog/2.jpg"]["detail"]
+    assert sum(row["accepted"] for row in rows.values()) == 4
+    assert snap.accounting["ok"]
+
+
+def test_failed_run_publishes_nothing_and_keeps_the_previous_snapshot(folder_dataset, tmp_path,
+                                                                      monkeypatch):
+    out = tmp_path / "out"
+    first = run_job(folder_dataset, out, sets=["decode.isolation=inline"])
+    _write_jpeg(str(folder_dataset / "cat" / "new.jpg"), seed=77)
+
+    def broken_publish(*args, **kwargs):
+        raise snapshot_module.AccountingError("simulated crash before the manifest")
+
+    monkeypatch.setattr("runners.preprocess.publish_snapshot", broken_publish)
+    with pytest.raises(snapshot_module.AccountingError):
+        run_job(folder_dataset, out, sets=["decode.isolation=inline"])
+    assert snapshot_module.latest_snapshot(str(out)) == first.run_id
+    assert snapshot_module.committed_snapshots(str(out)) == [first.run_id]
+    assert len(read_records(first)) == 6
+
+
+def test_accounting_mismatch_fails_the_job(folder_dataset, tmp_path, monkeypatch):
+    real = snapshot_module.check_accounting
+
+    def lossy(counts):
+        counts = dict(counts)
+        counts["images.accepted"] -= 1  # as if one record had been dropped
+        return real(counts)
+
+    monkeypatch.setattr(snapshot_module, "check_accounting", lossy)
+    with pytest.raises(snapshot_module.AccountingError, match="not all accounted"):
+        run_job(folder_dataset, tmp_path / "out", sets=["decode.isolation=inline"])
+    assert snapshot_module.latest_snapshot(str(tmp_path / "out")) is None
+
+
+def test_invalid_config_is_reported_before_any_work(folder_dataset, tmp_path, capsys):
+    code = cli.main(["preprocess", "--data_root", str(folder_dataset), "--output_dir",
+                     str(tmp_path / "out"), "--set", "output.compression=zip"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "Expected one of ('none', 'gzip')" in err and "output.compression='zip'" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_label_csv_without_the_label_column_is_reported_before_any_work(folder_dataset,
+                                                                          tmp_path, capsys):
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,class\ncat/1.jpg,cat\n")
+    code = cli.main(["preprocess", "--data_root", str(folder_dataset), "--labels", str(labels),
+                     "--output_dir", str(tmp_path / "out")])
+    assert code == 2
+    assert "label" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+class _FakeGcs(LocalFileSystem):
+    """A remote-looking file system (`fakegs://`) stored in a local folder. The job only sees
+    `fakegs://` paths, so any `open()`/`os.walk` on a user path would fail."""
+
+    base = ""
+
+    @classmethod
+    def scheme(cls):
+        return "fakegs"
+
+    def _local(self, path):
+        return path.replace("fakegs://", self.base + "/", 1)
+
+    def _remote(self, path):
+        return "fakegs://" + path[len(self.base) + 1:]
+
+    def join(self, base_path, *paths):
+        return "/".join([base_path.rstrip("/")] + [p.strip("/") for p in paths])
+
+    def split(self, path):
+        head, _, tail = path.rstrip("/").rpartition("/")
+        return head, tail
+
+    def mkdirs(self, path):
+        os.makedirs(self._local(path), exist_ok=True)
+
+    def has_dirs(self):
+        return False
+
+    def _list(self, dir_or_prefix):
+        for metadata in super()._list(self._local(dir_or_prefix)):
+            yield type(metadata)(self._remote(metadata.path), metadata.size_in_bytes,
+                                 metadata.last_updated_in_seconds)
+
+    def create(self, path, *args, **kwargs):
+        os.makedirs(os.path.dirname(self._local(path)), exist_ok=True)
+        return super().create(self._local(path), *args, **kwargs)
+
+    def open(self, path, *args, **kwargs):
+        return super().open(self._local(path), *args, **kwargs)
+
+    def copy(self, sources, destinations):
+        return super().copy([self._local(p) for p in sources],
+                            [self._local(p) for p in destinations])
+
+    def rename(self, sources, destinations):
+        for destination in destinations:
+            os.makedirs(os.path.dirname(self._local(destination)), exist_ok=True)
+        return super().rename([self._local(p) for p in sources],
+                              [self._local(p) for p in destinations])
+
+    def exists(self, path):
+        return super().exists(self._local(path))
+
+    def size(self, path):
+        return super().size(self._local(path))
+
+    def last_updated(self, path):
+        return super().last_updated(self._local(path))
+
+    def checksum(self, path):
+        return super().checksum(self._local(path))
+
+    def metadata(self, path):
+        metadata = super().metadata(self._local(path))
+        return type(metadata)(path, metadata.size_in_bytes, metadata.last_updated_in_seconds)
+
+    def delete(self, paths):
+        return super().delete([self._local(p) for p in paths])
+
+
+def test_remote_style_paths_go_through_beam_file_systems(folder_dataset, tmp_path):
+    bucket = tmp_path / "bucket"
+    shutil.copytree(folder_dataset, bucket / "images")
+    _FakeGcs.base = str(bucket)
+    snap = run_job("fakegs://images", "fakegs://out", sets=["decode.isolation=inline"])
+    assert snap.accounting["images"] == {"discovered": 6, "accepted": 6, "rejected": 0,
+                                         "ok": True}
+    assert snap.path == f"fakegs://out/snapshots/{snap.run_id}"
+    assert (bucket / "out" / "LATEST").read_text().strip() == snap.run_id
+    local_shards = sorted((bucket / "out" / "snapshots" / snap.run_id).glob("*/*.tfrecord-*"))
+    assert sum(1 for _ in tf.data.TFRecordDataset([str(p) for p in local_shards])) == 6
