@@ -28,10 +28,14 @@ Other keys pass through untouched (a partner's mixed-in pixels do not change the
 (a `tf.cond`); a batch that is not augmented still gets label smoothing and box padding, so the
 output structure never changes.
 
-XLA: `sample` draws Beta lambdas with stateless gammas, which XLA cannot compile; keep it outside
-`jit_compile` (in the `tf.data` map, or eagerly). `apply` compiles: `jit_compile=True` wraps it
-in `tf.function(jit_compile=True)`, and on an accelerator one can run `sample` in the input
-pipeline and `apply` inside the compiled `train_step`.
+XLA: `sample` draws Beta lambdas with stateless gammas, which XLA cannot compile; it stays
+outside any compiled region (in the `tf.data` map, or eagerly). `apply` compiles. With
+`jit_compile=True` (the default of `build_batch_augmenter`) each op's apply runs as its own
+`tf.function(jit_compile=True)`, also inside a `tf.data` map: on 2 CPU cores the base config
+(geometry + colour + mixup/cutmix) measured about 0.85 ms of CPU per 224 px image this way,
+against 3.3 ms as a single XLA program and about 7 ms without XLA. On an accelerator one can
+also run `sample` in the input pipeline and `apply` inside the compiled `train_step`.
+Compiled and uncompiled results agree to float rounding (about 1e-5), not bit for bit.
 """
 from __future__ import annotations
 
@@ -44,8 +48,8 @@ from configs.online import OnlineConfig
 from transforms import seeds as seeds_lib
 from transforms.geometry import GeometryOp, compact_boxes, identity_matrices
 from transforms.mixing import MixOp
-from transforms.pixel_ops import (BlurOp, BrightnessOp, ContrastOp, GammaOp, GaussianNoiseOp,
-                                  GrayscaleOp, HueOp, JpegOp, SaturationOp, SpeckleNoiseOp)
+from transforms.pixel_ops import (BlurOp, ColorJitterOp, GammaOp, GaussianNoiseOp, GrayscaleOp,
+                                  JpegOp, SpeckleNoiseOp)
 
 __all__ = ["BatchAugmenter", "build_batch_augmenter", "build_ops", "AugmentLayer"]
 
@@ -59,10 +63,8 @@ def build_ops(online_config: OnlineConfig) -> list:
     pixel = online_config.pixel
     if pixel.enabled:
         switches = [
-            (pixel.brightness > 0, BrightnessOp),
-            (pixel.contrast > 0, ContrastOp),
-            (pixel.saturation > 0, SaturationOp),
-            (pixel.hue > 0, HueOp),
+            (max(pixel.brightness, pixel.contrast, pixel.saturation, pixel.hue) > 0,
+             ColorJitterOp),
             (pixel.gamma != (1.0, 1.0), GammaOp),
             (pixel.grayscale_probability > 0, GrayscaleOp),
             (pixel.blur_probability > 0, BlurOp),
@@ -84,11 +86,11 @@ class BatchAugmenter:
       num_classes: C, to one-hot integer labels and for label smoothing.
       enable_rate: fraction of batches that are augmented (per-batch draw from the seed).
       label_smoothing: eps; labels become `y * (1 - eps) + eps / C` before mixing.
-      jit_compile: wrap `apply` in `tf.function(jit_compile=True)` when called via `__call__`.
+      jit_compile: run each op's apply as its own `tf.function(jit_compile=True)` (XLA).
     """
 
     def __init__(self, ops: Sequence, num_classes: int, enable_rate: float = 1.0,
-                 label_smoothing: float = 0.0, jit_compile: bool = False):
+                 label_smoothing: float = 0.0, jit_compile: bool = True):
         if num_classes < 1:
             raise ValueError(f"num_classes must be >= 1. Received: num_classes={num_classes}")
         self.ops = list(ops)
@@ -96,7 +98,12 @@ class BatchAugmenter:
         self.enable_rate = float(enable_rate)
         self.label_smoothing = float(label_smoothing)
         self.jit_compile = jit_compile
-        self._compiled_apply = tf.function(self.apply, jit_compile=True) if jit_compile else None
+        # One XLA cluster per op: compiled as one program, XLA:CPU fuses the warp's gathers
+        # into the consumers (colour matrix, the mix's partner gather) and recomputes them,
+        # which measured 3-6x slower than compiling each op on its own.
+        self._op_apply = {
+            op.name: tf.function(op.apply, jit_compile=True) if jit_compile else op.apply
+            for op in self.ops}
 
     @property
     def op_names(self) -> list[str]:
@@ -158,7 +165,7 @@ class BatchAugmenter:
     def _augmented(self, batch: dict, params: dict) -> dict:
         out = batch
         for op in self.ops:
-            out = op.apply(out, params[op.name])
+            out = self._op_apply[op.name](out, params[op.name])
         if "matrix" not in out:  # no geometry op: the images did not move
             out = {**out, "matrix": identity_matrices(tf.shape(out["images"])[0])}
         return out
@@ -184,13 +191,12 @@ class BatchAugmenter:
         height = static[1] if static[1] is not None else dynamic[1]
         width = static[2] if static[2] is not None else dynamic[2]
         params = self.sample(batch_size, (height, width), seed)
-        apply = self._compiled_apply or self.apply
-        return apply(batch, params)
+        return self.apply(batch, params)
 
 
 def build_batch_augmenter(online_config: OnlineConfig, num_classes: int,
-                          jit_compile: bool = False) -> BatchAugmenter:
-    """The augmenter described by `online_config` (`config.online`)."""
+                          jit_compile: bool = True) -> BatchAugmenter:
+    """The augmenter described by `online_config` (`config.online`); see `BatchAugmenter`."""
     return BatchAugmenter(build_ops(online_config), num_classes=num_classes,
                           enable_rate=online_config.enable_rate,
                           label_smoothing=online_config.label_smoothing,

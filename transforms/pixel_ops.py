@@ -6,6 +6,11 @@ per sample and clips its output to [0, 1], and a small sample-then-apply class (
 noise fields) all happen in `sample`, so `apply` is a pure, XLA-compilable function of the
 images and the parameter dict.
 
+Brightness, contrast, saturation and hue are affine in the colour values, so the augmenter runs
+them as ONE op, `ColorJitterOp`: one 3x3 matrix and offset per sample and a single clip (as
+DALI's ColorTwist), equal to the four functions applied in that order without the clips between
+them. Everything is written elementwise (no tiny matmuls), so XLA fuses it into one loop.
+
 Luma is ITU-R BT.601 (0.299 R + 0.587 G + 0.114 B), as in `tf.image.rgb_to_grayscale`.
 """
 from __future__ import annotations
@@ -29,10 +34,9 @@ __all__ = [
     "jpeg_compress",
     "add_gaussian_noise",
     "add_speckle_noise",
-    "BrightnessOp",
-    "ContrastOp",
-    "SaturationOp",
-    "HueOp",
+    "color_matrices",
+    "apply_color_matrix",
+    "ColorJitterOp",
     "GammaOp",
     "GrayscaleOp",
     "BlurOp",
@@ -97,20 +101,67 @@ def adjust_saturation(images, factor) -> tf.Tensor:
     return _clip(luma + _per_sample(factor, images) * (images - luma))
 
 
+def _hue_matrices(delta) -> tf.Tensor:
+    """[B, 3, 3] RGB matrices rotating the YIQ chroma plane by `delta[b]` turns."""
+    theta = 2.0 * math.pi * tf.cast(delta, tf.float32)
+    cos, sin = tf.cos(theta), tf.sin(theta)
+    one, zero = tf.ones_like(cos), tf.zeros_like(cos)
+    rotation = tf.stack([tf.stack([one, zero, zero], -1), tf.stack([zero, cos, -sin], -1),
+                         tf.stack([zero, sin, cos], -1)], axis=-2)
+    to_rgb = tf.broadcast_to(tf.constant(_YIQ_TO_RGB, tf.float32), tf.shape(rotation))
+    to_yiq = tf.broadcast_to(tf.constant(_RGB_TO_YIQ, tf.float32), tf.shape(rotation))
+    return tf.matmul(tf.matmul(to_rgb, rotation), to_yiq)
+
+
+def _saturation_matrices(factor) -> tf.Tensor:
+    """[B, 3, 3] RGB matrices of `luma + f * (x - luma)`."""
+    f = tf.cast(factor, tf.float32)[:, None, None]
+    luma_rows = tf.broadcast_to(tf.constant(LUMA_WEIGHTS, tf.float32)[None, None, :],
+                                [tf.shape(f)[0], 3, 3])
+    return f * tf.eye(3, dtype=tf.float32)[None] + (1.0 - f) * luma_rows
+
+
+def apply_color_matrix(images, matrix, offset) -> tf.Tensor:
+    """`clip(matrix[b] @ rgb + offset[b])` per pixel; matrix [B, 3, 3], offset [B, 3].
+
+    Written as 9 broadcast multiply-adds, which XLA fuses into one elementwise loop.
+    """
+    m = tf.cast(matrix, images.dtype)[:, None, None, :, :]  # [B, 1, 1, 3, 3]
+    o = tf.cast(offset, images.dtype)[:, None, None, :]     # [B, 1, 1, 3]
+    r, g, b = images[..., 0:1], images[..., 1:2], images[..., 2:3]
+    return _clip(r * m[..., :, 0] + g * m[..., :, 1] + b * m[..., :, 2] + o)
+
+
 def adjust_hue(images, delta) -> tf.Tensor:
     """Rotates the chroma plane in YIQ by `delta[b]` turns (DALI ColorTwist style), clipped.
 
     Luma is preserved; +-0.5 is the opposite hue. One 3x3 matrix per sample.
     """
-    theta = 2.0 * math.pi * tf.cast(delta, tf.float32)
-    cos, sin = tf.cos(theta), tf.sin(theta)
-    one, zero = tf.ones_like(cos), tf.zeros_like(cos)
-    rotation = tf.stack([tf.stack([one, zero, zero], -1), tf.stack([zero, cos, -sin], -1),
-                         tf.stack([zero, sin, cos], -1)], axis=-2)  # [B, 3, 3]
-    matrix = tf.matmul(tf.matmul(tf.constant(_YIQ_TO_RGB, tf.float32)[None], rotation),
-                       tf.constant(_RGB_TO_YIQ, tf.float32)[None])
-    matrix = tf.cast(matrix, images.dtype)
-    return _clip(tf.einsum("bhwc,bdc->bhwd", images, matrix))
+    batch = tf.shape(images)[0]
+    return apply_color_matrix(images, _hue_matrices(delta), tf.zeros([batch, 3]))
+
+
+def color_matrices(mean_luma, brightness=None, contrast=None, saturation=None,
+                   hue=None) -> tuple[tf.Tensor, tf.Tensor]:
+    """The (matrix [B, 3, 3], offset [B, 3]) of brightness -> contrast -> saturation -> hue.
+
+    Each argument is a [B] parameter or None (op off). `mean_luma` [B] is the mean luma of the
+    images the result is applied to (contrast pivots on it). Because saturation and hue keep
+    greys grey, the composition is `f * S @ x + (d + (1 - f) * mean_luma)` with S = hue @ sat.
+    """
+    mean_luma = tf.cast(mean_luma, tf.float32)
+    batch = tf.shape(mean_luma)[0]
+    matrix = tf.eye(3, batch_shape=[batch], dtype=tf.float32)
+    if saturation is not None:
+        matrix = _saturation_matrices(saturation)
+    if hue is not None:
+        matrix = tf.matmul(_hue_matrices(hue), matrix)
+    delta = tf.zeros([batch]) if brightness is None else tf.cast(brightness, tf.float32)
+    if contrast is not None:
+        factor = tf.cast(contrast, tf.float32)
+        matrix = factor[:, None, None] * matrix
+        delta = delta + (1.0 - factor) * mean_luma
+    return matrix, tf.broadcast_to(delta[:, None], [batch, 3])
 
 
 def adjust_gamma(images, gamma) -> tf.Tensor:
@@ -221,52 +272,31 @@ class _PixelOp:
         return out
 
 
-class BrightnessOp(_PixelOp):
-    """Params: `delta` float32 [B], uniform in [-brightness, brightness]."""
-    name = "brightness"
+class ColorJitterOp(_PixelOp):
+    """Brightness, contrast, saturation and hue as one colour matrix per sample, one clip.
+
+    Params (only the enabled ones, uniform per sample): `brightness` delta in [-b, b],
+    `contrast` factor in [1 - c, 1 + c], `saturation` factor in [1 - s, 1 + s], `hue` delta in
+    [-h, h] turns. `apply` measures the mean luma of the images it receives (the contrast pivot)
+    and applies `color_matrices`.
+    """
+    name = "color"
+    _KEYS = ("brightness", "contrast", "saturation", "hue")
 
     def sample(self, batch_size, image_size, seed):
-        m = self.config.brightness
-        return {"delta": (2.0 * self._uniform(batch_size, seed)[:, 0] - 1.0) * m}
+        params = {}
+        for key in self._KEYS:
+            magnitude = getattr(self.config, key)
+            if magnitude > 0:
+                signed = (2.0 * self._uniform(batch_size, seed, tag="/" + key)[:, 0] - 1.0)
+                params[key] = signed * magnitude + (1.0 if key in ("contrast", "saturation")
+                                                    else 0.0)
+        return params
 
     def _apply(self, images, params):
-        return adjust_brightness(images, params["delta"])
-
-
-class ContrastOp(_PixelOp):
-    """Params: `factor` float32 [B], uniform in [1 - contrast, 1 + contrast]."""
-    name = "contrast"
-
-    def sample(self, batch_size, image_size, seed):
-        m = self.config.contrast
-        return {"factor": 1.0 + (2.0 * self._uniform(batch_size, seed)[:, 0] - 1.0) * m}
-
-    def _apply(self, images, params):
-        return adjust_contrast(images, params["factor"])
-
-
-class SaturationOp(_PixelOp):
-    """Params: `factor` float32 [B], uniform in [1 - saturation, 1 + saturation]."""
-    name = "saturation"
-
-    def sample(self, batch_size, image_size, seed):
-        m = self.config.saturation
-        return {"factor": 1.0 + (2.0 * self._uniform(batch_size, seed)[:, 0] - 1.0) * m}
-
-    def _apply(self, images, params):
-        return adjust_saturation(images, params["factor"])
-
-
-class HueOp(_PixelOp):
-    """Params: `delta` float32 [B] in turns, uniform in [-hue, hue]."""
-    name = "hue"
-
-    def sample(self, batch_size, image_size, seed):
-        m = self.config.hue
-        return {"delta": (2.0 * self._uniform(batch_size, seed)[:, 0] - 1.0) * m}
-
-    def _apply(self, images, params):
-        return adjust_hue(images, params["delta"])
+        mean_luma = tf.reduce_mean(_luma(images), axis=[1, 2, 3])
+        matrix, offset = color_matrices(mean_luma, **{k: params.get(k) for k in self._KEYS})
+        return apply_color_matrix(images, matrix, offset)
 
 
 class GammaOp(_PixelOp):
