@@ -27,7 +27,7 @@ def run(argv=None) -> int:
     args, beam_args = parser.parse_known_args(argv)
     beam_args = [a for a in beam_args if a != "--"]
     workdir = os.path.abspath(args.workdir)
-    demo = generate_demo(os.path.join(workdir, "data"), seed=args.seed,
+    demo = generate_demo(workdir, seed=args.seed,
                          images_per_class=args.images_per_class)
     print(f"demo data: {demo.root} ({len(demo.expected)} image files, labels in "
           f"{demo.labels_csv})")
