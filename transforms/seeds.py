@@ -70,8 +70,9 @@ def step_seed(global_seed, epoch, step, replica=0) -> tf.Tensor:
 def sample_seeds(batch_seed, batch_size) -> tf.Tensor:
     """int64 [batch_size, 2]: one independent seed per sample of a batch (philox split).
 
-    Row i depends only on (batch_seed, batch_size, i); use it for per-sample draws made inside a
-    per-element `map` (e.g. a random crop before batching).
+    Row i depends only on (batch_seed, i), not on batch_size, so a smaller last batch gives its
+    samples the same seeds; use it for per-sample draws made inside a per-element `map` (e.g. a
+    random crop before batching).
     """
     batch_seed = tf.convert_to_tensor(batch_seed, tf.int64)
     return tf.random.experimental.stateless_split(batch_seed, num=batch_size, alg=ALG)
