@@ -1,8 +1,10 @@
 """The offline preprocessing graph: raw images + CSV labels -> a staged snapshot.
 
-    discover -> inspect (read, sha256, header, decode, validate, quality) -> join labels/boxes
-      -> class ids -> exact dedup -> near dedup -> split -> write shards
-    every reject -> rejects.jsonl; every discovered image -> index.parquet; counts -> accounting
+    discover -> plan (join CSV rows and the archive's memory by path; skip unchanged files)
+      -> inspect (read, sha256, header, decode, validate, quality) -> resolve labels/boxes
+      -> class ids -> exact dedup -> near dedup (tonight and against the archive) -> split
+      -> write shards
+    every reject -> rejects.jsonl; every inspected image -> index.parquet; counts -> accounting
 
 The graph only composes steps from `transforms/`; `runners/preprocess.py` parses options and
 `pipelines/snapshot.py` checks the accounting and publishes what this graph staged.
@@ -13,7 +15,7 @@ import dataclasses
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.parquetio import WriteToParquet
+from apache_beam.io.parquetio import ReadAllFromParquet, WriteToParquet
 
 from configs.schema import Config
 from transforms import classes, codec, splits
@@ -22,7 +24,8 @@ from transforms.discover import DiscoverImages
 from transforms.index_table import CHANNEL_COLUMNS, INDEX_SCHEMA, make_row
 from transforms.image_record import ImageRecord
 from transforms.inspect_image import InspectImages
-from transforms.join_labels import MATCHED, ROW_REJECTS, JoinLabels, ReadBoxRows, ReadLabelRows
+from transforms.join_labels import (MATCHED, ROW_REJECTS, SKIPPED, PlanImages, ReadBoxRows,
+                                    ReadLabelRows, resolve_labels)
 from transforms.outputs import CountInto, WriteJson, WriteRejectsLedger
 from transforms.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
 from transforms.stats import SummarizeIndexFn
@@ -47,6 +50,7 @@ class PreprocessJob:
     frozen_classes: bool
     staging_dir: str
     config: Config
+    archive: tuple = ()         # (run_id, index.parquet path) of committed snapshots (nightly)
 
 
 REJECTED = "rejected"
@@ -102,7 +106,8 @@ def _rejected_index_row(record: ImageRecord) -> dict:
     metrics = dict(record.metrics)
     return make_row(
         path=record.rel, sha256=record.sha256, format=record.format, width=record.width,
-        height=record.height, bytes=record.size, outcome=record.reject.reason, accepted=False,
+        height=record.height, bytes=record.size, mtime=record.mtime, label_key=record.label_key,
+        outcome=record.reject.reason, accepted=False,
         detail=record.reject.detail, label=record.label, label_id=record.label_id, split=None,
         phash=record.phash, shard=None, num_boxes=len(record.boxes),
         **{f"quality_{name}": metrics.get(name) for name in codec.QUALITY_METRICS},
@@ -116,6 +121,22 @@ def _merge_counts(pairs) -> dict:
     return merged
 
 
+def _archive_rows(pipeline: beam.Pipeline, archive: tuple):
+    """Every row of the committed snapshots' index tables, with its snapshot's run_id."""
+    if not archive:
+        return pipeline | "NoArchive" >> beam.Create([])
+    run_ids = {path: run_id for run_id, path in archive}
+
+    def with_run_id(item):
+        filename, row = item
+        return dict(row, run_id=run_ids[filename])
+
+    return (pipeline
+            | "ArchiveIndexPaths" >> beam.Create(sorted(run_ids))
+            | "ReadArchiveIndexes" >> ReadAllFromParquet(with_filename=True)
+            | "TagRunId" >> beam.Map(with_run_id))
+
+
 def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     """Adds the whole job to `pipeline`; everything it writes lands in `job.staging_dir`."""
     config = job.config
@@ -123,9 +144,6 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
 
     refs, discovery_rejects = pipeline | "DiscoverImages" >> DiscoverImages(
         list(job.data_roots), config.discovery.extensions)
-    inspected = ((refs | "InspectImages" >> InspectImages(config), discovery_rejects)
-                 | "AllImages" >> beam.Flatten())
-
     label_items = (pipeline
                    | "LabelCsvPaths" >> beam.Create(list(job.label_csvs))
                    | "ReadLabelRows" >> ReadLabelRows(config))
@@ -136,11 +154,18 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
                  | "ReadBoxRows" >> ReadBoxRows())
     box_parsed = box_items | "SplitBoxRows" >> beam.FlatMap(_split_rows).with_outputs(
         REJECTED, main="rows")
+    archive_rows = _archive_rows(pipeline, job.archive)
+    archive_accepted = archive_rows | "ArchiveAccepted" >> beam.Filter(lambda r: r["accepted"])
 
     folder_labels = not job.label_csvs and config.labels.folder_labels
-    joined = ((inspected, label_parsed.rows, box_parsed.rows)
-              | "JoinLabels" >> JoinLabels(config, folder_labels))
-    labelled, rejected_before_classes = joined.images | "RouteLabelled" >> _Route()
+    planned = ((refs, discovery_rejects, label_parsed.rows, box_parsed.rows, archive_rows)
+               | "PlanImages" >> PlanImages(config, folder_labels))
+    inspected = planned.images | "InspectImages" >> InspectImages(config)
+    labelled, rejected_before_classes = (
+        (inspected, planned[REJECTED])
+        | "AllImages" >> beam.Flatten()
+        | "ResolveLabels" >> beam.Map(resolve_labels, config, folder_labels)
+        | "RouteLabelled" >> _Route())
 
     frozen, start_table = job.frozen_classes, list(job.class_table)
     class_table = (labelled
@@ -153,14 +178,20 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
         labelled
         | "AssignClassIds" >> beam.Map(_assign_class_id, beam.pvalue.AsSingleton(class_table))
         | "RouteClassIds" >> _Route())
+    archive_shas = archive_accepted | "ArchiveShas" >> beam.Map(
+        lambda r: (r["sha256"], (r["run_id"], r["path"])))
     unique, rejected_exact = (with_ids
-                              | "DropExactDuplicates" >> DropExactDuplicates()
+                              | "DropExactDuplicates" >> DropExactDuplicates(archive_shas)
                               | "RouteExact" >> _Route())
     rejected_stages = [rejected_before_classes, rejected_class, rejected_exact]
     if config.dedup.near_duplicates:
+        archive_hashes = (archive_accepted
+                          | "ArchiveWithHash" >> beam.Filter(lambda r: r["phash"])
+                          | "ArchiveHashes" >> beam.Map(
+                              lambda r: (r["path"], r["phash"], r["run_id"])))
         unique, rejected_near = (unique
                                  | "DropNearDuplicates" >> DropNearDuplicates(
-                                     config.dedup.max_hamming)
+                                     config.dedup.max_hamming, archive_hashes)
                                  | "RouteNear" >> _Route())
         rejected_stages.append(rejected_near)
     accepted = unique | "AssignSplits" >> beam.Map(_assign_split, config.split)
@@ -169,7 +200,7 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     rejected_images = rejected_stages | "AllRejectedImages" >> beam.Flatten()
     image_rejects = rejected_images | "ImageRejects" >> beam.Map(lambda r: r.reject)
     all_rejects = ((image_rejects, label_parsed[REJECTED], box_parsed[REJECTED],
-                    joined[ROW_REJECTS])
+                    planned[ROW_REJECTS])
                    | "AllRejects" >> beam.Flatten())
     all_rejects | "WriteRejectsLedger" >> WriteRejectsLedger(
         FileSystems.join(staging, "rejects.jsonl"))
@@ -197,12 +228,13 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
         discovery_rejects | "CountDiscoveryRejects" >> CountInto("images.discovered"),
         written.index | "CountAccepted" >> CountInto("images.accepted"),
         image_rejects | "CountImageRejects" >> CountInto("images.rejected"),
+        planned[SKIPPED] | "CountSkipped" >> CountInto("images.skipped"),
         label_items | "CountLabelRows" >> CountInto("label_rows.total"),
         box_items | "CountBoxRows" >> CountInto("box_rows.total"),
         (all_rejects
          | "RowRejects" >> beam.Filter(lambda r: r.kind != IMAGE)
          | "RowRejectPairs" >> beam.Map(lambda r: (_ROW_COUNT[r.kind] + ".rejected", 1))),
-        (joined[MATCHED]
+        (planned[MATCHED]
          | "MatchedPairs" >> beam.Map(lambda kv: (_ROW_COUNT[kv[0]] + ".matched", kv[1]))),
         (all_rejects
          | "ReasonKeys" >> beam.Map(lambda r: (f"reasons.{r.kind}.{r.reason}", 1))),

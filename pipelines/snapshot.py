@@ -89,7 +89,7 @@ def check_accounting(counts: dict) -> dict:
         values["ok"] = total == sum(values[name] for name in done)
         return values
     accounting = {
-        "images": section("images", ("accepted", "rejected")),
+        "images": section("images", ("accepted", "rejected", "skipped")),
         "label_rows": section("label_rows", ("matched", "rejected")),
         "box_rows": section("box_rows", ("matched", "rejected")),
     }

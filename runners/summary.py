@@ -16,8 +16,10 @@ def format_summary(snapshot: Snapshot) -> str:
     images = accounting["images"]
     lines = [f"pixelmill snapshot {snapshot.run_id}", ""]
     verdict = "OK" if accounting["ok"] else "MISMATCH"
+    skipped = (f" + {images['skipped']} unchanged since an earlier snapshot"
+               if images.get("skipped") else "")
     lines.append(f"images: {images['discovered']} discovered = {images['accepted']} accepted + "
-                 f"{images['rejected']} rejected  [{verdict}]")
+                 f"{images['rejected']} rejected{skipped}  [{verdict}]")
     for kind in ("label_rows", "box_rows"):
         part = accounting[kind]
         if part["total"]:

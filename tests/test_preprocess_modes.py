@@ -228,7 +228,7 @@ def test_remote_style_paths_go_through_beam_file_systems(folder_dataset, tmp_pat
     shutil.copytree(folder_dataset, bucket / "images")
     _FakeGcs.base = str(bucket)
     snap = run_job("fakegs://images", "fakegs://out", sets=["decode.isolation=inline"])
-    assert snap.accounting["images"] == {"discovered": 6, "accepted": 6, "rejected": 0,
+    assert snap.accounting["images"] == {"discovered": 6, "accepted": 6, "rejected": 0, "skipped": 0,
                                          "ok": True}
     assert snap.path == f"fakegs://out/snapshots/{snap.run_id}"
     assert (bucket / "out" / "LATEST").read_text().strip() == snap.run_id

@@ -30,6 +30,7 @@ class FileRef:
     path: str
     rel: str
     size: int
+    mtime: float | None = None
 
 
 def root_and_pattern(root: str) -> tuple[str, str]:
@@ -68,7 +69,8 @@ class _ClassifyFileFn(beam.DoFn):
                 path=metadata.path, rel=rel, size=int(metadata.size_in_bytes)
             ).rejected("unsafe_path", escape))
             return
-        yield FileRef(path=metadata.path, rel=rel, size=int(metadata.size_in_bytes))
+        yield FileRef(path=metadata.path, rel=rel, size=int(metadata.size_in_bytes),
+                      mtime=getattr(metadata, "last_updated_in_seconds", None))
 
 
 class DiscoverImages(beam.PTransform):

@@ -18,6 +18,10 @@ class ImageRecord:
     path: str                      # full path (for reading)
     rel: str                       # root-relative path (identity, CSV key, image/filename)
     size: int
+    mtime: float | None = None     # last modified (seconds), from the file system listing
+    label_key: str = ""            # the labels the CSV rows give it (see join_labels.label_key)
+    label_rows: tuple = ()         # its LabelRows, until labels are resolved
+    box_rows: tuple = ()           # its BoxRows, until labels are resolved
     sha256: str = ""
     format: str = ""
     width: int | None = None

@@ -24,6 +24,8 @@ INDEX_SCHEMA = pa.schema(
         ("width", pa.int64()),          # from the header; null when unknown
         ("height", pa.int64()),
         ("bytes", pa.int64()),
+        ("mtime", pa.float64()),        # last modified (seconds) when it was seen
+        ("label_key", pa.string()),     # the labels its CSV rows gave it ("" for none)
         ("outcome", pa.string()),       # the split name when accepted, else the reject reason
         ("accepted", pa.bool_()),
         ("detail", pa.string()),        # reject detail; "" when accepted

@@ -19,7 +19,6 @@ from apache_beam.metrics import Metrics
 
 from configs.schema import Config
 from transforms import image_header, quality
-from transforms.discover import FileRef
 from transforms.image_record import ImageRecord
 
 __all__ = ["InspectImageFn", "InspectImages", "size_reject"]
@@ -44,7 +43,8 @@ def size_reject(width: int, height: int, limits) -> tuple[str, str] | None:
 
 
 class InspectImageFn(beam.DoFn):
-    """FileRef -> ImageRecord (with `reject` set when a rule fails). Expected failures become
+    """ImageRecord (path, rel, size) -> ImageRecord measured, with `reject` set when a rule
+    fails. Expected failures become
     rejects here; anything that escapes (a crash, a hang) is the dead letter of the isolation."""
 
     def __init__(self, config: Config):
@@ -75,16 +75,15 @@ class InspectImageFn(beam.DoFn):
             _LOG.info("pixelmill: inspected %d images in this worker (%.0f/s)", self._seen, rate)
             self._last_log = now
 
-    def process(self, ref: FileRef):
+    def process(self, planned: ImageRecord):
         self._progress()
-        record = self._inspect(ref)
+        record = self._inspect(planned)
         self._count("rejected_" + record.reject.reason if record.reject else "inspected_ok")
         yield record
 
-    def _inspect(self, ref: FileRef) -> ImageRecord:
-        record = ImageRecord(path=ref.path, rel=ref.rel, size=ref.size)
+    def _inspect(self, record: ImageRecord) -> ImageRecord:
         try:
-            with FileSystems.open(ref.path, compression_type="uncompressed") as handle:
+            with FileSystems.open(record.path, compression_type="uncompressed") as handle:
                 data = handle.read()
         except OSError as exc:
             return record.rejected("unreadable", f"{type(exc).__name__}: {exc}")
@@ -132,14 +131,13 @@ def _decoder_message(exc) -> str:
 
 
 def _crash_to_record(dead_letter) -> ImageRecord:
-    ref, (exc_type, exc_message, _traceback) = dead_letter
+    record, (exc_type, exc_message, _traceback) = dead_letter
     kind = getattr(exc_type, "__name__", str(exc_type))
-    return ImageRecord(path=ref.path, rel=ref.rel, size=ref.size).rejected(
-        "decoder_crash", f"{kind}: {str(exc_message)[:500]}")
+    return record.rejected("decoder_crash", f"{kind}: {str(exc_message)[:500]}")
 
 
 class InspectImages(beam.PTransform):
-    """FileRefs -> ImageRecords. With `decode.isolation: subprocess` each worker inspects in a
+    """Planned ImageRecords -> inspected ImageRecords. With `decode.isolation: subprocess` each worker inspects in a
     child process with a per-file timeout (Beam's `with_exception_handling(use_subprocess=...)`);
     a crash or timeout restarts the child and rejects that one file."""
 

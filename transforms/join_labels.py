@@ -1,9 +1,15 @@
 """Label and box CSVs joined to the discovered images with a Beam join (CoGroupByKey on the
 root-relative path), so no process ever holds the whole label table.
 
+The join runs on metadata only, before any image is read, and also brings in what earlier
+committed snapshots remember about each path (their `index.parquet` rows): a file whose size,
+modification time and labels are unchanged since it was last seen is skipped, so a nightly
+rerun only reads what is new, changed, or newly labelled.
+
 Every CSV row ends accounted for: matched to a discovered image (whatever that image's fate),
 or rejected as `bad_csv_row`, `unsafe_path` or `missing_file`. Every image that is still a
-candidate leaves with one label, or is rejected as `unlabeled`, `label_conflict` or `bad_box`.
+candidate after `resolve_labels` has one label, or is rejected as `unlabeled`,
+`label_conflict` or `bad_box`.
 """
 from __future__ import annotations
 
@@ -13,7 +19,6 @@ import posixpath
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics import Metrics
 
 from configs.schema import Config
 from transforms import boxes as box_rules
@@ -21,11 +26,17 @@ from transforms import labels as label_rules
 from transforms.image_record import ImageRecord
 from transforms.rejects import BOX_ROW, LABEL_ROW, Reject
 
-__all__ = ["ReadLabelRows", "ReadBoxRows", "JoinLabels", "ROW_REJECTS", "MATCHED",
+__all__ = ["ReadLabelRows", "ReadBoxRows", "PlanImages", "resolve_labels", "label_key",
+           "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "RETRIED_OUTCOMES",
            "read_csv_header"]
 
 ROW_REJECTS = "row_rejects"
 MATCHED = "matched"
+SKIPPED = "skipped"
+REJECTED = "rejected"
+# Outcomes that say nothing about the content: such a file is inspected again even unchanged.
+RETRIED_OUTCOMES = ("unreadable", "decoder_crash")
+_KEY_SEPARATOR = "\x1f"
 
 
 def _csv_lines(path: str):
@@ -66,23 +77,90 @@ class ReadBoxRows(beam.PTransform):
                     lambda path: box_rules.parse_box_csv(path, _csv_lines(path))))
 
 
-class _JoinFn(beam.DoFn):
+def _folder_label(rel: str) -> str | None:
+    return posixpath.basename(posixpath.dirname(rel)) if "/" in rel else None
+
+
+def label_key(rel: str, label_rows, renames: dict, folder_labels: bool) -> str:
+    """What the CSVs (or the folder) say the image's labels are, as one comparable string.
+    A skipped file must have the same key as when it was last seen."""
+    if label_rows:
+        names = sorted({renames.get(r.label, r.label) for r in label_rows})
+        splits = sorted({r.split for r in label_rows if r.split})
+        return _KEY_SEPARATOR.join(names) + ("|" + ",".join(splits) if splits else "")
+    if folder_labels:
+        folder = _folder_label(rel)
+        return renames.get(folder, folder) if folder else ""
+    return ""
+
+
+def resolve_labels(record: ImageRecord, config: Config, folder_labels: bool) -> ImageRecord:
+    """Gives a still-accepted record its label, split, meta and boxes from its CSV rows (or
+    its folder), or rejects it. The rows are dropped from the record afterwards."""
+    label_rows = sorted(record.label_rows, key=lambda r: r.source)
+    box_rows = sorted(record.box_rows, key=lambda r: r.source)
+    record = dataclasses.replace(record, label_rows=(), box_rows=())
+    if record.reject:
+        return record
+    renames = dict(config.classes.renames)
+    if label_rows:
+        labels = sorted({renames.get(r.label, r.label) for r in label_rows})
+        sources = ", ".join(r.source for r in label_rows)
+        if len(labels) > 1:
+            return record.rejected("label_conflict", f"labels {labels} from {sources}")
+        splits = sorted({r.split for r in label_rows if r.split})
+        if len(splits) > 1:
+            return record.rejected("label_conflict", f"splits {splits} from {sources}")
+        meta = {}
+        for row in label_rows:
+            for column, value in row.meta:
+                meta.setdefault(column, value)
+        record = dataclasses.replace(record, label=labels[0],
+                                     split=splits[0] if splits else None,
+                                     meta=tuple(sorted(meta.items())))
+    elif folder_labels and _folder_label(record.rel):
+        folder = _folder_label(record.rel)
+        record = dataclasses.replace(record, label=renames.get(folder, folder))
+    else:
+        why = ("no label CSV row names this image" if not folder_labels
+               else "not inside a class folder (<root>/<class>/<image>)")
+        return record.rejected("unlabeled", why)
+    if box_rows:
+        try:
+            resolved = box_rules.resolve_boxes(
+                box_rows, record.width, record.height, config.boxes)
+        except box_rules.BadBox as exc:
+            return record.rejected("bad_box", str(exc))
+        record = dataclasses.replace(record, boxes=tuple(
+            (x0, y0, x1, y1, renames.get(label, label)) for x0, y0, x1, y1, label in resolved))
+    return record
+
+
+def _unchanged(ref, prior: dict | None, key: str) -> bool:
+    return (prior is not None
+            and prior["bytes"] == ref.size
+            and prior["mtime"] is not None and ref.mtime is not None
+            and abs(prior["mtime"] - ref.mtime) < 1e-3
+            and (prior["label_key"] or "") == key
+            and prior["outcome"] not in RETRIED_OUTCOMES)
+
+
+class _PlanFn(beam.DoFn):
     def __init__(self, config: Config, folder_labels: bool):
         self._config = config
         self._folder_labels = folder_labels
         self._renames = dict(config.classes.renames)
-        self._unlabeled = Metrics.counter("pixelmill", "unlabeled")
-
-    def _rename(self, label: str) -> str:
-        return self._renames.get(label, label)
 
     def process(self, item):
         rel, grouped = item
-        images = list(grouped["images"])
-        label_rows = sorted(grouped["labels"], key=lambda r: r.source)
-        box_rows = sorted(grouped["boxes"], key=lambda r: r.source)
-        if not images:
-            for row, kind in [(r, LABEL_ROW) for r in label_rows] + [(r, BOX_ROW) for r in box_rows]:
+        refs = list(grouped["refs"])
+        rejected = list(grouped["rejected"])
+        label_rows = tuple(sorted(grouped["labels"], key=lambda r: r.source))
+        box_rows = tuple(sorted(grouped["boxes"], key=lambda r: r.source))
+        priors = sorted(grouped["prior"], key=lambda row: row["run_id"])
+        if not refs and not rejected:
+            for row, kind in [(r, LABEL_ROW) for r in label_rows] + [(r, BOX_ROW)
+                                                                      for r in box_rows]:
                 yield beam.pvalue.TaggedOutput(ROW_REJECTS, Reject(
                     path=row.path, reason="missing_file", kind=kind,
                     detail=f"{row.source}: no image {row.path!r} was discovered under the "
@@ -92,50 +170,25 @@ class _JoinFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(MATCHED, (LABEL_ROW, len(label_rows)))
         if box_rows:
             yield beam.pvalue.TaggedOutput(MATCHED, (BOX_ROW, len(box_rows)))
-        for image in images:  # discovery guarantees one image per relative path
-            yield self._label(image, label_rows, box_rows)
-
-    def _label(self, image: ImageRecord, label_rows, box_rows) -> ImageRecord:
-        if image.reject:
-            return image
-        if label_rows:
-            labels = sorted({self._rename(r.label) for r in label_rows})
-            if len(labels) > 1:
-                sources = ", ".join(r.source for r in label_rows)
-                return image.rejected("label_conflict", f"labels {labels} from {sources}")
-            splits = sorted({r.split for r in label_rows if r.split})
-            if len(splits) > 1:
-                sources = ", ".join(r.source for r in label_rows)
-                return image.rejected("label_conflict", f"splits {splits} from {sources}")
-            meta = {}
-            for row in label_rows:
-                for column, value in row.meta:
-                    meta.setdefault(column, value)
-            image = dataclasses.replace(image, label=labels[0],
-                                        split=splits[0] if splits else None,
-                                        meta=tuple(sorted(meta.items())))
-        elif self._folder_labels and "/" in image.rel:
-            folder = posixpath.basename(posixpath.dirname(image.rel))
-            image = dataclasses.replace(image, label=self._rename(folder))
-        else:
-            self._unlabeled.inc()
-            why = ("no label CSV row names this image" if not self._folder_labels
-                   else "not inside a class folder (<root>/<class>/<image>)")
-            return image.rejected("unlabeled", why)
-        if box_rows:
-            try:
-                resolved = box_rules.resolve_boxes(
-                    box_rows, image.width, image.height, self._config.boxes)
-            except box_rules.BadBox as exc:
-                return image.rejected("bad_box", str(exc))
-            image = dataclasses.replace(image, boxes=tuple(
-                (x0, y0, x1, y1, self._rename(label)) for x0, y0, x1, y1, label in resolved))
-        return image
+        for record in rejected:
+            yield beam.pvalue.TaggedOutput(REJECTED, record)
+        key = label_key(rel, label_rows, self._renames, self._folder_labels)
+        for ref in refs:  # discovery guarantees at most one file per relative path
+            if _unchanged(ref, priors[-1] if priors else None, key):
+                yield beam.pvalue.TaggedOutput(SKIPPED, (rel, priors[-1]["run_id"]))
+                continue
+            yield ImageRecord(path=ref.path, rel=ref.rel, size=ref.size, mtime=ref.mtime,
+                              label_key=key, label_rows=label_rows, box_rows=box_rows)
 
 
-class JoinLabels(beam.PTransform):
-    """(images, label rows, box rows) -> labelled ImageRecords, with tagged outputs
-    `row_rejects` (missing_file rows) and `matched` ((kind, n) for matched CSV rows)."""
+class PlanImages(beam.PTransform):
+    """Joins, by root-relative path, the discovered files, the images rejected at discovery,
+    the label and box rows, and the latest remembered index row of each path.
+
+    Outputs: main, ImageRecords to inspect (carrying their rows); `rejected`, discovery
+    rejects; `skipped`, (path, run_id) of unchanged files already in a snapshot;
+    `row_rejects`, rows naming no discovered file (`missing_file`); `matched`, (kind, n).
+    """
 
     def __init__(self, config: Config, folder_labels: bool):
         super().__init__()
@@ -143,14 +196,15 @@ class JoinLabels(beam.PTransform):
         self._folder_labels = folder_labels
 
     def expand(self, inputs):
-        images, label_rows, box_rows = inputs
+        refs, rejected, label_rows, box_rows, prior_rows = inputs
         keyed = {
-            "images": images | "KeyImages" >> beam.Map(lambda r: (r.rel, r)),
+            "refs": refs | "KeyRefs" >> beam.Map(lambda r: (r.rel, r)),
+            "rejected": rejected | "KeyRejected" >> beam.Map(lambda r: (r.rel, r)),
             "labels": label_rows | "KeyLabelRows" >> beam.Map(lambda r: (r.path, r)),
             "boxes": box_rows | "KeyBoxRows" >> beam.Map(lambda r: (r.path, r)),
+            "prior": prior_rows | "KeyPriorRows" >> beam.Map(lambda r: (r["path"], r)),
         }
         return (keyed
                 | "JoinByPath" >> beam.CoGroupByKey()
-                | "ResolveLabels" >> beam.ParDo(
-                    _JoinFn(self._config, self._folder_labels)).with_outputs(
-                        ROW_REJECTS, MATCHED, main="images"))
+                | "Plan" >> beam.ParDo(_PlanFn(self._config, self._folder_labels)).with_outputs(
+                    REJECTED, SKIPPED, ROW_REJECTS, MATCHED, main="images"))

@@ -66,7 +66,8 @@ def _index_row(record, shard: str) -> dict:
     metrics = dict(record.metrics)
     return make_row(
         path=record.rel, sha256=record.sha256, format=record.format, width=record.width,
-        height=record.height, bytes=record.size, outcome=record.split, accepted=True, detail="",
+        height=record.height, bytes=record.size, mtime=record.mtime, label_key=record.label_key,
+        outcome=record.split, accepted=True, detail="",
         label=record.label, label_id=record.label_id, split=record.split, phash=record.phash,
         shard=shard, num_boxes=len(record.boxes),
         **{f"quality_{name}": metrics.get(name) for name in codec.QUALITY_METRICS},
