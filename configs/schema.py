@@ -33,6 +33,7 @@ __all__ = [
     "SplitConfig",
     "OutputConfig",
     "DecodeConfig",
+    "DriftConfig",
     "load_config",
     "config_from_dict",
     "config_to_dict",
@@ -235,6 +236,29 @@ class DecodeConfig:
         check_range("decode.timeout_s", self.timeout_s, 0.0, low_open=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class DriftConfig:
+    """Nightly drift check of tonight's snapshot against the cumulative archive.
+
+    `class_linf_max`: the largest allowed L-infinity distance between tonight's class
+    distribution and the archive's (TFDV's categorical drift comparator). `quality_js_max`: the
+    largest allowed Jensen-Shannon divergence (base 2, in [0, 1]) between the histograms of each
+    quality metric (TFDV's numeric drift comparator). `low_count_ratio`: alarm when tonight
+    brings fewer images than this fraction of the median of earlier nights. Checks start once
+    `min_history` snapshots exist.
+    """
+    class_linf_max: float = 0.25
+    quality_js_max: float = 0.25
+    low_count_ratio: float = 0.2
+    min_history: int = 1
+
+    def __post_init__(self):
+        check_range("drift.class_linf_max", self.class_linf_max, 0.0, 1.0)
+        check_range("drift.quality_js_max", self.quality_js_max, 0.0, 1.0)
+        check_range("drift.low_count_ratio", self.low_count_ratio, 0.0, 1.0)
+        check_range("drift.min_history", self.min_history, 1)
+
+
 # Imported here, after ConfigError and the check helpers it uses are defined (it imports them).
 from configs.online import OnlineConfig  # noqa: E402
 
@@ -252,6 +276,7 @@ class Config:
     split: SplitConfig = dataclasses.field(default_factory=SplitConfig)
     output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
     decode: DecodeConfig = dataclasses.field(default_factory=DecodeConfig)
+    drift: DriftConfig = dataclasses.field(default_factory=DriftConfig)
     online: OnlineConfig = dataclasses.field(default_factory=OnlineConfig)
 
 

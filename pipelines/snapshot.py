@@ -27,7 +27,8 @@ from transforms.stats import finalize_stats, to_statistics_proto
 from transforms.thumbnails import thumbnail_png
 
 __all__ = ["AccountingError", "Snapshot", "new_run_id", "staging_dir_for", "snapshot_dir_for",
-           "check_accounting", "publish_snapshot", "read_json", "committed_snapshots",
+           "check_accounting", "publish_snapshot", "staged_stats", "staged_rejects",
+           "discard_staging", "remove_tree", "read_json", "committed_snapshots",
            "latest_snapshot", "SNAPSHOTS", "LATEST", "MANIFEST"]
 
 SNAPSHOTS = "snapshots"
@@ -181,8 +182,8 @@ def _move(sources: list[str], destinations: list[str]) -> None:
         FileSystems.rename(sources, destinations)
 
 
-def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: dict) -> Snapshot:
-    """Checks the staged run and commits it as `snapshots/<run_id>/` (see module docstring)."""
+def staged_stats(job: PreprocessJob) -> tuple[dict, dict]:
+    """(accounting, stats) of the staged run; AccountingError when inputs went missing."""
     staging = job.staging_dir
     counts = read_json(work_file(staging, "counts.json"))
     accounting = check_accounting(counts)
@@ -193,8 +194,31 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
     stats = finalize_stats(read_json(work_file(staging, "index_summary.json")),
                            _rejects_by_kind(counts), accounting)
     stats["thresholds"] = _thresholds(job.config)
-    table = classes.read_class_table(FileSystems.join(staging, "classes.txt"))
-    stats["classes"] = table
+    stats["classes"] = classes.read_class_table(FileSystems.join(staging, "classes.txt"))
+    return accounting, stats
+
+
+def staged_rejects(job: PreprocessJob) -> list[dict]:
+    """The staged rejects ledger, parsed."""
+    with FileSystems.open(FileSystems.join(job.staging_dir, "rejects.jsonl"),
+                          compression_type="uncompressed") as handle:
+        return [json.loads(line) for line in handle.read().decode("utf-8").splitlines() if line]
+
+
+def discard_staging(job: PreprocessJob) -> None:
+    """Removes a staged run that will not be published."""
+    remove_tree(job.staging_dir)
+
+
+def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: dict,
+                     extra_stats: dict | None = None) -> Snapshot:
+    """Checks the staged run and commits it as `snapshots/<run_id>/` (see module docstring).
+    `extra_stats` sections (e.g. the nightly drift and cumulative totals) are added to
+    stats.json, the report and the manifest."""
+    staging = job.staging_dir
+    accounting, stats = staged_stats(job)
+    stats.update(extra_stats or {})
+    table = stats["classes"]
     _write_json(FileSystems.join(staging, "stats.json"), stats)
     _write_bytes(FileSystems.join(staging, "stats.pb"),
                  to_statistics_proto(stats).SerializeToString(deterministic=True))
@@ -221,16 +245,18 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
         "files": files,
         "config": config_to_dict(job.config),
         "versions": _versions(),
+        **{key: (extra_stats or {})[key] for key in ("drift",) if key in (extra_stats or {})},
     }
     _write_json(FileSystems.join(final, MANIFEST), manifest)  # the commit point
     classes.write_class_table(FileSystems.join(output_dir, "classes.txt"), table)
     _write_bytes(FileSystems.join(output_dir, LATEST), (run_id + "\n").encode("utf-8"))
-    _remove_tree(staging)
+    remove_tree(staging)
     return Snapshot(run_id=run_id, path=final, accounting=accounting, stats=stats,
                     manifest=manifest)
 
 
-def _remove_tree(path: str) -> None:
+def remove_tree(path: str) -> None:
+    """Deletes a folder and everything under it (on object stores: every object under it)."""
     matched = FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list
     if matched:
         FileSystems.delete([m.path for m in matched])

@@ -1,6 +1,7 @@
 """The `pixelmill` command: one subcommand per entry point.
 
     pixelmill preprocess --data_root DIR --labels CSV --output_dir OUT [Beam options]
+    pixelmill nightly --data_root DIR --labels CSV --output_dir OUT [--fail_on_drift]
     pixelmill demo [--workdir DIR]
     pixelmill preview --output_dir OUT --out grid.png
     pixelmill bench preprocess|train [options]
@@ -15,11 +16,13 @@ import sys
 
 from configs.schema import ConfigError
 from runners.errors import UsageError
+from transforms.run_lock import LockHeld
 
 __all__ = ["main", "SUBCOMMANDS"]
 
 SUBCOMMANDS = {
     "preprocess": ("runners.preprocess", "raw images + CSV labels -> committed TFRecord snapshot"),
+    "nightly": ("runners.nightly", "incremental rerun: only new data, cross-run dedup, drift"),
     "demo": ("runners.demo", "generate demo data, run the job on it, print the summary"),
     "preview": ("runners.preview", "PNG grid of augmented training samples with boxes"),
     "bench": (None, "benchmarks: `bench preprocess` or `bench train`"),
@@ -61,6 +64,9 @@ def main(argv=None) -> int:
     except (UsageError, ConfigError) as exc:
         print(f"pixelmill {command}: error: {exc}", file=sys.stderr)
         return 2
+    except LockHeld as exc:
+        print(f"pixelmill {command}: {exc}", file=sys.stderr)
+        return 75
     return result if isinstance(result, int) else 0
 
 

@@ -25,17 +25,19 @@ import sys
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, SetupOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from configs.schema import ConfigError, load_config
 from pipelines.preprocess import PreprocessJob, build_preprocess
-from pipelines.snapshot import (Snapshot, new_run_id, publish_snapshot, staging_dir_for)
+from pipelines.snapshot import Snapshot, new_run_id, publish_snapshot, staging_dir_for
 from runners.beam_runner import runner_for
 from runners.errors import UsageError
 from transforms import boxes, classes, labels
 from transforms.join_labels import read_csv_header
+from transforms.run_lock import RunLock
 
-__all__ = ["PreprocessOptions", "run", "main", "resolve_job", "translate_flags"]
+__all__ = ["PreprocessOptions", "run", "main", "resolve_job", "translate_flags", "execute",
+           "parse_options"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -139,22 +141,32 @@ def translate_flags(argv) -> list[str]:
     return result
 
 
-def run(argv=None, save_main_session: bool = False) -> Snapshot:
-    """Runs the job and commits the snapshot; raises on any failure (nothing published)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    options = PipelineOptions(translate_flags(argv))
-    options.view_as(SetupOptions).save_main_session = save_main_session
-    job_options = options.view_as(PreprocessOptions)
-    run_id = job_options.run_id or new_run_id()
-    output_dir = _require(job_options.output_dir, "--output_dir")
-    job, inputs = resolve_job(job_options, staging_dir_for(output_dir, run_id))
+def execute(job: PreprocessJob, options: PipelineOptions) -> None:
+    """Builds and runs the graph; everything lands in `job.staging_dir`. Raises on failure."""
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
     build_preprocess(pipeline, job)
-    result = pipeline.run()
-    state = result.wait_until_finish()
-    if state not in ("DONE", None) and str(state) != "PipelineState.DONE":
+    state = pipeline.run().wait_until_finish()
+    if state is not None and str(state).rsplit(".", 1)[-1] != "DONE":
         raise RuntimeError(f"The pipeline ended in state {state}; nothing was published.")
-    return publish_snapshot(job, output_dir, run_id, inputs)
+
+
+def parse_options(argv) -> tuple[PipelineOptions, PreprocessOptions, str, str]:
+    """(Beam options, pixelmill options, run_id, output_dir) from a command line."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    options = PipelineOptions(translate_flags(argv))
+    job_options = options.view_as(PreprocessOptions)
+    output_dir = _require(job_options.output_dir, "--output_dir")
+    return options, job_options, job_options.run_id or new_run_id(), output_dir
+
+
+def run(argv=None) -> Snapshot:
+    """Runs the job over every input and commits the snapshot; raises on any failure
+    (nothing published). Holds the output folder's lock while it runs."""
+    options, job_options, run_id, output_dir = parse_options(argv)
+    job, inputs = resolve_job(job_options, staging_dir_for(output_dir, run_id))
+    with RunLock(output_dir, run_id):
+        execute(job, options)
+        return publish_snapshot(job, output_dir, run_id, inputs)
 
 
 def main(argv=None) -> int:

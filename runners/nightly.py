@@ -1,0 +1,146 @@
+"""`pixelmill nightly`: the incremental rerun for cron or an orchestrator.
+
+    pixelmill nightly --data_root DIR_OR_GS --labels CSV --output_dir OUT [--config ...] \\
+        [--fail_on_drift] [any Beam option, e.g. --runner DataflowRunner ...]
+
+Every night it processes only what is new since the last committed snapshot (new files,
+changed content at a known path, images whose labels changed), rejects content already
+accepted in an earlier snapshot as `duplicate` / `near_duplicate` (the memory is the committed
+snapshots' `index.parquet`, read back with Beam's Parquet IO), writes a new snapshot with its
+own shards, stats, report and manifest, and checks tonight's classes and quality against the
+archive. Nothing new: nothing is published, exit 0.
+
+Exit codes: 0 published or nothing new; 2 bad flags/config; 3 drift with --fail_on_drift;
+75 another run holds the output folder's lock.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pipelines.snapshot import (SNAPSHOTS, Snapshot, committed_snapshots,
+                                discard_staging, publish_snapshot, read_json, snapshot_dir_for,
+                                remove_tree, staged_rejects, staged_stats,
+                                staging_dir_for)
+from runners.preprocess import execute, parse_options, resolve_job
+from transforms.drift import check_drift, cumulative_stats
+from transforms.rejects import IMAGE
+from transforms.run_lock import RunLock
+
+__all__ = ["NightlyOptions", "NightlyResult", "run", "main", "EXIT_DRIFT", "EXIT_LOCKED"]
+
+_LOG = logging.getLogger(__name__)
+EXIT_DRIFT = 3
+EXIT_LOCKED = 75  # EX_TEMPFAIL: try again later
+
+
+class NightlyOptions(PipelineOptions):
+    """Options of `pixelmill nightly` beyond those of `pixelmill preprocess`."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--fail_on_drift", action="store_true", default=False,
+                            help="Exit 3 when tonight's data drifted from the archive.")
+        parser.add_argument("--lock_stale_hours", type=float, default=12.0,
+                            help="Take over a lock older than this (its run died).")
+
+
+@dataclasses.dataclass(frozen=True)
+class NightlyResult:
+    """What a night did: `snapshot` is None when nothing new was found."""
+    run_id: str
+    snapshot: Snapshot | None
+    message: str
+    drift: dict
+    exit_code: int
+
+
+def _clean_unfinished(output_dir: str) -> None:
+    """Under the lock, whatever a killed run left is garbage: staged folders, and snapshot
+    folders without a manifest (never committed, so no reader or memory ever saw them)."""
+    committed = set(committed_snapshots(output_dir))
+    found = FileSystems.match([FileSystems.join(output_dir, SNAPSHOTS, "*", "**")])[0]
+    unfinished = sorted({m.path[len(output_dir.rstrip("/")) + 1:].split("/")[1]
+                         for m in found.metadata_list} - committed)
+    for run_id in unfinished:
+        _LOG.warning("removing snapshot %s: its run never committed it", run_id)
+        remove_tree(snapshot_dir_for(output_dir, run_id))
+    remove_tree(FileSystems.join(output_dir, ".staging"))
+
+
+def _row_reject_keys(rejects) -> set:
+    return {(r["kind"], r["path"], r["reason"]) for r in rejects if r["kind"] != IMAGE}
+
+
+def _archived_row_rejects(output_dir: str, run_ids) -> set:
+    keys = set()
+    for run_id in run_ids:
+        path = FileSystems.join(snapshot_dir_for(output_dir, run_id), "rejects.jsonl")
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            keys |= _row_reject_keys(json.loads(line) for line in
+                                     handle.read().decode("utf-8").splitlines() if line)
+    return keys
+
+
+def run(argv=None) -> NightlyResult:
+    options, job_options, run_id, output_dir = parse_options(argv)
+    nightly = options.view_as(NightlyOptions)
+    job, inputs = resolve_job(job_options, staging_dir_for(output_dir, run_id))
+    with RunLock(output_dir, run_id, stale_after_s=nightly.lock_stale_hours * 3600):
+        _clean_unfinished(output_dir)
+        history_ids = committed_snapshots(output_dir)
+        job = dataclasses.replace(job, archive=tuple(
+            (rid, FileSystems.join(snapshot_dir_for(output_dir, rid), "index.parquet"))
+            for rid in history_ids))
+        execute(job, options)
+        accounting, stats = staged_stats(job)
+        images = accounting["images"]
+        new_row_rejects = _row_reject_keys(staged_rejects(job)) - _archived_row_rejects(
+            output_dir, history_ids)
+        if images["accepted"] + images["rejected"] == 0 and not new_row_rejects:
+            discard_staging(job)
+            message = (f"nothing new since snapshot {history_ids[-1] if history_ids else '-'}: "
+                       f"{images['skipped']} images unchanged; nothing published")
+            return NightlyResult(run_id, None, message, {}, 0)
+        history = [read_json(FileSystems.join(snapshot_dir_for(output_dir, rid), "stats.json"))
+                   for rid in history_ids]
+        drift = check_drift(stats, history, job.config.drift)
+        cumulative = cumulative_stats(history + [stats])
+        snapshot = publish_snapshot(job, output_dir, run_id, inputs,
+                                    extra_stats={"drift": drift, "cumulative": cumulative})
+    exit_code = EXIT_DRIFT if drift["drifted"] and nightly.fail_on_drift else 0
+    message = "drift detected" if drift["drifted"] else "no drift"
+    return NightlyResult(run_id, snapshot, message, drift, exit_code)
+
+
+def main(argv=None) -> int:
+    """Command-line entry: prints the summary and the drift verdict; returns the exit code."""
+    from runners.summary import format_summary
+    from transforms.run_lock import LockHeld
+    try:
+        result = run(argv)
+    except LockHeld as exc:
+        print(f"pixelmill nightly: {exc}", file=sys.stderr)
+        return EXIT_LOCKED
+    if result.snapshot is None:
+        print(f"pixelmill nightly: {result.message}")
+        return result.exit_code
+    print(format_summary(result.snapshot))
+    for check in result.drift.get("checks", []):
+        flag = "DRIFT" if check["drifted"] else "ok"
+        print(f"  drift {check['name']:<30} {check['statistic']:<15} {check['value']:.4f} "
+              f"(max {check['threshold']})  {flag}")
+    for alarm in result.drift.get("alarms", []):
+        print(f"  alarm {alarm['name']}: {alarm['detail']}")
+    print(f"pixelmill nightly: {result.message}")
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    from runners.cli import main as cli_main
+    sys.exit(cli_main(["nightly", *sys.argv[1:]]))

@@ -1,0 +1,227 @@
+"""Nightly incremental runs: a three-night simulation, kill injection and the run lock."""
+from __future__ import annotations
+
+import glob
+import io
+import json
+import os
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from pipelines import snapshot as snapshot_module
+from runners import nightly
+from runners.demo_data import photo_like
+from tests.jobutil import index_rows
+from transforms import codec
+
+
+def _jpeg(seed: int, class_index: int, quality: int = 92, scale: float = 1.0) -> bytes:
+    image = Image.fromarray(photo_like(np.random.default_rng(seed), 120, 160, class_index))
+    if scale != 1.0:
+        image = image.resize((int(160 * scale), int(120 * scale)), Image.BILINEAR)
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+class World:
+    """The data folder a nightly job watches, changed night by night."""
+
+    def __init__(self, base):
+        self.root = base / "images"
+        self.labels = base / "labels.csv"
+        self.out = base / "out"
+        self.rows = []
+        self.root.mkdir()
+
+    def add(self, rel, data, label=None):
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        if label:
+            self.rows.append((rel, label))
+        self.labels.write_text("path,label\n" + "".join(f"{p},{l}\n" for p, l in self.rows))
+
+    def night(self, *extra):
+        argv = ["--data_root", str(self.root), "--labels", str(self.labels),
+                "--output_dir", str(self.out), "--set", "decode.isolation=inline", *extra]
+        return nightly.run(argv)
+
+
+def _night1(world):
+    for i in range(6):
+        world.add(f"cat/{i}.jpg", _jpeg(100 + i, 0), "cat")
+        world.add(f"dog/{i}.jpg", _jpeg(200 + i, 1), "dog")
+    world.add("later/a.jpg", _jpeg(300, 0))  # unlabeled tonight
+    world.add("later/b.jpg", _jpeg(301, 1))  # unlabeled tonight
+
+
+def _night2(world):
+    for i in range(6):
+        world.add(f"bird/{i}.jpg", _jpeg(400 + i, 2), "bird")
+    world.rows += [("later/a.jpg", "cat"), ("later/b.jpg", "dog")]  # labels arrive
+    world.add("cat/0.jpg", _jpeg(500, 0))                           # content changed in place
+    world.add("copies/exact.jpg", (world.root / "dog/1.jpg").read_bytes(), "dog")
+    world.add("copies/near.jpg", _jpeg(102, 0, quality=80, scale=0.95), "cat")  # ~ cat/2.jpg
+
+
+def _shas(snapshot):
+    files = glob.glob(os.path.join(snapshot.path, "*", "*.tfrecord-*"))
+    return [tf.io.parse_single_example(s, codec.feature_spec())[codec.IMAGE_SHA256]
+            .numpy().decode() for s in tf.data.TFRecordDataset(files)]
+
+
+@pytest.fixture(scope="module")
+def three_nights(tmp_path_factory):
+    world = World(tmp_path_factory.mktemp("nightly"))
+    _night1(world)
+    first = world.night()
+    classes_after_1 = (world.out / "classes.txt").read_text().split()
+    _night2(world)
+    second = world.night()
+    classes_after_2 = (world.out / "classes.txt").read_text().split()
+    third = world.night()
+    return world, first, second, third, classes_after_1, classes_after_2
+
+
+def test_class_ids_are_stable_and_new_classes_are_appended(three_nights):
+    *_, classes_after_1, classes_after_2 = three_nights
+    assert classes_after_1 == ["cat", "dog"]
+    assert classes_after_2 == ["cat", "dog", "bird"]
+
+
+def test_night_one_accounts_for_every_input(three_nights):
+    _, first, *_ = three_nights
+    images = first.snapshot.accounting["images"]
+    assert images == {"discovered": 14, "accepted": 12, "rejected": 2, "skipped": 0, "ok": True}
+    assert first.drift["checked"] is False
+
+
+def test_night_two_processes_only_what_is_new(three_nights):
+    _, _, second, *_ = three_nights
+    images = second.snapshot.accounting["images"]
+    # 22 files: 6 birds + 2 newly labelled + 1 changed + 2 copies are new work; 11 unchanged.
+    assert images == {"discovered": 22, "accepted": 9, "rejected": 2, "skipped": 11,
+                      "ok": True}
+    rows = index_rows(second.snapshot)
+    assert sorted(rows) == sorted(
+        [f"bird/{i}.jpg" for i in range(6)]
+        + ["later/a.jpg", "later/b.jpg", "cat/0.jpg", "copies/exact.jpg", "copies/near.jpg"])
+
+
+def test_night_two_rejects_copies_of_archived_images(three_nights):
+    _, first, second, *_ = three_nights
+    rows = index_rows(second.snapshot)
+    assert rows["copies/exact.jpg"]["outcome"] == "duplicate"
+    assert "'dog/1.jpg'" in rows["copies/exact.jpg"]["detail"]
+    assert first.run_id in rows["copies/exact.jpg"]["detail"]
+    assert rows["copies/near.jpg"]["outcome"] == "near_duplicate"
+    assert "'cat/2.jpg'" in rows["copies/near.jpg"]["detail"]
+
+
+def test_changed_content_and_new_labels_are_accepted(three_nights):
+    _, _, second, *_ = three_nights
+    rows = index_rows(second.snapshot)
+    assert rows["cat/0.jpg"]["accepted"] and rows["later/a.jpg"]["label"] == "cat"
+    assert rows["later/b.jpg"]["accepted"] and rows["later/b.jpg"]["label"] == "dog"
+
+
+def test_no_image_is_in_two_snapshots(three_nights):
+    _, first, second, *_ = three_nights
+    shas = _shas(first.snapshot) + _shas(second.snapshot)
+    assert len(shas) == len(set(shas)) == 21
+
+
+def test_drift_is_flagged_on_night_two(three_nights):
+    _, _, second, *_ = three_nights
+    assert second.drift["checked"] and second.drift["drifted"]
+    classes = [c for c in second.drift["checks"] if c["name"] == "class_distribution"][0]
+    assert classes["drifted"] and classes["detail"]["worst_class"] == "bird"
+    stats = json.load(open(os.path.join(second.snapshot.path, "stats.json")))
+    assert stats["cumulative"]["images"]["accepted"] == 21
+    manifest = json.load(open(os.path.join(second.snapshot.path, "manifest.json")))
+    assert manifest["drift"]["drifted"] is True
+
+
+def test_night_three_publishes_nothing(three_nights):
+    world, _, second, third, *_ = three_nights
+    assert third.snapshot is None and third.exit_code == 0
+    assert "nothing new" in third.message
+    assert snapshot_module.latest_snapshot(str(world.out)) == second.run_id
+    assert snapshot_module.committed_snapshots(str(world.out)) == sorted(
+        [three_nights[1].run_id, second.run_id])
+    assert not glob.glob(str(world.out / ".staging" / "*"))
+
+
+def test_fail_on_drift_gives_a_nonzero_exit(tmp_path):
+    world = World(tmp_path)
+    _night1(world)
+    world.night()
+    _night2(world)
+    result = world.night("--fail_on_drift")
+    assert result.exit_code == nightly.EXIT_DRIFT
+
+
+def test_run_killed_before_the_manifest_leaves_no_snapshot_and_is_redone(tmp_path,
+                                                                         monkeypatch):
+    world = World(tmp_path)
+    _night1(world)
+    first = world.night()
+    _night2(world)
+    real_write_json = snapshot_module._write_json
+
+    def killed_at_manifest(path, data):
+        if path.endswith("manifest.json"):
+            raise KeyboardInterrupt("killed after the shards, before the manifest")
+        real_write_json(path, data)
+
+    monkeypatch.setattr(snapshot_module, "_write_json", killed_at_manifest)
+    with pytest.raises(KeyboardInterrupt):
+        world.night()
+    monkeypatch.setattr(snapshot_module, "_write_json", real_write_json)
+    assert snapshot_module.committed_snapshots(str(world.out)) == [first.run_id]
+    assert snapshot_module.latest_snapshot(str(world.out)) == first.run_id
+    redo = world.night()
+    assert redo.snapshot.accounting["images"]["accepted"] == 9
+    assert snapshot_module.committed_snapshots(str(world.out)) == sorted(
+        [first.run_id, redo.run_id])
+    assert sorted(os.listdir(world.out / "snapshots")) == sorted([first.run_id, redo.run_id])
+
+
+def _hold_lock(out, pid):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": pid,
+                                           "run_id": "other-run", "since": time.time()}))
+
+
+def test_second_overlapping_run_exits_with_the_lock_message(tmp_path, capsys):
+    world = World(tmp_path)
+    _night1(world)
+    sleeper = subprocess.Popen(["sleep", "60"])  # the other run, still alive
+    try:
+        _hold_lock(world.out, sleeper.pid)
+        code = nightly.main(["--data_root", str(world.root), "--labels", str(world.labels),
+                             "--output_dir", str(world.out)])
+    finally:
+        sleeper.kill()
+    assert code == nightly.EXIT_LOCKED
+    err = capsys.readouterr().err
+    assert "another pixelmill run holds" in err and "other-run" in err
+    assert snapshot_module.latest_snapshot(str(world.out)) is None
+
+
+def test_lock_of_a_dead_run_is_taken_over(tmp_path):
+    world = World(tmp_path)
+    _night1(world)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    _hold_lock(world.out, dead.pid)
+    result = world.night()
+    assert result.snapshot is not None
+    assert not (world.out / ".lock").exists()
