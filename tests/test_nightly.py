@@ -147,6 +147,8 @@ def test_drift_is_flagged_on_night_two(three_nights):
     assert stats["cumulative"]["images"]["accepted"] == 21
     manifest = json.load(open(os.path.join(second.snapshot.path, "manifest.json")))
     assert manifest["drift"]["drifted"] is True
+    report = open(os.path.join(second.snapshot.path, "report.html")).read()
+    assert "Tonight and the archive" in report and "class_distribution" in report
 
 
 def test_night_three_publishes_nothing(three_nights):

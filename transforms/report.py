@@ -127,6 +127,9 @@ def _accounting_section(stats: Mapping) -> str:
         if {"discovered", "accepted", "rejected"} <= set(check):
             equation = (f"discovered {_number(check['discovered'])} = accepted "
                         f"{_number(check['accepted'])} + rejected {_number(check['rejected'])}")
+            if check.get("skipped"):
+                equation += (f" + unchanged since an earlier snapshot "
+                             f"{_number(check['skipped'])}")
         elif {"total", "matched", "rejected"} <= set(check):
             equation = (f"total {_number(check['total'])} = matched {_number(check['matched'])}"
                         f" + rejected {_number(check['rejected'])}")
@@ -147,6 +150,39 @@ def _accounting_section(stats: Mapping) -> str:
     return ("<h2>Totals and accounting</h2>" + totals
             + f'<div class="banner {"ok" if overall else "failed"}">{_e(banner)}</div>'
             + _table(["input", "check", "status"], rows))
+
+
+def _nightly_section(stats: Mapping) -> str:
+    """Tonight against the archive (nightly runs only): drift verdicts and cumulative totals."""
+    drift, cumulative = stats.get("drift"), stats.get("cumulative")
+    if not drift and not cumulative:
+        return ""
+    parts = ["<h2>Tonight and the archive</h2>"]
+    if drift:
+        if not drift.get("checked"):
+            parts.append(f"<p>Drift not checked: {_e(drift.get('reason', ''))}</p>")
+        else:
+            parts.append(f"<p>Drift: {_status(not drift['drifted'])}</p>")
+            parts.append(_table(
+                ["check", "statistic", "value", "threshold", "verdict"],
+                [[_e(c["name"]), _e(c["statistic"]), f"{c['value']:.4f}", _e(c["threshold"]),
+                  _status(not c["drifted"])] for c in drift.get("checks", [])],
+                numeric=(2, 3)))
+            for alarm in drift.get("alarms", []):
+                parts.append(f'<p class="failed">{_e(alarm["detail"])}</p>')
+    if cumulative:
+        images = cumulative.get("images", {})
+        parts.append(f"<p>Cumulative over {_number(cumulative.get('snapshots', 0))} snapshots: "
+                     f"{_number(images.get('accepted', 0))} accepted, "
+                     f"{_number(images.get('rejected', 0))} rejected.</p>")
+        splits = _split_order(cumulative.get("by_split_class", {}))
+        names = sorted({n for per in cumulative.get("by_split_class", {}).values() for n in per})
+        parts.append(_table(
+            ["class"] + [_e(s) for s in splits],
+            [[_e(n)] + [_number(cumulative["by_split_class"].get(s, {}).get(n, 0))
+                        for s in splits] for n in names],
+            numeric=tuple(range(1, len(splits) + 1))))
+    return "".join(parts)
 
 
 def _class_section(stats: Mapping) -> str:
@@ -397,6 +433,7 @@ def render_report(stats: dict, thumbnails: dict[str, list[tuple[str, bytes | Non
         f"<h1>{_e(title)}</h1>",
         f'<p class="meta">run <code>{_e(run_id)}</code> · accounting {_status(overall_ok)}</p>',
         _accounting_section(stats),
+        _nightly_section(stats),
         _class_section(stats),
         _reject_section(stats),
         _thumbnail_section(thumbnails),

@@ -1,0 +1,74 @@
+"""Drift statistics and the nightly drift verdict, on hand-written stats."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from configs.schema import DriftConfig
+from transforms.drift import (check_drift, class_distribution, cumulative_stats, js_divergence,
+                              linf_distance)
+
+
+def _stats(classes: dict, histogram=(10, 0, 0), rejected=0):
+    accepted = sum(classes.values())
+    return {"images": {"accepted": accepted, "rejected": rejected},
+            "by_split": {"train": accepted}, "by_split_class": {"train": dict(classes)},
+            "by_reason": {}, "quality": {"entropy": {"histogram": {
+                "edges": [0.0, 1.0, 2.0, 3.0], "counts": list(histogram)}}}}
+
+
+def test_class_distribution_sums_over_splits():
+    assert class_distribution({"train": {"a": 3, "b": 1}, "test": {"a": 1, "c": 3}}) == {
+        "a": 0.5, "b": 0.125, "c": 0.375}
+
+
+def test_linf_counts_missing_categories_as_zero():
+    assert linf_distance({"a": 0.5, "b": 0.5}, {"a": 0.25, "c": 0.75}) == 0.75
+
+
+def test_js_divergence_bounds():
+    assert js_divergence([1, 0], [1, 0]) == 0.0
+    assert js_divergence([1, 0], [0, 1]) == pytest.approx(1.0)
+    expected = 0.5 * (0.5 * math.log2(0.5 / 0.25) + 0.5 * math.log2(0.5 / 0.75)) + \
+        0.5 * (1.0 * math.log2(1.0 / 0.75))
+    assert js_divergence([1, 1], [0, 2]) == pytest.approx(expected)
+
+
+def test_cumulative_adds_counts_and_histograms():
+    total = cumulative_stats([_stats({"a": 2}, (1, 2, 3)), _stats({"a": 1, "b": 4}, (0, 1, 0))])
+    assert total["by_split_class"] == {"train": {"a": 3, "b": 4}}
+    assert total["quality_histograms"]["entropy"]["counts"] == [1, 3, 3]
+    assert total["images"] == {"accepted": 7, "rejected": 0}
+
+
+def test_no_history_is_not_checked():
+    result = check_drift(_stats({"a": 1}), [], DriftConfig())
+    assert result["checked"] is False and result["drifted"] is False
+
+
+def test_new_class_drifts_the_class_distribution():
+    result = check_drift(_stats({"a": 5, "new": 5}), [_stats({"a": 10})], DriftConfig())
+    check = result["checks"][0]
+    assert check["name"] == "class_distribution" and check["value"] == 0.5
+    assert check["drifted"] and result["drifted"]
+
+
+def test_same_distribution_does_not_drift():
+    result = check_drift(_stats({"a": 25, "b": 25}), [_stats({"a": 50, "b": 50})], DriftConfig())
+    assert [c["value"] for c in result["checks"]] == [0.0, 0.0]
+    assert result["drifted"] is False
+
+
+def test_quality_histogram_shift_drifts():
+    result = check_drift(_stats({"a": 10}, (0, 0, 10)), [_stats({"a": 10}, (10, 0, 0))],
+                         DriftConfig())
+    quality = [c for c in result["checks"] if c["name"] == "quality/entropy"][0]
+    assert quality["value"] == pytest.approx(1.0) and quality["drifted"]
+
+
+def test_low_count_alarm():
+    history = [_stats({"a": 100}), _stats({"a": 120}), _stats({"a": 80})]
+    result = check_drift(_stats({"a": 10}), history, DriftConfig(low_count_ratio=0.2))
+    assert result["alarms"][0]["name"] == "low_count" and result["alarms"][0]["usual"] == 100
+    assert result["drifted"]
