@@ -22,6 +22,8 @@ setuptools.setup(
     ],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3"],
+        # The nightly DAG in runners/airflow_dag.py; not needed to run pixelmill itself.
+        "airflow": ["apache-airflow>=2.9"],
     },
     entry_points={"console_scripts": ["pixelmill = runners.cli:main"]},
 )
