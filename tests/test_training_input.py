@@ -1,0 +1,444 @@
+"""The training reader: snapshot selection, reproducible batches, resume, sharding, boxes, fit."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from configs.schema import ConfigError, load_config
+from pipelines import training_input
+from runners.bench_train import write_synthetic_snapshot
+from transforms import codec
+from transforms.augment import build_batch_augmenter
+
+NUM_CLASSES = 4
+TRAIN_IMAGES = 32
+BATCH = 4
+SEED = 3
+# XLA compiles per dataset (seconds each); the reader's logic is the same either way, so these
+# tests read uncompiled, and test_xla_batches_are_reproducible covers the compiled default.
+EAGER = dict(jit_compile=False)
+
+
+@pytest.fixture(scope="module")
+def config():
+    return load_config(overrides=["online.image_size=16"])
+
+
+@pytest.fixture(scope="module")
+def output_dir(tmp_path_factory):
+    """4 classes in 4 shards; image i has label i % 4 and lies in shard i % 4, so every shard
+    holds one class and the labels a replica sees tell which shards it read."""
+    root = str(tmp_path_factory.mktemp("classify"))
+    write_synthetic_snapshot(root, counts={"train": TRAIN_IMAGES, "validation": 6},
+                             image_size=24, num_classes=NUM_CLASSES, num_shards=4, seed=1)
+    return root
+
+
+@pytest.fixture(scope="module")
+def box_dir(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("boxes"))
+    write_synthetic_snapshot(root, counts={"train": 8}, image_size=24, num_classes=3,
+                             num_shards=2, max_boxes=3, seed=2)
+    return root
+
+
+def _batches(dataset) -> list:
+    return [tf.nest.map_structure(lambda t: t.numpy(), batch) for batch in dataset]
+
+
+def _assert_same(first, second):
+    tf.nest.assert_same_structure(first, second)
+    for a, b in zip(tf.nest.flatten(first), tf.nest.flatten(second)):
+        np.testing.assert_array_equal(a, b)
+
+
+def _differs(first, second) -> bool:
+    return any(a.shape != b.shape or not np.array_equal(a, b)
+               for a, b in zip(tf.nest.flatten(first), tf.nest.flatten(second)))
+
+
+@pytest.fixture(scope="module")
+def epoch0(output_dir, config):
+    """The augmented epoch 0 of a continuing run."""
+    return _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                seed=SEED, epoch=0, **EAGER))
+
+
+@pytest.fixture(scope="module")
+def epoch1(output_dir, config):
+    return _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                seed=SEED, epoch=1, **EAGER))
+
+
+# ----------------------------------------------------------------------------- snapshots
+
+def test_latest_names_the_snapshot_that_is_read(tmp_path):
+    root = str(tmp_path)
+    write_synthetic_snapshot(root, counts={"train": 4}, run_id="run1", num_shards=1)
+    write_synthetic_snapshot(root, counts={"train": 6}, run_id="run2", num_shards=1)
+    tf.io.gfile.GFile(f"{root}/LATEST", "w").write("run1\n")
+    assert training_input.select_snapshots(root) == [
+        training_input.Snapshot("run1", f"{root}/snapshots/run1")]
+
+
+def test_uncommitted_snapshot_is_ignored(tmp_path, config):
+    root = str(tmp_path)
+    write_synthetic_snapshot(root, counts={"train": 4}, num_classes=2, run_id="run1",
+                             num_shards=1)
+    write_synthetic_snapshot(root, counts={"train": 12}, num_classes=3, run_id="run2",
+                             num_shards=1, commit=False)
+    dataset = training_input.make_dataset(root, batch_size=1, config=config, augment=False)
+    batches = _batches(dataset)
+    assert len(batches) == 4
+    assert batches[0][1].shape == (1, 2)
+
+
+def test_latest_naming_an_uncommitted_snapshot_falls_back_to_a_committed_one(tmp_path):
+    root = str(tmp_path)
+    write_synthetic_snapshot(root, counts={"train": 4}, run_id="run1", num_shards=1)
+    write_synthetic_snapshot(root, counts={"train": 4}, run_id="run2", num_shards=1,
+                             commit=False)
+    tf.io.gfile.GFile(f"{root}/LATEST", "w").write("run2\n")
+    assert [s.run_id for s in training_input.select_snapshots(root)] == ["run1"]
+
+
+def test_no_committed_snapshot_is_an_error(tmp_path):
+    write_synthetic_snapshot(str(tmp_path), counts={"train": 4}, num_shards=1, commit=False)
+    with pytest.raises(FileNotFoundError, match="No committed snapshot"):
+        training_input.select_snapshots(str(tmp_path))
+
+
+def test_unknown_snapshots_choice_names_the_allowed_values(output_dir):
+    with pytest.raises(ConfigError, match=r"Expected one of \('latest',\). Received: "
+                                          r"snapshots='all'"):
+        training_input.select_snapshots(output_dir, "all")
+
+
+def test_incomplete_shard_series_is_an_error(tmp_path):
+    root = str(tmp_path)
+    snapshot = write_synthetic_snapshot(root, counts={"train": 6}, num_shards=3)
+    tf.io.gfile.remove(f"{snapshot}/train/images-train.tfrecord-00001-of-00003")
+    with pytest.raises(ValueError, match=r"Incomplete shard series.*indices \[0, 2\]"):
+        training_input.list_shards(training_input.select_snapshots(root)[0], "train")
+
+
+def test_gzip_shards_are_read(tmp_path, config):
+    root = str(tmp_path)
+    write_synthetic_snapshot(root, counts={"train": 5}, num_shards=2, compression="gzip")
+    files = training_input.list_shards(training_input.select_snapshots(root)[0], "train")
+    assert [f.rsplit("/", 1)[-1] for f in files] == [
+        "images-train.tfrecord-00000-of-00002.gz", "images-train.tfrecord-00001-of-00002.gz"]
+    batches = _batches(training_input.make_dataset(root, batch_size=5, config=config,
+                                                   augment=False))
+    assert batches[0][0].shape == (5, 16, 16, 3)
+
+
+def test_count_examples_reads_by_split(output_dir):
+    assert training_input.count_examples(output_dir, "train") == TRAIN_IMAGES
+    assert training_input.count_examples(output_dir, "validation") == 6
+
+
+def test_unknown_split_is_an_error(output_dir, config):
+    with pytest.raises(ConfigError, match="Received: split='dev'"):
+        training_input.make_dataset(output_dir, split="dev", config=config)
+
+
+# ----------------------------------------------------------------------------- output
+
+def test_shapes_and_dtypes(epoch0):
+    assert len(epoch0) == TRAIN_IMAGES // BATCH
+    images, labels = epoch0[0]
+    assert images.shape == (BATCH, 16, 16, 3) and images.dtype == np.float32
+    assert labels.shape == (BATCH, NUM_CLASSES) and labels.dtype == np.float32
+
+
+def test_labels_sum_to_one_and_some_are_mixed(epoch0):
+    labels = np.concatenate([batch[1] for batch in epoch0])
+    np.testing.assert_allclose(labels.sum(axis=1), 1.0, atol=1e-6)
+    assert np.any((labels > 0) & (labels < 1))  # mixup/cutmix did mix
+
+
+def test_validation_keeps_the_last_partial_batch_and_is_not_augmented(output_dir, config):
+    batches = _batches(training_input.make_dataset(output_dir, "validation", batch_size=4,
+                                                   config=config))
+    assert [b[0].shape[0] for b in batches] == [4, 2]
+    labels = np.concatenate([b[1] for b in batches])
+    np.testing.assert_array_equal(labels, np.eye(NUM_CLASSES)[labels.argmax(axis=1)])
+
+
+def test_normalization_uses_the_snapshot_pixel_stats(output_dir, config):
+    kwargs = dict(split="validation", batch_size=6, config=config)
+    raw = _batches(training_input.make_dataset(output_dir, normalize=False, **kwargs))[0][0]
+    normalized = _batches(training_input.make_dataset(output_dir, **kwargs))[0][0]
+    stats = json.loads(tf.io.gfile.GFile(
+        f"{output_dir}/snapshots/synthetic/stats.json").read())["pixel_stats"]
+    expected = (raw - np.float32(stats["mean"])) / np.float32(stats["std"])
+    np.testing.assert_allclose(normalized, expected, rtol=1e-6, atol=1e-6)
+    assert raw.min() >= 0.0 and raw.max() <= 1.0
+
+
+def _raw_records_interleaved(files):
+    """Records of the shards in the reader's unshuffled order: one from each shard in turn."""
+    per_file = [[codec.parse_example(r) for r in tf.data.TFRecordDataset(f)] for f in files]
+    return [records[i] for i in range(max(map(len, per_file)))
+            for records in per_file if i < len(records)]
+
+
+def test_boxes_come_out_padded_with_count_in_ymin_xmin_ymax_xmax(box_dir, config):
+    dataset = training_input.make_dataset(box_dir, batch_size=8, config=config, augment=False,
+                                          shuffle=False, normalize=False, max_boxes=4)
+    batch = _batches(dataset)[0]
+    assert sorted(batch) == ["box_labels", "boxes", "images", "labels", "matrix", "num_boxes"]
+    files = training_input.list_shards(training_input.select_snapshots(box_dir)[0], "train")
+    for index, record in enumerate(_raw_records_interleaved(files)):
+        count = len(record[codec.BBOX_XMIN])
+        expected = np.zeros((4, 4), np.float32)
+        expected[:count] = np.stack([record[codec.BBOX_YMIN], record[codec.BBOX_XMIN],
+                                     record[codec.BBOX_YMAX], record[codec.BBOX_XMAX]], axis=1)
+        labels = np.full(4, -1, np.int32)
+        labels[:count] = record[codec.BOX_CLASS_LABEL]
+        assert batch["num_boxes"][index] == count
+        np.testing.assert_array_equal(batch["boxes"][index], expected)
+        np.testing.assert_array_equal(batch["box_labels"][index], labels)
+    np.testing.assert_array_equal(batch["matrix"], np.broadcast_to(np.eye(3), (8, 3, 3)))
+    assert batch["boxes"].dtype == np.float32 and batch["box_labels"].dtype == np.int32
+
+
+def test_augmented_boxes_keep_the_format(box_dir, config):
+    dataset = training_input.make_dataset(box_dir, batch_size=4, config=config, max_boxes=3,
+                                          **EAGER)
+    for batch in _batches(dataset):
+        assert batch["boxes"].shape == (4, 6, 4)  # mix on: own and partner boxes
+        for boxes, labels, count in zip(batch["boxes"], batch["box_labels"],
+                                        batch["num_boxes"]):
+            valid = boxes[:count]
+            assert np.all((valid >= 0) & (valid <= 1))
+            assert np.all(valid[:, 0] <= valid[:, 2]) and np.all(valid[:, 1] <= valid[:, 3])
+            assert np.all(labels[:count] >= 0)
+            np.testing.assert_array_equal(boxes[count:], 0)
+            np.testing.assert_array_equal(labels[count:], -1)
+
+
+def test_more_boxes_than_max_boxes_is_an_error(box_dir, config):
+    dataset = training_input.make_dataset(box_dir, batch_size=8, config=config, augment=False,
+                                          max_boxes=1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="max_boxes=1"):
+        _batches(dataset)
+
+
+# ----------------------------------------------------------------------------- reproducibility
+
+def test_same_seed_epoch_step_gives_identical_batches(output_dir, config, epoch0):
+    fresh = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                 seed=SEED, epoch=0, **EAGER))
+    for first, second in zip(epoch0, fresh):
+        _assert_same(first, second)
+
+
+def test_xla_batches_are_reproducible_and_match_the_uncompiled_ops(output_dir, config, epoch0):
+    def compiled():
+        return _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                    seed=SEED, epoch=0).take(2))
+    first, second = compiled(), compiled()
+    for a, b, eager in zip(first, second, epoch0):
+        _assert_same(a, b)
+        np.testing.assert_allclose(a[0], eager[0], atol=1e-4)
+        np.testing.assert_allclose(a[1], eager[1], atol=1e-6)
+
+
+def test_different_epoch_gives_different_batches(epoch0, epoch1):
+    assert _differs(epoch0[0], epoch1[0])
+
+
+def test_different_epoch_reads_a_different_order(output_dir, config):
+    def label_order(epoch):
+        dataset = training_input.make_dataset(output_dir, batch_size=TRAIN_IMAGES, config=config,
+                                              seed=SEED, epoch=epoch, augment=False)
+        return _batches(dataset)[0][1].argmax(axis=1).tolist()
+    first, second = label_order(0), label_order(1)
+    assert sorted(first) == sorted(second) and first != second
+
+
+def test_different_seed_gives_different_batches(output_dir, config, epoch0):
+    other = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                 seed=SEED + 1, epoch=0, **EAGER).take(1))
+    assert _differs(epoch0[0], other[0])
+
+
+def test_augmentation_seed_is_seed_epoch_step_replica(output_dir, config, epoch1):
+    """Batch k of epoch 1 is the unaugmented batch k augmented with step_seed(SEED, 1, k, 0)."""
+    plain = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                 seed=SEED, epoch=1, augment=False,
+                                                 normalize=False))
+    augmenter = build_batch_augmenter(config.online, NUM_CLASSES)
+    stats = json.loads(tf.io.gfile.GFile(
+        f"{output_dir}/snapshots/synthetic/stats.json").read())["pixel_stats"]
+    mean, std = np.float32(stats["mean"]), np.float32(stats["std"])
+    for step in (0, 5):
+        images, labels = plain[step]
+        out = training_input.augment_batch(
+            augmenter, {"images": images, "labels": labels}, SEED, 1, step)
+        np.testing.assert_allclose((out["images"].numpy() - mean) / std, epoch1[step][0],
+                                   rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(out["labels"].numpy(), epoch1[step][1])
+
+
+def test_different_step_and_replica_get_different_augmentation(output_dir, config):
+    plain = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                 seed=SEED, augment=False, normalize=False))
+    batch = {"images": plain[0][0], "labels": plain[0][1]}
+    augmenter = build_batch_augmenter(config.online, NUM_CLASSES)
+
+    def augmented(step, replica):
+        out = training_input.augment_batch(augmenter, batch, SEED, 0, step, replica)
+        return out["images"].numpy()
+    base = augmented(0, 0)
+    np.testing.assert_array_equal(base, augmented(0, 0))
+    assert not np.array_equal(base, augmented(1, 0))
+    assert not np.array_equal(base, augmented(0, 1))
+
+
+def test_restart_at_start_step_equals_the_continuing_run(output_dir, config, epoch0):
+    restarted = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                     seed=SEED, epoch=0, start_step=5, **EAGER))
+    assert len(restarted) == len(epoch0) - 5
+    for continuing, resumed in zip(epoch0[5:], restarted):
+        _assert_same(continuing, resumed)
+
+
+def test_restored_iterator_checkpoint_continues_the_run(output_dir, config, epoch0, tmp_path):
+    def fresh_iterator():
+        return iter(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                seed=SEED, epoch=0, **EAGER))
+    iterator = fresh_iterator()
+    for _ in range(3):
+        next(iterator)
+    path = tf.train.Checkpoint(iterator=iterator).save(str(tmp_path / "data"))
+    restored = fresh_iterator()
+    tf.train.Checkpoint(iterator=restored).restore(path).assert_consumed()
+    _assert_same(tf.nest.map_structure(lambda t: t.numpy(), next(restored)), epoch0[3])
+
+
+def _write_snapshot_by_hand(root, records, class_names=("class_0", "class_1", "class_2")):
+    """A committed one-shard snapshot holding exactly `records` (serialized Examples)."""
+    snapshot = f"{root}/snapshots/manual"
+    tf.io.gfile.makedirs(f"{snapshot}/train")
+    with tf.io.TFRecordWriter(f"{snapshot}/train/images-train.tfrecord-00000-of-00001") as w:
+        for record in records:
+            w.write(record)
+    for name, text in (("classes.txt", "".join(f"{c}\n" for c in class_names)),
+                       ("stats.json", json.dumps({"by_split": {"train": len(records)}})),
+                       ("manifest.json", "{}")):
+        tf.io.gfile.GFile(f"{snapshot}/{name}", "w").write(text)
+    tf.io.gfile.GFile(f"{root}/LATEST", "w").write("manual")
+
+
+def _good_records(tmp_path, count):
+    write_synthetic_snapshot(str(tmp_path / "source"), counts={"train": count}, num_shards=1)
+    shard = f"{tmp_path}/source/snapshots/synthetic/train/images-train.tfrecord-00000-of-00001"
+    return [r.numpy() for r in tf.data.TFRecordDataset(shard)]
+
+
+def _record(encoded, label):
+    return codec.encode_example(
+        encoded=encoded, image_format="jpeg", height=24, width=24, filename="x.jpg",
+        sha256=hashlib.sha256(encoded).hexdigest(), label=label, label_text=f"class_{label}")
+
+
+PLAIN = dict(augment=False, shuffle=False, normalize=False)
+
+
+def test_skipped_steps_are_not_decoded(tmp_path, config):
+    """Record 0 is not an image: starting at step 1 never decodes it, starting at 0 fails."""
+    root = str(tmp_path / "out")
+    broken = _record(b"\xff\xd8\xff\xe0 not really a jpeg", 0)
+    _write_snapshot_by_hand(root, [broken] + _good_records(tmp_path, 3))
+    resumed = _batches(training_input.make_dataset(root, batch_size=2, config=config,
+                                                   start_step=1, **PLAIN))
+    assert len(resumed) == 1
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        _batches(training_input.make_dataset(root, batch_size=2, config=config, start_step=0,
+                                             **PLAIN))
+
+
+def test_label_outside_the_class_table_is_an_error(tmp_path, config):
+    root = str(tmp_path / "out")
+    good = _good_records(tmp_path, 1)[0]
+    encoded = codec.parse_example(good)[codec.IMAGE_ENCODED].numpy()
+    _write_snapshot_by_hand(root, [_record(encoded, 5)])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="outside the class table of 3"):
+        _batches(training_input.make_dataset(root, batch_size=1, config=config, **PLAIN))
+
+
+def test_cardinality_is_known_for_one_input_pipeline(output_dir, config):
+    dataset = training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                          num_epochs=3, start_step=2, augment=False)
+    assert int(dataset.cardinality()) == 3 * (TRAIN_IMAGES // BATCH) - 2
+    validation = training_input.make_dataset(output_dir, "validation", batch_size=4,
+                                             config=config)
+    assert int(validation.cardinality()) == 2
+
+
+def test_start_step_past_the_epoch_is_an_error(output_dir, config):
+    with pytest.raises(ValueError, match="below the 8 batches.*Received: start_step=8"):
+        training_input.make_dataset(output_dir, batch_size=BATCH, config=config, start_step=8)
+
+
+def test_num_epochs_chains_the_epochs(output_dir, config, epoch0, epoch1):
+    both = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                seed=SEED, epoch=0, num_epochs=2, **EAGER))
+    assert len(both) == len(epoch0) + len(epoch1)
+    for expected, actual in zip(epoch0 + epoch1, both):
+        _assert_same(expected, actual)
+
+
+# ----------------------------------------------------------------------------- replicas
+
+def test_replicas_read_disjoint_files(output_dir, config):
+    seen = []
+    for replica in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=replica,
+                                             num_replicas_in_sync=2)
+        dataset = training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                              seed=SEED, input_context=context, augment=False)
+        labels = np.concatenate([b[1] for b in _batches(dataset)]).argmax(axis=1)
+        assert len(labels) == TRAIN_IMAGES // 2
+        seen.append(set(labels.tolist()))
+    # one class per shard: two classes each = two whole shards each, none shared
+    assert len(seen[0]) == 2 and len(seen[1]) == 2
+    assert seen[0].isdisjoint(seen[1])
+
+
+def test_more_input_pipelines_than_shards_is_an_error(output_dir, config):
+    context = tf.distribute.InputContext(num_input_pipelines=5, input_pipeline_id=0)
+    with pytest.raises(ValueError, match="Received: 4 shards for split 'train', 5 input"):
+        training_input.make_dataset(output_dir, config=config, input_context=context)
+
+
+# ----------------------------------------------------------------------------- training
+
+def test_tiny_keras_model_loss_goes_down(output_dir, config):
+    """model.fit on the augmented reader; the loss on the unaugmented training images drops."""
+    epochs, steps = 5, TRAIN_IMAGES // BATCH
+    dataset = training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                          seed=SEED, num_epochs=epochs, **EAGER)
+    plain = training_input.make_dataset(output_dir, batch_size=TRAIN_IMAGES, config=config,
+                                        augment=False, shuffle=False)
+    model = keras.Sequential([
+        keras.Input((16, 16, 3)),
+        keras.layers.Conv2D(8, 3, activation="relu",
+                            kernel_initializer=keras.initializers.GlorotUniform(seed=0)),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(NUM_CLASSES, activation="softmax",
+                           kernel_initializer=keras.initializers.GlorotUniform(seed=1)),
+    ])
+    model.compile(optimizer=keras.optimizers.Adam(0.02), loss="categorical_crossentropy")
+    before = model.evaluate(plain, verbose=0)
+    model.fit(dataset, epochs=epochs, steps_per_epoch=steps, shuffle=False, verbose=0)
+    after = model.evaluate(plain, verbose=0)
+    assert after < 0.5 * before, (before, after)
