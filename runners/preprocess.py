@@ -21,6 +21,7 @@ Any Beam pipeline option is accepted; pixelmill's own options are `PreprocessOpt
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import apache_beam as beam
@@ -106,6 +107,10 @@ def resolve_job(job_options: PreprocessOptions, staging_dir: str):
     """Validates flags, config and inputs, and returns (PreprocessJob, inputs for the manifest).
     Everything here fails fast, before any data is read."""
     roots = _require(job_options.data_root, "--data_root")
+    for root in roots:
+        local_folder = "://" not in root and not any(c in root for c in "*?[")
+        if local_folder and not os.path.isdir(root):
+            raise UsageError(f"--data_root {root}: no such folder.")
     output_dir = _require(job_options.output_dir, "--output_dir")
     try:
         config = load_config(job_options.config, job_options.config_overrides or ())

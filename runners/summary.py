@@ -36,7 +36,8 @@ def format_summary(snapshot: Snapshot) -> str:
             lines.append(f"  {name:<{width}} " + " ".join(f"{c:>10}" for c in counts))
         totals = [stats.get("by_split", {}).get(s, 0) for s in _SPLITS]
         lines.append(f"  {'total':<{width}} " + " ".join(f"{c:>10}" for c in totals))
-    by_kind = stats.get("rejects_by_kind", {})
+    by_kind = {kind: reasons for kind, reasons in stats.get("rejects_by_kind", {}).items()
+               if reasons}
     if by_kind:
         lines += ["", "rejected per reason:"]
         for kind, reasons in sorted(by_kind.items()):
