@@ -140,8 +140,9 @@ class GeometryConfig:
 @dataclasses.dataclass(frozen=True)
 class PixelConfig:
     """Per-sample pixel ops on float32 [0, 1], applied in this order, each clipped to [0, 1]:
-    brightness, contrast, saturation + hue (one 3x3 colour matrix), gamma, grayscale, blur,
-    JPEG re-compression, gaussian noise, speckle noise.
+    colour (brightness, contrast, saturation and hue fused into one 3x3 matrix + offset per
+    sample, one clip), gamma, grayscale, blur, JPEG re-compression, gaussian noise, speckle
+    noise.
 
     * brightness: additive delta uniform in [-b, b].
     * contrast: factor uniform in [1 - c, 1 + c] around the per-image mean luma.

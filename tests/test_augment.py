@@ -3,6 +3,7 @@ import dataclasses
 import os
 import re
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -217,7 +218,7 @@ def test_tf_data_map_gives_the_same_batches_as_a_direct_call():
     config = dataclasses.replace(load_config().online, image_size=(SIZE, SIZE))
     augmenter = augment.build_batch_augmenter(config, CLASSES)
     batch = _batch()
-    dataset = tf.data.Dataset.from_tensors(batch).repeat(3).enumerate().map(
+    dataset = tf.data.Dataset.from_tensors(batch).repeat(2).enumerate().map(
         lambda step, b: augmenter(b, step_seed(9, 0, step)))
     for step, out in enumerate(dataset):
         direct = augmenter(batch, step_seed(9, 0, step))
@@ -323,3 +324,17 @@ def test_online_modules_use_no_stateful_rng(module):
     with open(os.path.join(ROOT, "transforms", f"{module}.py"), encoding="utf-8") as handle:
         source = handle.read()
     assert _STATEFUL.findall(source) == []
+
+
+def test_augment_layer_runs_inside_model_fit_and_counts_its_steps():
+    config = _config(geometry={"rotation_degrees": 20.0}, pixel={"brightness": 0.3})
+    layer = augment.AugmentLayer(config, CLASSES, global_seed=1)
+    model = keras.Sequential([keras.Input((SIZE, SIZE, 3)), layer, keras.layers.Flatten(),
+                              keras.layers.Dense(CLASSES, activation="softmax")])
+    model.compile("adam", "categorical_crossentropy")
+    rng = np.random.default_rng(0)
+    images = rng.random((16, SIZE, SIZE, 3)).astype(np.float32)
+    labels = np.eye(CLASSES, dtype=np.float32)[np.arange(16) % CLASSES]
+    history = model.fit(images, labels, batch_size=8, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert int(layer.step.numpy()) == 4  # 2 epochs x 2 batches, one seed each

@@ -1,7 +1,7 @@
 """Per-sample pixel ops on float32 images in [0, 1], vectorized over the batch.
 
 Each op has a pure function (`adjust_brightness(images, delta)`, ...) that takes one parameter
-per sample and clips its output to [0, 1], and a small sample-then-apply class (`BrightnessOp`,
+per sample and clips its output to [0, 1], and a small sample-then-apply class (`GammaOp`,
 ...) that draws those parameters statelessly from a batch seed. The random draws (including the
 noise fields) all happen in `sample`, so `apply` is a pure, XLA-compilable function of the
 images and the parameter dict.
@@ -231,7 +231,7 @@ def jpeg_compress(images, quality, apply) -> tf.Tensor:
     blocks = tf.reshape(ycc, [batch, blocks_h, 8, blocks_w, 8, 3])
     blocks = tf.transpose(blocks, [0, 1, 3, 5, 2, 4])  # [B, bh, bw, 3, 8, 8]
     dct = tf.constant(_DCT)
-    coeffs = tf.einsum("ki,bxyci j,lj->bxyckl".replace(" ", ""), dct, blocks, dct)
+    coeffs = tf.einsum("ki,bxycij,lj->bxyckl", dct, blocks, dct)
     table = _quant_tables(quality)[:, None, None]  # [B, 1, 1, 3, 8, 8]
     coeffs = tf.round(coeffs / table) * table
     blocks = tf.einsum("ki,bxyckl,lj->bxycij", dct, coeffs, dct)
