@@ -1,0 +1,430 @@
+"""TensorFlow Transform analysis of the accepted images, and the exported transform.
+
+The offline job runs `AnalyzeAndWriteTransform` over its accepted records. TFT's analyzers find,
+over the whole dataset:
+
+* the label vocabulary with frequencies (`tft.vocabulary(..., store_frequency=True)`, the asset
+  `class_frequencies`), from which `tft_summary` derives class weights;
+* the exact per-channel pixel mean and std of pixel/255, weighted by pixel count:
+  `mean_c = tft.sum(sum_c) / tft.sum(w*h)`, `std_c = sqrt(tft.sum(sqsum_c) / tft.sum(w*h) -
+  mean_c**2)`, accumulated in float64. The per-image sums are `w * h * mean_c` and
+  `w * h * sqmean_c`, where the means were measured on the job's small analysis copy
+  (`ImageRecord.moments`) and `w * h` is the ORIGINAL pixel count, so big images weigh what
+  their pixels weigh, yet no image is decoded a second time and no pixel is shipped through
+  TFT;
+* width and height quantiles (`tft.quantiles`).
+
+`transform_fn/` and `transformed_metadata/` are written next to the shards. Its
+`preprocessing_fn` maps what a client has at serving time to what the model consumes:
+
+    image/encoded    (JPEG/PNG/... bytes) -> image  float32 [H, W, 3]: the shared decoder
+                     (`transforms.decode.decode_image`, DCT-scaled for large JPEGs exactly as the
+                     training reader does), bilinear resize to `image_size`, /255, then
+                     (x - mean) / std with the analyzed numbers
+    image/class/text (class name)         -> label  int64: the id in the run's class table,
+                                             -1 for a name outside it
+
+The class table is NOT a frequency-ordered TFT vocabulary (its ids would move between runs): it
+is the job's own append-only table (`transforms.classes`), written as the asset
+`pixelmill_class_table` (one name per line, id = line index) and applied with
+`tft.apply_vocabulary`. Inside the job that table is a singleton PCollection computed from the
+data, unknown when the graph is built; a `tft.experimental.ptransform_analyzer` turns it into
+the asset during analysis, so the ids in the transform are the very ids written into the
+shards, in the same Beam job, with no second pass. A plain list works too (tests, frozen
+tables, re-analysis of an older snapshot's `index.parquet`).
+
+Analysis-only raw features (`analysis/*`): pixel count, channel sums and sums of squares,
+width and height. They exist to feed the analyzers; no output that a model consumes depends on
+them. At serving time a client feeds only `image/encoded` (and `image/class/text` when it has
+labels): TFT's TF2 loader supplies placeholder values for unfed raw features and returns only
+the outputs computable from the fed ones, so nothing has to invent analysis values. During
+analysis the job feeds `image/encoded` as empty bytes: TFT runs only the part of the graph that
+feeds analyzers, never the decoder (the shards keep the original bytes; nothing is transformed
+offline).
+
+The analyzed constants are also outputs, `stats/*` (the same value in every row), so that
+`tft_summary` and `read_normalization` read back exactly the numbers the graph normalizes with:
+stats.json and the training reader cannot drift from the serving graph. A channel with zero
+variance (or an empty dataset) is divided by 1; `tft_summary` then reports the mean/std of an
+empty dataset as null.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Callable, Mapping, Sequence
+
+import apache_beam as beam
+import numpy as np
+import tensorflow as tf
+import tensorflow_transform as tft
+import tensorflow_transform.beam as tft_beam
+from apache_beam.io.filesystems import FileSystems
+
+from transforms import codec
+from transforms.decode import decode_image
+from transforms.image_record import ImageRecord
+
+__all__ = [
+    "PIXEL_COUNT", "CHANNEL_SUM", "CHANNEL_SQSUM", "WIDTH", "HEIGHT", "ANALYSIS_FEATURES",
+    "RAW_FEATURE_SPEC", "IMAGE", "LABEL", "STATS_PREFIX", "CLASS_TABLE_ASSET",
+    "CLASS_FREQUENCIES", "DEFAULT_SIZE_QUANTILES",
+    "raw_metadata", "raw_features", "decode_and_resize", "make_preprocessing_fn",
+    "AnalyzeAndWriteTransform", "tft_summary", "read_normalization",
+]
+
+# Raw features that exist only to feed the analyzers (see the module docstring).
+PIXEL_COUNT = "analysis/pixel_count"      # int64: original width * height (0: not measured)
+CHANNEL_SUM = "analysis/channel_sum"      # float32 [3]: pixel_count * mean of pixel/255
+CHANNEL_SQSUM = "analysis/channel_sqsum"  # float32 [3]: pixel_count * mean of (pixel/255)**2
+WIDTH = "analysis/width"                  # int64
+HEIGHT = "analysis/height"                # int64
+ANALYSIS_FEATURES = (PIXEL_COUNT, CHANNEL_SUM, CHANNEL_SQSUM, WIDTH, HEIGHT)
+
+RAW_FEATURE_SPEC = {
+    codec.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
+    codec.CLASS_TEXT: tf.io.FixedLenFeature([], tf.string),
+    PIXEL_COUNT: tf.io.FixedLenFeature([], tf.int64),
+    CHANNEL_SUM: tf.io.FixedLenFeature([3], tf.float32),
+    CHANNEL_SQSUM: tf.io.FixedLenFeature([3], tf.float32),
+    WIDTH: tf.io.FixedLenFeature([], tf.int64),
+    HEIGHT: tf.io.FixedLenFeature([], tf.int64),
+}
+
+# What the model consumes.
+IMAGE = "image"
+LABEL = "label"
+# The analyzed constants, broadcast to every row (read back by tft_summary).
+STATS_PREFIX = "stats/"
+_PIXEL_MEAN = STATS_PREFIX + "pixel_mean"          # float32 [3]: what the graph subtracts
+_PIXEL_STD = STATS_PREFIX + "pixel_std"            # float32 [3]: what the graph divides by
+_IMAGES = STATS_PREFIX + "images"                  # int64 [1]: rows analyzed
+_MEASURED = STATS_PREFIX + "measured_images"       # int64 [1]: rows with a pixel count > 0
+_PIXELS = STATS_PREFIX + "pixel_count"             # int64 [1]: sum of w*h over measured rows
+_WIDTH_QUANTILES = STATS_PREFIX + "width_quantiles"
+_HEIGHT_QUANTILES = STATS_PREFIX + "height_quantiles"
+
+CLASS_TABLE_ASSET = "pixelmill_class_table"
+CLASS_FREQUENCIES = "class_frequencies"
+DEFAULT_SIZE_QUANTILES = 10
+_QUANTILE_EPSILON = 0.001
+_JPEG_RATIOS = (1, 2, 4, 8)
+# Content of the class-table asset before analysis has produced the real one (TFT builds the
+# graph once with it); never in an exported transform.
+_TABLE_BEFORE_ANALYSIS = b"__class_table_before_analysis__"
+
+
+def raw_metadata() -> tft.DatasetMetadata:
+    """The raw schema TFT analyzes (`RAW_FEATURE_SPEC`)."""
+    return tft.DatasetMetadata.from_feature_spec(RAW_FEATURE_SPEC)
+
+
+def _image_size(value) -> tuple[int, int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    if (not isinstance(value, (tuple, list)) or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+        raise ValueError(
+            "image_size must be a positive int or a (height, width) pair of positive ints. "
+            f"Received: image_size={value!r}")
+    return int(value[0]), int(value[1])
+
+
+def _check_class_table(names, source: str) -> list[str]:
+    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+        raise ValueError(f"{source} must be a list of class names. Received: {names!r}")
+    names = list(names)
+    if not names:
+        raise ValueError(f"{source} must name at least one class. Received: []")
+    for name in names:
+        if not isinstance(name, str) or not name.strip() or "\n" in name or "\r" in name:
+            raise ValueError(
+                f"{source} entries must be non-empty one-line strings. Received: {name!r}")
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"{source} lists {duplicates} more than once; ids would be ambiguous.")
+    return names
+
+
+def _moments_of(width, height, moments: Sequence) -> tuple[int, list, list]:
+    """(pixel_count, sums, square sums); a zero weight when the moments were not measured."""
+    values = list(moments or ())
+    if len(values) != 6 or any(v is None or not math.isfinite(float(v)) for v in values):
+        return 0, [0.0] * 3, [0.0] * 3
+    count = int(width) * int(height)
+    return count, [count * float(v) for v in values[:3]], [count * float(v) for v in values[3:]]
+
+
+def raw_features(item: ImageRecord | Mapping) -> dict:
+    """The raw features TFT analyzes for one accepted image, from an `ImageRecord` or an index
+    row (`transforms.index_table.make_row`, e.g. read back from `index.parquet`).
+
+    `image/encoded` is empty: analysis never decodes (see the module docstring). An image
+    whose channel moments were not measured gets pixel count 0: it counts in the vocabulary and
+    the size quantiles but adds nothing to the pixel mean/std.
+    """
+    if isinstance(item, ImageRecord):
+        rel, accepted = item.rel, item.reject is None
+        label, width, height, moments = item.label, item.width, item.height, item.moments
+    elif isinstance(item, Mapping):
+        rel, accepted = item.get("path"), item.get("accepted")
+        label, width, height = item.get("label"), item.get("width"), item.get("height")
+        moments = [item.get(name) for name in ("mean_r", "mean_g", "mean_b",
+                                                 "sqmean_r", "sqmean_g", "sqmean_b")]
+    else:
+        raise ValueError(
+            f"Expected an ImageRecord or an index row (dict). Received: {type(item).__name__}")
+    if not accepted:
+        raise ValueError(f"Only accepted images are analyzed. Received: {rel!r} (rejected)")
+    if not label or width is None or height is None:
+        raise ValueError(
+            f"An accepted image needs a label, a width and a height. Received: {rel!r} with "
+            f"label={label!r}, width={width!r}, height={height!r}")
+    count, sums, square_sums = _moments_of(width, height, moments)
+    return {
+        codec.IMAGE_ENCODED: b"",
+        codec.CLASS_TEXT: label.encode("utf-8"),
+        PIXEL_COUNT: count,
+        CHANNEL_SUM: np.asarray(sums, np.float32),
+        CHANNEL_SQSUM: np.asarray(square_sums, np.float32),
+        WIDTH: int(width),
+        HEIGHT: int(height),
+    }
+
+
+def decode_and_resize(encoded: tf.Tensor, image_size) -> tf.Tensor:
+    """Encoded bytes (scalar string) -> float32 [H, W, 3] in [0, 1] at `image_size`.
+
+    Exactly the training reader's decode (`pipelines.training_input`): the shared decoder with
+    the largest DCT scale (1, 2, 4, 8) that keeps a JPEG's short side at least
+    `min(image_size)`, a bilinear resize, /255. The reader takes the stored size from the
+    record; here it comes from the JPEG header (`tf.io.extract_jpeg_shape`), which is the same
+    number. Other formats ignore the scale.
+    """
+    size = _image_size(image_size)
+    encoded = tf.convert_to_tensor(encoded, tf.string)
+    stored = tf.cond(tf.io.is_jpeg(encoded),
+                     lambda: tf.io.extract_jpeg_shape(encoded, output_type=tf.int64)[:2],
+                     lambda: tf.zeros([2], tf.int64))
+    short_side = tf.reduce_min(stored)
+    index = tf.constant(0, tf.int32)
+    for branch, ratio in enumerate(_JPEG_RATIOS[1:], start=1):
+        index = tf.where(short_side // ratio >= min(size), branch, index)
+    branches = [lambda r=r: tf.image.resize(decode_image(encoded, jpeg_ratio=r), size)
+                for r in _JPEG_RATIOS]
+    image = tf.switch_case(index, branches)
+    image.set_shape([*size, 3])
+    return tf.clip_by_value(image / 255.0, 0.0, 1.0)
+
+
+class _WriteClassTableAsset(tft_beam.experimental.PTransformAnalyzer):
+    """The class table (a list, or a singleton PCollection of the list) as a TFT asset file:
+    one name per line, id = line index. Ignores the analyzer's input batches."""
+
+    def __init__(self, class_table):
+        super().__init__()
+        self._class_table = class_table
+
+    def expand(self, batches):
+        table = self._class_table
+        if not isinstance(table, beam.PCollection):
+            table = batches.pipeline | "ClassTableList" >> beam.Create([list(table)])
+        base_dir = self.base_temp_dir
+        return table | "WriteClassTableAsset" >> beam.Map(_write_class_table_asset, base_dir)
+
+
+def _write_class_table_asset(names, base_dir: str) -> np.ndarray:
+    names = _check_class_table(names, "class_table")
+    content = "".join(f"{name}\n" for name in names).encode("utf-8")
+    folder = FileSystems.join(base_dir, "class_table-" + hashlib.sha256(content).hexdigest()[:16])
+    if "://" not in folder and not FileSystems.exists(folder):
+        FileSystems.mkdirs(folder)
+    path = FileSystems.join(folder, CLASS_TABLE_ASSET)
+    with FileSystems.create(path) as handle:
+        handle.write(content)
+    return np.array(path.encode("utf-8"), dtype=object)
+
+
+def _per_row(batch_anchor: tf.Tensor, value: tf.Tensor, dtype=tf.float32) -> tf.Tensor:
+    """`value` (any shape) as `dtype`, flattened and repeated once per row of the batch:
+    [batch, n]."""
+    flat = tf.reshape(tf.cast(value, dtype), [1, -1])
+    return tf.tile(flat, [tf.shape(batch_anchor)[0], 1])
+
+
+def make_preprocessing_fn(class_table, image_size,
+                          size_quantiles: int = DEFAULT_SIZE_QUANTILES) -> Callable:
+    """The `preprocessing_fn` for `tft_beam.AnalyzeDataset` (see the module docstring).
+
+    Args:
+      class_table: the class names in id order: a list, or (inside a Beam job) a singleton
+        PCollection holding that list.
+      image_size: the model's input size, an int (square) or (height, width).
+      size_quantiles: number of buckets of the width/height quantiles (boundaries: n - 1).
+    """
+    size = _image_size(image_size)
+    if not isinstance(class_table, beam.PCollection):
+        class_table = _check_class_table(class_table, "class_table")
+    if (isinstance(size_quantiles, bool) or not isinstance(size_quantiles, int)
+            or not 2 <= size_quantiles <= 1000):
+        raise ValueError(
+            f"size_quantiles must be an int in [2, 1000]. Received: size_quantiles="
+            f"{size_quantiles!r}")
+
+    def preprocessing_fn(inputs: dict) -> dict:
+        encoded, text = inputs[codec.IMAGE_ENCODED], inputs[codec.CLASS_TEXT]
+
+        count = tf.cast(inputs[PIXEL_COUNT], tf.float64)
+        pixels = tft.sum(count, name="pixel_count")
+        measured = tft.sum(tf.cast(count > 0, tf.float64), name="measured_images")
+        images = tft.size(text, name="images")
+        sums = tft.sum(tf.cast(inputs[CHANNEL_SUM], tf.float64), reduce_instance_dims=False,
+                       name="channel_sum")
+        square_sums = tft.sum(tf.cast(inputs[CHANNEL_SQSUM], tf.float64),
+                              reduce_instance_dims=False, name="channel_sqsum")
+        mean = tf.math.divide_no_nan(sums, pixels)
+        variance = tf.maximum(tf.math.divide_no_nan(square_sums, pixels) - mean * mean, 0.0)
+        std = tf.sqrt(variance)
+        mean32 = tf.cast(mean, tf.float32)
+        std32 = tf.cast(tf.where(std > 0.0, std, tf.ones_like(std)), tf.float32)
+
+        tft.vocabulary(text, vocab_filename=CLASS_FREQUENCIES, store_frequency=True,
+                       name="class_frequencies")
+        width_quantiles = tft.quantiles(tf.cast(inputs[WIDTH], tf.float32), size_quantiles,
+                                        _QUANTILE_EPSILON, name="width_quantiles")
+        height_quantiles = tft.quantiles(tf.cast(inputs[HEIGHT], tf.float32), size_quantiles,
+                                         _QUANTILE_EPSILON, name="height_quantiles")
+
+        (table_path,) = tft.experimental.ptransform_analyzer(
+            [text], _WriteClassTableAsset(class_table), [tf.string], [[]],
+            output_asset_default_values=[_TABLE_BEFORE_ANALYSIS], name="class_table")
+        tft.annotate_asset(CLASS_TABLE_ASSET, CLASS_TABLE_ASSET)
+        label = tft.apply_vocabulary(text, table_path, default_value=-1, name="label")
+
+        image = tf.map_fn(lambda contents: (decode_and_resize(contents, size) - mean32) / std32,
+                          encoded, fn_output_signature=tf.TensorSpec([*size, 3], tf.float32))
+        return {
+            IMAGE: image,
+            LABEL: label,
+            _PIXEL_MEAN: _per_row(encoded, mean32),
+            _PIXEL_STD: _per_row(encoded, std32),
+            _IMAGES: _per_row(encoded, images, tf.int64),
+            _MEASURED: _per_row(encoded, measured, tf.int64),
+            _PIXELS: _per_row(encoded, pixels, tf.int64),
+            _WIDTH_QUANTILES: _per_row(encoded, width_quantiles),
+            _HEIGHT_QUANTILES: _per_row(encoded, height_quantiles),
+        }
+
+    return preprocessing_fn
+
+
+class AnalyzeAndWriteTransform(beam.PTransform):
+    """Accepted images -> `output_dir/transform_fn/` + `output_dir/transformed_metadata/`.
+
+    Input: accepted `ImageRecord`s (or accepted index rows, see `raw_features`). `class_table`
+    is the list of class names in id order, or the job's singleton PCollection of it.
+    `temp_dir` holds TFT's scratch files (keep it out of what gets published). Returns
+    `WriteTransformFn`'s one-element PCollection, which exists once the transform is written
+    (a side input on it orders later steps after the write).
+    """
+
+    def __init__(self, output_dir: str, class_table, image_size, temp_dir: str,
+                 size_quantiles: int = DEFAULT_SIZE_QUANTILES):
+        super().__init__()
+        self._output_dir = output_dir
+        self._temp_dir = temp_dir
+        self._preprocessing_fn = make_preprocessing_fn(class_table, image_size, size_quantiles)
+
+    def expand(self, accepted):
+        raw = accepted | "RawFeatures" >> beam.Map(raw_features)
+        with tft_beam.Context(temp_dir=self._temp_dir, force_tf_compat_v1=False):
+            transform_fn = ((raw, raw_metadata())
+                            | "AnalyzeDataset" >> tft_beam.AnalyzeDataset(self._preprocessing_fn))
+            return transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
+                self._output_dir)
+
+
+def _constant(transformed: Mapping, key: str) -> list:
+    """Row 0 of a `stats/*` output as Python numbers (int for int64 outputs)."""
+    return np.asarray(transformed[key])[0].tolist()
+
+
+def _analyzed_constants(output: tft.TFTransformOutput, transform_output_dir: str) -> dict:
+    """The `stats/*` outputs, computed by running the transform on one 1x1 PNG."""
+    probe = tf.io.encode_png(tf.zeros([1, 1, 3], tf.uint8))
+    transformed = output.transform_raw_features({codec.IMAGE_ENCODED: tf.reshape(probe, [1])})
+    missing = sorted({_PIXEL_MEAN, _PIXEL_STD, _IMAGES, _MEASURED, _PIXELS, _WIDTH_QUANTILES,
+                      _HEIGHT_QUANTILES} - set(transformed))
+    if missing:
+        raise ValueError(
+            f"{transform_output_dir} is not a pixelmill transform: outputs {missing} are "
+            f"missing. Received outputs: {sorted(transformed)}")
+    return {key: _constant(transformed, key) for key in transformed if key.startswith(STATS_PREFIX)}
+
+
+def _class_counts(output: tft.TFTransformOutput) -> dict:
+    counts = {}
+    for line in output.vocabulary_by_name(CLASS_FREQUENCIES):
+        frequency, _, name = line.decode("utf-8").partition(" ")
+        counts[name] = int(frequency)
+    return counts
+
+
+def tft_summary(transform_output_dir: str) -> dict:
+    """What the analysis found, for stats.json (JSON-able, keys sorted by `json.dumps`).
+
+    * `images`: accepted images analyzed.
+    * `classes`: the class table in id order, `{id, name, count, weight}` per class.
+      `weight` is the "balanced" class weight `images / (present_classes * count)` (null for a
+      class with no image), as Keras' `class_weight` wants it (`class_weights_by_id`).
+    * `labels_outside_table`: label counts that the table does not know (normally empty).
+    * `pixel_stats`: `{mean, std, scale: "0-1", weighting: "pixels", images, pixel_count}`,
+      the numbers the transform normalizes with (null mean/std when no image was measured).
+    * `size_quantiles`: `{num_buckets, width: [...], height: [...]}` bucket boundaries (null
+      for an empty dataset).
+    """
+    output = tft.TFTransformOutput(transform_output_dir)
+    constants = _analyzed_constants(output, transform_output_dir)
+    table = [line.decode("utf-8") for line in output.vocabulary_by_name(CLASS_TABLE_ASSET)]
+    counts = _class_counts(output)
+    images = constants[_IMAGES][0]
+    present = sum(1 for name in table if counts.get(name, 0) > 0)
+    classes, weights_by_id = [], []
+    for class_id, name in enumerate(table):
+        count = counts.get(name, 0)
+        weight = images / (present * count) if count else None
+        classes.append({"id": class_id, "name": name, "count": count, "weight": weight})
+        weights_by_id.append(weight)
+    measured = constants[_MEASURED][0]
+    width_quantiles = constants[_WIDTH_QUANTILES]
+    return {
+        "images": images,
+        "classes": classes,
+        "class_weights_by_id": weights_by_id,
+        "labels_outside_table": {name: n for name, n in sorted(counts.items())
+                                 if name not in table},
+        "pixel_stats": {
+            "mean": constants[_PIXEL_MEAN] if measured else None,
+            "std": constants[_PIXEL_STD] if measured else None,
+            "scale": "0-1",
+            "weighting": "pixels",
+            "images": measured,
+            "pixel_count": constants[_PIXELS][0],
+        },
+        "size_quantiles": {
+            "num_buckets": len(width_quantiles) + 1,
+            "width": width_quantiles if images else None,
+            "height": constants[_HEIGHT_QUANTILES] if images else None,
+        },
+    }
+
+
+def read_normalization(transform_output_dir: str) -> tuple[list[float], list[float]]:
+    """Per-channel (mean, std) on the [0, 1] scale that the transform normalizes with; the
+    training reader uses these so training and serving see the same numbers."""
+    stats = tft_summary(transform_output_dir)["pixel_stats"]
+    if stats["mean"] is None:
+        raise ValueError(
+            f"The transform in {transform_output_dir} was analyzed without any measured image; "
+            f"it has no normalization. Received: pixel_stats={stats!r}")
+    return stats["mean"], stats["std"]
