@@ -28,6 +28,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import statistics
 import tempfile
 import time
@@ -228,78 +229,82 @@ def _parse_args(argv):
     return args
 
 
-def _bench(args, config: Config, workdir: str) -> dict:
-    from pipelines.training_input import augment_batch, make_dataset
-    from transforms.augment import build_batch_augmenter
+def _read(args, config: Config, workdir: str, augment: bool) -> tf.data.Dataset:
+    from pipelines.training_input import make_dataset
+    return make_dataset(workdir, batch_size=args.batch_size, config=config, seed=args.seed,
+                        num_epochs=args.epochs + 1, augment=augment, normalize=False,
+                        image_size=(args.image_size, args.image_size))
 
-    started = time.perf_counter()
-    write_synthetic_snapshot(workdir, counts={"train": args.images},
-                             image_size=args.source_size, num_classes=8,
-                             num_shards=args.shards, seed=args.seed, run_id="bench")
-    logging.info("corpus written in %.1f s", time.perf_counter() - started)
+
+def _bench_cpu(args, config: Config, workdir: str) -> dict:
+    """(a)-(d) on the same shards, each as one continuous iterator."""
     size = (args.image_size, args.image_size)
-    steps = args.images // args.batch_size
-    total_epochs = args.epochs + 1
-
-    def read(augment: bool) -> tf.data.Dataset:
-        return make_dataset(workdir, batch_size=args.batch_size, config=config, seed=args.seed,
-                            num_epochs=total_epochs, augment=augment, normalize=False,
-                            image_size=size)
-
     keras_chain = _keras_chain(args.seed)
     paths = {
-        "(a) read, no augmentation": read(False),
-        "(b) pixelmill full augmentation": read(True),
-        "(c) Keras 3 preprocessing layers": read(False).map(
+        "(a) read, no augmentation": lambda: _read(args, config, workdir, False),
+        "(b) pixelmill full augmentation": lambda: _read(args, config, workdir, True),
+        "(c) Keras 3 preprocessing layers": lambda: _read(args, config, workdir, False).map(
             lambda images, labels: (keras_chain(images, training=True), labels),
             num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE),
-        "(d) per-sample tf.image chain": read(False).unbatch().enumerate().map(
-            _tutorial_chain(size, args.seed), num_parallel_calls=tf.data.AUTOTUNE).batch(
-                args.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE),
+        "(d) per-sample tf.image chain": lambda: _read(
+            args, config, workdir, False).unbatch().enumerate().map(
+                _tutorial_chain(size, args.seed), num_parallel_calls=tf.data.AUTOTUNE).batch(
+                    args.batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE),
     }
     results = {}
-    for name, dataset in paths.items():
+    for name, build in paths.items():
         logging.info("timing %s", name)
-        results[name] = measure_epochs(dataset, steps, args.batch_size, args.epochs)
-    if tf.config.list_physical_devices("GPU"):
-        augmenter = build_batch_augmenter(config.online, num_classes=8)
+        results[name] = measure_epochs(build(), args.images // args.batch_size,
+                                       args.batch_size, args.epochs)
+    return results
 
-        @tf.function
-        def on_device(step, batch):
-            images, labels = batch
-            with tf.device("/GPU:0"):
-                out = augment_batch(augmenter, {"images": images, "labels": labels},
-                                    args.seed, 0, step)
+
+def _bench_gpu(args, config: Config, workdir: str) -> dict:
+    """(b) on the GPU: batches read on the CPU (path (a)), augmented on the device, XLA."""
+    from pipelines.training_input import augment_batch
+    from transforms.augment import build_batch_augmenter
+    augmenter = build_batch_augmenter(config.online, num_classes=8, jit_compile=True)
+
+    @tf.function
+    def on_device(step, images, labels):
+        with tf.device("/GPU:0"):
+            out = augment_batch(augmenter, {"images": images, "labels": labels},
+                                args.seed, 0, step)
             return out["images"], out["labels"]
 
-        results["(b) on GPU: CPU read + GPU augmentation"] = measure_epochs(
-            read(False), steps, args.batch_size, args.epochs,
-            on_batch=lambda step, batch: on_device(tf.constant(step, tf.int64), batch))
-        with tf.device("/GPU:0"):
-            resident = tf.nest.map_structure(tf.identity, next(iter(read(False))))
-        results["(b) on GPU: augmentation alone (batch on device)"] = measure_epochs(
-            tf.data.Dataset.from_tensors(0).repeat(), steps, args.batch_size, args.epochs,
-            on_batch=lambda step, _: on_device(tf.constant(step, tf.int64), resident))
+    steps = args.images // args.batch_size
+    results = {}
+    logging.info("timing (b) on the GPU")
+    results["(b) GPU: CPU read + GPU augmentation"] = measure_epochs(
+        _read(args, config, workdir, False), steps, args.batch_size, args.epochs,
+        on_batch=lambda step, batch: on_device(tf.constant(step, tf.int64), *batch))
+    with tf.device("/GPU:0"):
+        images, labels = (tf.identity(t) for t in next(iter(
+            _read(args, config, workdir, False))))
+    results["(b) GPU: augmentation alone, batch on device"] = measure_epochs(
+        tf.data.Dataset.from_tensors(0).repeat(), steps, args.batch_size, args.epochs,
+        on_batch=lambda step, _: on_device(tf.constant(step, tf.int64), images, labels))
     return results
+
+
+def _table(results: dict) -> list[str]:
+    return [f"{name:<52}{statistics.median(rates):>14.1f}{min(rates):>12.1f}"
+            for name, rates in results.items()]
 
 
 def _report(args, config: Config, results: dict) -> str:
     from transforms.augment import build_ops
-    gpus = tf.config.list_physical_devices("GPU")
     lines = [
         f"pixelmill bench train: {args.images} synthetic {args.source_size} px JPEGs in "
         f"{args.shards} shards -> {args.image_size}x{args.image_size}, batch {args.batch_size}, "
-        f"{args.epochs} epochs after 1 warm-up; {len(tf.config.list_physical_devices('CPU'))} "
-        f"CPU device(s), {_cpu_count()} cores, {len(gpus)} GPU(s)",
-        f"(b) ops: {', '.join(op.name for op in build_ops(config.online)) or 'none'}",
+        f"{args.epochs} epochs after 1 warm-up, {_cpu_count()} CPU cores",
+        f"(b) ops: {', '.join(op.name for op in build_ops(config.online)) or 'none'} (XLA)",
         "",
         f"{'path':<52}{'median img/s':>14}{'min img/s':>12}",
+        *_table(results),
+        "",
     ]
-    for name, rates in results.items():
-        lines.append(f"{name:<52}{statistics.median(rates):>14.1f}{min(rates):>12.1f}")
-    median = {name[:3]: statistics.median(rates) for name, rates in results.items()
-              if not name.startswith("(b) on GPU")}
-    lines.append("")
+    median = {name[:3]: statistics.median(rates) for name, rates in results.items()}
     for label, numerator, denominator, target in (("(b)/(c)", "(b)", "(c)", 3.0),
                                                   ("(b)/(a)", "(b)", "(a)", 0.75)):
         ratio = median[numerator] / median[denominator]
@@ -309,8 +314,25 @@ def _report(args, config: Config, results: dict) -> str:
 
 
 def _cpu_count() -> int:
-    import os
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def _bench(args, config: Config, workdir: str) -> dict:
+    started = time.perf_counter()
+    write_synthetic_snapshot(workdir, counts={"train": args.images},
+                             image_size=args.source_size, num_classes=8,
+                             num_shards=args.shards, seed=args.seed, run_id="bench")
+    logging.info("corpus written in %.1f s", time.perf_counter() - started)
+    results = _bench_cpu(args, config, workdir)
+    print(_report(args, config, results), flush=True)  # before the GPU part can fail
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        gpu_results = _bench_gpu(args, config, workdir)
+        print(f"\n(b) on {gpus[0].name} "
+              f"({tf.config.experimental.get_device_details(gpus[0]).get('device_name', 'GPU')})")
+        print("\n".join(_table(gpu_results)), flush=True)
+        results.update(gpu_results)
+    return results
 
 
 def run(argv=None) -> dict:
@@ -319,12 +341,9 @@ def run(argv=None) -> dict:
     args = _parse_args(argv)
     config = load_config(args.config, args.set)
     if args.workdir:
-        results = _bench(args, config, args.workdir)
-    else:
-        with tempfile.TemporaryDirectory(prefix="pixelmill-bench-") as workdir:
-            results = _bench(args, config, workdir)
-    print(_report(args, config, results))
-    return results
+        return _bench(args, config, args.workdir)
+    with tempfile.TemporaryDirectory(prefix="pixelmill-bench-") as workdir:
+        return _bench(args, config, workdir)
 
 
 if __name__ == "__main__":
