@@ -34,6 +34,7 @@ __all__ = [
     "OutputConfig",
     "DecodeConfig",
     "DriftConfig",
+    "TransformConfig",
     "load_config",
     "config_from_dict",
     "config_to_dict",
@@ -259,6 +260,20 @@ class DriftConfig:
         check_range("drift.min_history", self.min_history, 1)
 
 
+@dataclasses.dataclass(frozen=True)
+class TransformConfig:
+    """The TensorFlow Transform analysis and exported `transform_fn/` of every snapshot.
+
+    TFT reads and writes through `tf.io.gfile` (local disk, gs://, and what tensorflow-io
+    adds); switch it off only for an output on a file system TensorFlow cannot reach.
+    """
+    enabled: bool = True
+    size_quantiles: int = 10
+
+    def __post_init__(self):
+        check_range("transform.size_quantiles", self.size_quantiles, 2, 1000)
+
+
 # Imported here, after ConfigError and the check helpers it uses are defined (it imports them).
 from configs.online import OnlineConfig  # noqa: E402
 
@@ -277,6 +292,7 @@ class Config:
     output: OutputConfig = dataclasses.field(default_factory=OutputConfig)
     decode: DecodeConfig = dataclasses.field(default_factory=DecodeConfig)
     drift: DriftConfig = dataclasses.field(default_factory=DriftConfig)
+    transform: TransformConfig = dataclasses.field(default_factory=TransformConfig)
     online: OnlineConfig = dataclasses.field(default_factory=OnlineConfig)
 
 

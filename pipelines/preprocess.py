@@ -3,7 +3,8 @@
     discover -> plan (join CSV rows and the archive's memory by path; skip unchanged files)
       -> inspect (read, sha256, header, decode, validate, quality) -> resolve labels/boxes
       -> class ids -> exact dedup -> near dedup (tonight and against the archive) -> split
-      -> write shards
+      -> write shards; TFT analysis (label frequencies, exact pixel mean/std, size quantiles)
+      -> transform_fn/ + transformed_metadata/
     every reject -> rejects.jsonl; every inspected image -> index.parquet; counts -> accounting
 
 The graph only composes steps from `transforms/`; `runners/preprocess.py` parses options and
@@ -29,6 +30,7 @@ from transforms.join_labels import (MATCHED, ROW_REJECTS, SKIPPED, PlanImages, R
 from transforms.outputs import CountInto, WriteJson, WriteRejectsLedger
 from transforms.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
 from transforms.stats import SummarizeIndexFn
+from transforms.tft_analysis import AnalyzeAndWriteTransform
 from transforms.write_shards import FILES, WriteShards
 
 __all__ = ["PreprocessJob", "build_preprocess", "WORK_DIR", "work_file"]
@@ -196,6 +198,14 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
         rejected_stages.append(rejected_near)
     accepted = unique | "AssignSplits" >> beam.Map(_assign_split, config.split)
     written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table)
+    # The TFT transform covers everything committed so far plus tonight (the archive is empty
+    # on a full run): normalization and class weights describe the whole training set.
+    if config.transform.enabled:
+        ((accepted, archive_accepted)
+         | "AcceptedSoFar" >> beam.Flatten()
+         | "AnalyzeAndWriteTransform" >> AnalyzeAndWriteTransform(
+             staging, class_table, config.online.image_size, work_file(staging, "tft_tmp"),
+             size_quantiles=config.transform.size_quantiles))
 
     rejected_images = rejected_stages | "AllRejectedImages" >> beam.Flatten()
     image_rejects = rejected_images | "ImageRejects" >> beam.Map(lambda r: r.reject)

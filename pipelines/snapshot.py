@@ -24,6 +24,7 @@ from pipelines.preprocess import WORK_DIR, PreprocessJob, work_file
 from transforms import classes
 from transforms.report import render_report
 from transforms.stats import finalize_stats, to_statistics_proto
+from transforms.tft_analysis import tft_summary
 from transforms.thumbnails import thumbnail_png
 
 __all__ = ["AccountingError", "Snapshot", "new_run_id", "staging_dir_for", "snapshot_dir_for",
@@ -195,6 +196,8 @@ def staged_stats(job: PreprocessJob) -> tuple[dict, dict]:
                            _rejects_by_kind(counts), accounting)
     stats["thresholds"] = _thresholds(job.config)
     stats["classes"] = classes.read_class_table(FileSystems.join(staging, "classes.txt"))
+    if job.config.transform.enabled:
+        stats["transform"] = tft_summary(staging)
     return accounting, stats
 
 

@@ -145,6 +145,7 @@ def test_drift_is_flagged_on_night_two(three_nights):
     assert classes["drifted"] and classes["detail"]["worst_class"] == "bird"
     stats = json.load(open(os.path.join(second.snapshot.path, "stats.json")))
     assert stats["cumulative"]["images"]["accepted"] == 21
+    assert stats["transform"]["images"] == 21  # the transform covers the whole archive
     manifest = json.load(open(os.path.join(second.snapshot.path, "manifest.json")))
     assert manifest["drift"]["drifted"] is True
     report = open(os.path.join(second.snapshot.path, "report.html")).read()

@@ -140,3 +140,21 @@ def test_two_local_worker_processes_give_the_same_shards(demo, snapshot, tmp_pat
              for p in shard_files(snapshot)}
     second = {os.path.relpath(p, multi.path): open(p, "rb").read() for p in shard_files(multi)}
     assert first == second
+
+
+def test_tft_transform_is_written_and_agrees_with_the_stats(snapshot):
+    assert os.path.isdir(os.path.join(snapshot.path, "transform_fn"))
+    assert os.path.isdir(os.path.join(snapshot.path, "transformed_metadata"))
+    stats = json.load(open(os.path.join(snapshot.path, "stats.json")))
+    transform = stats["transform"]
+    assert transform["images"] == stats["images"]["accepted"]
+    np.testing.assert_allclose(transform["pixel_stats"]["mean"], stats["pixel_stats"]["mean"],
+                               atol=1e-6)
+    np.testing.assert_allclose(transform["pixel_stats"]["std"], stats["pixel_stats"]["std"],
+                               atol=1e-6)
+    counts = {c["name"]: c["count"] for c in transform["classes"]}
+    totals = {}
+    for per_class in stats["by_split_class"].values():
+        for name, n in per_class.items():
+            totals[name] = totals.get(name, 0) + n
+    assert {k: v for k, v in counts.items() if v} == totals
