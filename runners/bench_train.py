@@ -1,6 +1,6 @@
 """`pixelmill bench train`: images/s of the training input, four ways, in one run.
 
-    pixelmill bench train                                   # 1024 images, 224 px, 10 epochs
+    pixelmill bench train                       # 1024 512-px JPEGs -> 224 px, 10 epochs
     pixelmill bench train --images 512 --image_size 128 --epochs 12 --batch_size 32
 
 It writes its own corpus (seeded synthetic JPEGs, the offline job's snapshot layout) to a temp
@@ -207,7 +207,9 @@ def _parse_args(argv):
         description="images/s of the training input: read only, pixelmill augmentation, Keras "
                     "preprocessing layers, a per-sample tf.image chain; one run.")
     parser.add_argument("--images", type=int, default=1024, help="synthetic training images")
-    parser.add_argument("--source_size", type=int, default=256, help="side of the stored JPEGs")
+    parser.add_argument("--source_size", type=int, default=512,
+                        help="side of the stored JPEGs (photo-like sizes; large JPEGs decode "
+                             "DCT-scaled)")
     parser.add_argument("--image_size", type=int, default=224, help="side of the batches")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=10, help="timed epochs (at least 10)")
