@@ -264,7 +264,6 @@ def time_decode_limit(paths, threads: int) -> float:
 
     options = tf.data.Options()
     options.threading.private_threadpool_size = threads
-    options.autotune.enabled = False
     dataset = (tf.data.Dataset.from_tensor_slices(list(paths))
                .map(decode, num_parallel_calls=threads, deterministic=False)
                .with_options(options))
@@ -340,10 +339,25 @@ class MemoryCheck:
     large_peak: int          # bytes, the highest over the job repetitions
     small_max_process: int
     large_max_process: int
+    small_seconds: float     # the small run's time in run()
+    large_seconds: float     # the median time in run() of the job repetitions
 
     @property
     def growth(self) -> float:
         return self.large_peak / self.small_peak
+
+    @property
+    def marginal_rate(self) -> float | None:
+        """images/s of the extra images, (large - small) / (time large - time small): the job's
+        rate with its fixed cost (graph construction, worker start and stop, publish) taken
+        out. None when the larger run was not slower (noise)."""
+        extra = self.large_seconds - self.small_seconds
+        return (self.large_images - self.small_images) / extra if extra > 0 else None
+
+    @property
+    def fixed_seconds(self) -> float | None:
+        rate = self.marginal_rate
+        return None if rate is None else self.small_seconds - self.small_images / rate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -409,6 +423,15 @@ def format_report(result: BenchResult) -> str:
             f"{_verdict(memory.growth, MEMORY_GROWTH_TARGET, below=True)}"
             f"   (largest process {_mb(memory.small_max_process)} -> "
             f"{_mb(memory.large_max_process)})")
+        rate = memory.marginal_rate
+        if rate is None:
+            lines.append("job marginal rate: not measurable (the larger run was not slower)")
+        else:
+            lines.append(
+                f"job marginal rate: {rate:.1f} images/s ({memory.small_images} vs "
+                f"{memory.large_images} images, fixed cost {memory.fixed_seconds:.1f} s); "
+                f"vs decode median {rate / result.decode.median:.2f}x, vs naive median "
+                f"{rate / result.naive.median:.2f}x (steady state, not the targets)")
     return "\n".join(lines)
 
 
@@ -496,7 +519,9 @@ def run(argv=None) -> BenchResult:
             small_images=len(memory_corpus.items), large_images=len(paths),
             small_peak=small_run.peak_tree_rss, large_peak=largest.peak_tree_rss,
             small_max_process=small_run.max_process_rss,
-            large_max_process=max(j.max_process_rss for j in job_runs))
+            large_max_process=max(j.max_process_rss for j in job_runs),
+            small_seconds=small_run.seconds,
+            large_seconds=statistics.median(j.seconds for j in job_runs))
     workers_text = ("in_memory" if args.workers == "in_memory"
                     else f"{args.workers} (multi_processing)")
     return BenchResult(

@@ -57,7 +57,8 @@ def test_job_runs_list_their_outcomes_and_time():
 def test_memory_line_passes_below_the_growth_target():
     memory = bench.MemoryCheck(small_images=10, large_images=100, small_peak=1000 * _MB,
                                large_peak=1250 * _MB, small_max_process=300 * _MB,
-                               large_max_process=310 * _MB)
+                               large_max_process=310 * _MB, small_seconds=6.0,
+                               large_seconds=8.0)
     text = bench.format_report(_result([50.0], [100.0], [10.0], memory))
     assert ("memory: peak tree RSS 1000 MB at 10 images, 1250 MB at 100 (10x the images): "
             "1.25x   target < 1.3x  PASS   (largest process 300 MB -> 310 MB)") in text
@@ -66,9 +67,29 @@ def test_memory_line_passes_below_the_growth_target():
 def test_memory_line_misses_at_the_growth_target():
     memory = bench.MemoryCheck(small_images=10, large_images=100, small_peak=1000 * _MB,
                                large_peak=1300 * _MB, small_max_process=300 * _MB,
-                               large_max_process=310 * _MB)
+                               large_max_process=310 * _MB, small_seconds=6.0,
+                               large_seconds=8.0)
     text = bench.format_report(_result([50.0], [100.0], [10.0], memory))
     assert "1.30x   target < 1.3x  MISS" in text
+
+
+def test_marginal_rate_takes_the_fixed_cost_out():
+    memory = bench.MemoryCheck(small_images=10, large_images=100, small_peak=1000 * _MB,
+                               large_peak=1000 * _MB, small_max_process=300 * _MB,
+                               large_max_process=300 * _MB, small_seconds=6.0,
+                               large_seconds=8.0)
+    text = bench.format_report(_result([50.0], [100.0], [10.0], memory))
+    assert ("job marginal rate: 45.0 images/s (10 vs 100 images, fixed cost 5.8 s); vs decode "
+            "median 0.45x, vs naive median 4.50x (steady state, not the targets)") in text
+
+
+def test_marginal_rate_is_not_reported_when_the_larger_run_was_not_slower():
+    memory = bench.MemoryCheck(small_images=10, large_images=100, small_peak=1000 * _MB,
+                               large_peak=1000 * _MB, small_max_process=300 * _MB,
+                               large_max_process=300 * _MB, small_seconds=8.0,
+                               large_seconds=8.0)
+    text = bench.format_report(_result([50.0], [100.0], [10.0], memory))
+    assert "job marginal rate: not measurable (the larger run was not slower)" in text
 
 
 def test_memory_line_says_when_not_checked():
