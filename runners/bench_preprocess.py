@@ -180,6 +180,7 @@ class JobRun:
     wall_seconds: float     # the child process, interpreter start and imports included
     peak_tree_rss: int      # bytes, sampled
     max_process_rss: int    # bytes, largest single process (wait4 ru_maxrss)
+    exit_code: int = 0      # of the child; non-zero with a result = it crashed after finishing
 
     @property
     def rate(self) -> float:
@@ -239,7 +240,7 @@ def time_job(corpus: Corpus, output_dir: str, workers: str = "2", config: str | 
     wall = time.perf_counter() - started
     shutil.rmtree(output_dir, ignore_errors=True)
     lines = [line for line in stdout.splitlines() if line.startswith(_RESULT_PREFIX)]
-    if process.returncode != 0 or not lines:
+    if not lines:  # a crash after the result line is reported, not fatal: the job was timed
         with open(log_path, encoding="utf-8", errors="replace") as handle:
             tail = handle.read()[-3000:]
         raise RuntimeError(f"The job failed (exit code {process.returncode}); log {log_path}:"
@@ -247,7 +248,8 @@ def time_job(corpus: Corpus, output_dir: str, workers: str = "2", config: str | 
     result = json.loads(lines[-1][len(_RESULT_PREFIX):])
     return JobRun(images=result["discovered"], accepted=result["accepted"],
                   rejects=result["rejects"], seconds=result["seconds"], wall_seconds=wall,
-                  peak_tree_rss=peak, max_process_rss=usage.ru_maxrss * 1024)
+                  peak_tree_rss=peak, max_process_rss=usage.ru_maxrss * 1024,
+                  exit_code=process.returncode)
 
 
 # ------------------------------------------------------------------------------------ (b)
@@ -409,7 +411,9 @@ def format_report(result: BenchResult) -> str:
         lines.append(f"job run {index}: {job.images} discovered, {job.accepted} accepted, "
                      f"rejects: {rejects}; {job.seconds:.1f} s in run() "
                      f"({job.wall_seconds:.1f} s with process start), "
-                     f"peak tree RSS {_mb(job.peak_tree_rss)}")
+                     f"peak tree RSS {_mb(job.peak_tree_rss)}"
+                     + (f"; the process then exited with code {job.exit_code}"
+                        if job.exit_code else ""))
     lines.append(f"naive loop wrote {result.naive_written} records")
     memory = result.memory
     if memory is None:

@@ -2,6 +2,7 @@
 process-tree memory probe, and one tiny end-to-end pass (20 images, 1 repetition)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -52,6 +53,15 @@ def test_job_runs_list_their_outcomes_and_time():
     text = bench.format_report(_result([50.0], [100.0], [10.0]))
     assert ("job run 1: 100 discovered, 99 accepted, rejects: blurry 1; 2.0 s in run() "
             "(6.0 s with process start), peak tree RSS 1000 MB") in text
+
+
+def test_a_job_process_that_crashed_after_its_result_is_flagged():
+    result = _result([50.0], [100.0], [10.0])
+    crashed = dataclasses.replace(result, job_runs=(
+        dataclasses.replace(result.job_runs[0], exit_code=-11),))
+    assert ("peak tree RSS 1000 MB; the process then exited with code -11"
+            in bench.format_report(crashed))
+    assert "exited with code" not in bench.format_report(result)
 
 
 def test_memory_line_passes_below_the_growth_target():
@@ -181,7 +191,7 @@ def test_bad_options_are_usage_errors(argv, message, tmp_path):
 def test_one_tiny_run_prints_the_table_and_the_ratio_lines(tmp_path, capsys):
     code = bench.main(["--images", "20", "--repetitions", "1", "--workdir", str(tmp_path),
                        "--workers", "in_memory", "--set", "decode.isolation=inline",
-                       "--no-memory_check"])
+                       "--set", "transform.enabled=false", "--no-memory_check"])
     out = capsys.readouterr().out
     assert code == 0
     assert re.search(r"^job +\d+\.\d +\d+\.\d +\(a\)", out, re.M)
@@ -192,7 +202,8 @@ def test_one_tiny_run_prints_the_table_and_the_ratio_lines(tmp_path, capsys):
     assert re.search(r"^job / naive +\d+\.\d\dx median +\d+\.\d\dx min +target >= 3\.0x "
                      r"+(PASS|MISS)$", out, re.M)
     peak = re.search(r"^job run 1: 20 discovered, 20 accepted, rejects: none; \d+\.\d s in "
-                     r"run\(\) \(\d+\.\d s with process start\), peak tree RSS (\d+) MB$",
+                     r"run\(\) \(\d+\.\d s with process start\), peak tree RSS (\d+) MB"
+                     r"(; the process then exited with code -?\d+)?$",
                      out, re.M)
     assert peak and int(peak[1]) > 100  # Python + TensorFlow + Beam are resident
     assert "naive loop wrote 20 records" in out
