@@ -25,5 +25,5 @@ setuptools.setup(
         # The nightly DAG in runners/airflow_dag.py; not needed to run pixelmill itself.
         "airflow": ["apache-airflow>=2.9"],
     },
-    entry_points={"console_scripts": ["pixelmill = runners.cli:main"]},
+    entry_points={"console_scripts": ["pixelmill = runners.cli:console_main"]},
 )

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 
 from configs.schema import ConfigError
 from runners.errors import UsageError
 from transforms.run_lock import LockHeld
 
-__all__ = ["main", "SUBCOMMANDS"]
+__all__ = ["main", "console_main", "SUBCOMMANDS"]
 
 SUBCOMMANDS = {
     "preprocess": ("runners.preprocess", "raw images + CSV labels -> committed TFRecord snapshot"),
@@ -70,5 +71,20 @@ def main(argv=None) -> int:
     return result if isinstance(result, int) else 0
 
 
+def console_main(argv=None) -> None:
+    """The `pixelmill` console script: `main()`, then a hard exit.
+
+    After a job that ran TensorFlow Transform, CPython's interpreter teardown can crash
+    (SIGSEGV in protobuf's upb extension deallocating a repeated field after its module was
+    torn down: protobuf 6 with TF 2.21 / TFT 1.21). Everything is written and flushed by then,
+    so exiting without the teardown keeps the exit code honest.
+    """
+    code = main(argv)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

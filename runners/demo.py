@@ -8,6 +8,7 @@ print what happened.
 from __future__ import annotations
 
 import argparse
+import sys
 import os
 
 from runners import preprocess
@@ -41,5 +42,5 @@ def run(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from runners.cli import main as cli_main
-    raise SystemExit(cli_main(["demo", *__import__("sys").argv[1:]]))
+    from runners.cli import console_main
+    console_main(["demo", *sys.argv[1:]])

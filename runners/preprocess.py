@@ -183,5 +183,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from runners.cli import main as cli_main
-    sys.exit(cli_main(["preprocess", *sys.argv[1:]]))
+    from runners.cli import console_main
+    console_main(["preprocess", *sys.argv[1:]])
