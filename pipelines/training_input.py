@@ -76,7 +76,6 @@ _MANIFEST = "manifest.json"
 _STATS = "stats.json"
 _CLASSES = "classes.txt"
 _SNAPSHOTS = "snapshots"
-_SNAPSHOT_CHOICES = ("latest",)
 _PEEK_RECORDS = 256
 
 
@@ -130,15 +129,66 @@ def _latest_snapshot(output_dir: str) -> Snapshot:
                key=lambda s: (tf.io.gfile.stat(_join(s.path, _MANIFEST)).mtime_nsec, s.run_id))
 
 
-def select_snapshots(output_dir: str, snapshots: str = "latest") -> list[Snapshot]:
-    """The committed snapshots to read. `"latest"`: the one named in `OUTPUT/LATEST`.
+def _parse_snapshots(spec) -> tuple[str, float]:
+    """("latest" | "all" | "last" | "mix", N or weight) from the `snapshots` argument."""
+    if isinstance(spec, bool):
+        spec = str(spec)
+    if isinstance(spec, int):
+        spec = f"last:{spec}"
+    if spec in ("latest", "all"):
+        return spec, 0
+    kind, _, value = str(spec).partition(":")
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if kind == "last" and number is not None and number >= 1 and number == int(number):
+        return "last", int(number)
+    if kind == "mix" and number is not None and 0.0 < number < 1.0:
+        return "mix", number
+    raise ValueError(
+        "Unknown snapshots selection. Expected one of ('latest', 'all', N or 'last:N' with "
+        "N >= 1, 'mix:W' with 0 < W < 1 the share of the newest snapshot). "
+        f"Received: snapshots={spec!r}")
 
-    Snapshots without `manifest.json` are uncommitted (a run still writing, or one that crashed)
-    and never read. If `LATEST` is missing or names an uncommitted snapshot, the committed one
-    with the newest manifest is used.
+
+def select_snapshots(output_dir: str, snapshots="latest") -> list[Snapshot]:
+    """The committed snapshots to read, oldest first.
+
+    `"latest"`: the one named in `OUTPUT/LATEST` (if `LATEST` is missing or names an
+    uncommitted snapshot, the committed one with the newest manifest). `"all"`: every
+    committed snapshot. `N` or `"last:N"`: the newest N. `"mix:W"`: all of them, the newest
+    drawn with weight W against the archive (see `make_dataset`). Snapshots without
+    `manifest.json` are uncommitted (a run still writing, or one that crashed) and never read.
     """
-    check_one_of("snapshots", snapshots, _SNAPSHOT_CHOICES)
-    return [_latest_snapshot(output_dir)]
+    kind, value = _parse_snapshots(snapshots)
+    if kind == "latest":
+        return [_latest_snapshot(output_dir)]
+    committed = _committed_snapshots(output_dir)
+    if not committed:
+        _latest_snapshot(output_dir)  # raises the "no committed snapshot" error
+    if kind == "last":
+        return committed[-value:]
+    if kind == "mix" and len(committed) < 2:
+        raise ValueError(
+            f"snapshots={snapshots!r} mixes the newest snapshot with the archive, but "
+            f"{output_dir} has {len(committed)} committed snapshot(s).")
+    return committed
+
+
+def _split_files(snapshots: Sequence[Snapshot], split: str, name: str) -> list[str]:
+    """Shards of `split` over several snapshots; a snapshot may have none of a split (a small
+    night), but the selection as a whole must have some."""
+    if len(snapshots) == 1:
+        return list_shards(snapshots[0], split, name)
+    files = []
+    for snapshot in snapshots:
+        if tf.io.gfile.glob(_join(snapshot.path, split, f"{name}-{split}.tfrecord-*")):
+            files += list_shards(snapshot, split, name)
+    if not files:
+        raise FileNotFoundError(
+            f"No shards for split {split!r} in the {len(snapshots)} selected snapshots.")
+    return files
 
 
 def list_shards(snapshot: Snapshot, split: str, name: str = "images") -> list[str]:
@@ -191,15 +241,25 @@ def _read_stats(snapshot: Snapshot) -> dict:
 
 
 def read_pixel_stats(snapshots: Sequence[Snapshot]) -> tuple[list[float], list[float]]:
-    """Per-channel (mean, std) on the [0, 1] scale from the snapshot's `stats.json`
-    (`pixel_stats: {mean, std, scale: "0-1" | "0-255"}`). One snapshot for now; a mix of
-    snapshots will need the counts-weighted combination."""
-    if len(snapshots) != 1:
-        raise ValueError(
-            f"Pixel stats of a mix of snapshots are not supported yet. "
-            f"Received: {len(snapshots)} snapshots")
-    path = _join(snapshots[0].path, _STATS)
-    pixel_stats = _read_stats(snapshots[0]).get("pixel_stats")
+    """Per-channel (mean, std) on the [0, 1] scale from the snapshots' `stats.json`
+    (`pixel_stats: {mean, std, scale: "0-1" | "0-255", images}`); several snapshots are pooled
+    (means and variances weighted by their image counts)."""
+    parts = [_snapshot_pixel_stats(s) for s in snapshots]
+    parts = [p for p in parts if p[2] > 0] or parts
+    total = sum(p[2] for p in parts) or len(parts)
+    weights = [(p[2] or 1) / total for p in parts]
+    mean = [sum(w * p[0][c] for w, p in zip(weights, parts)) for c in range(3)]
+    second = [sum(w * (p[1][c] ** 2 + p[0][c] ** 2) for w, p in zip(weights, parts))
+              for c in range(3)]
+    std = [max(second[c] - mean[c] ** 2, 0.0) ** 0.5 for c in range(3)]
+    if min(std) <= 0.0:
+        raise ValueError(f"pixel_stats std must be positive in every channel. Received: {std}")
+    return mean, std
+
+
+def _snapshot_pixel_stats(snapshot: Snapshot) -> tuple[list[float], list[float], int]:
+    path = _join(snapshot.path, _STATS)
+    pixel_stats = _read_stats(snapshot).get("pixel_stats")
     if not isinstance(pixel_stats, dict) or "mean" not in pixel_stats or "std" not in pixel_stats:
         raise ValueError(
             f"{path} has no pixel_stats with mean and std; set online.normalize.mode to fixed or "
@@ -220,10 +280,10 @@ def read_pixel_stats(snapshots: Sequence[Snapshot]) -> tuple[list[float], list[f
         raise ValueError(
             f"{path}: pixel_stats std must be positive in every channel. "
             f"Received: std={pixel_stats['std']}")
-    return mean, std
+    return mean, std, int(pixel_stats.get("images", 0) or 0)
 
 
-def count_examples(output_dir: str, split: str = "train", snapshots: str = "latest") -> int:
+def count_examples(output_dir: str, split: str = "train", snapshots="latest") -> int:
     """Records in a split (from `stats.json` `by_split`), e.g. for `steps_per_epoch`."""
     check_one_of("split", split, SPLITS)
     total = 0
@@ -321,6 +381,12 @@ def _normalization(config: Config, snapshots: Sequence[Snapshot], normalize: boo
     """(mean, std) on the [0, 1] scale from `online.normalize`, or None for images in [0, 1]."""
     mode = config.online.normalize.mode if normalize else "none"
     if mode == "dataset":
+        # The newest selected snapshot's TFT transform covers everything accepted up to it
+        # (nightly runs analyze the archive plus the night): the same numbers as serving.
+        newest = snapshots[-1]
+        if tf.io.gfile.exists(_join(newest.path, "transform_fn")):
+            from transforms.tft_analysis import read_normalization  # TFT imports slowly
+            return read_normalization(newest.path)
         return read_pixel_stats(snapshots)
     if mode == "fixed":
         return list(config.online.normalize.mean), list(config.online.normalize.std)
@@ -373,7 +439,7 @@ def _select_output(batch: dict, with_boxes: bool, normalization):
 def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
                  config: Config | None = None, seed: int | None = None, epoch: int = 0,
                  start_step: int = 0, input_context: tf.distribute.InputContext | None = None,
-                 snapshots: str = "latest", *, num_epochs: int = 1, augment: bool | None = None,
+                 snapshots="latest", *, num_epochs: int = 1, augment: bool | None = None,
                  normalize: bool = True, shuffle: bool | None = None,
                  drop_remainder: bool | None = None, with_boxes: bool | None = None,
                  max_boxes: int = 100, num_classes: int | None = None,
@@ -395,7 +461,11 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
         skipped records are read but neither parsed nor decoded.
       input_context: per-replica sharding by files (replicas see disjoint files within an
         epoch); its `input_pipeline_id` is the replica in the augmentation seed.
-      snapshots: which committed snapshots to read ("latest").
+      snapshots: which committed snapshots to read: "latest" (default), "all", N or "last:N"
+        (the newest N), or "mix:W": every snapshot, the newest drawn with probability W per
+        record against the repeated archive, an epoch ending when the newest is used up (so
+        training favours fresh data without forgetting). Normalization comes from the newest
+        selected snapshot's TFT transform (nightly transforms cover the archive too).
       num_epochs: yields epochs `epoch .. epoch + num_epochs - 1` one after the other (for one
         `model.fit(..., epochs=num_epochs, steps_per_epoch=...)`); steps restart at 0 in each.
       augment: apply `config.online`'s batch augmentation (default: for "train" only).
@@ -432,7 +502,7 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
     size = _image_size(config.online.image_size if image_size is None else image_size)
 
     selected = select_snapshots(output_dir, snapshots)
-    files = [f for s in selected for f in list_shards(s, split, config.output.name)]
+    files = _split_files(selected, split, config.output.name)
     class_names = read_class_names(selected)
     if num_classes is None:
         num_classes = len(class_names)
@@ -447,33 +517,58 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
     if input_context is not None:
         pipeline_id = input_context.input_pipeline_id
         num_pipelines = input_context.num_input_pipelines
-    if num_pipelines > len(files):
+    kind, value = _parse_snapshots(snapshots)
+    mix_weight = value if kind == "mix" else None
+    if mix_weight is not None:
+        fresh_files = _split_files(selected[-1:], split, config.output.name)
+        archive_files = _split_files(selected[:-1], split, config.output.name)
+    groups = [files] if mix_weight is None else [archive_files, fresh_files]
+    if any(num_pipelines > len(group) for group in groups):
         raise ValueError(
             f"Sharding by files needs at least one shard per input pipeline. Received: "
-            f"{len(files)} shards for split {split!r}, {num_pipelines} input pipelines")
+            f"{' and '.join(str(len(g)) for g in groups)} shards for split {split!r}, "
+            f"{num_pipelines} input pipelines")
     augmenter = (build_batch_augmenter(config.online, num_classes, jit_compile=jit_compile)
                  if augment else None)
-    files_per_pipeline = len(range(pipeline_id, len(files), num_pipelines))
-    compressions = ["GZIP" if f.endswith(".gz") else "" for f in files]
 
     def parse(serialized):
         return _parse_sample(serialized, image_size=size, num_classes=num_classes,
                              with_boxes=with_boxes, max_boxes=max_boxes)
 
-    def one_epoch(epoch_index):
-        paths, kinds = tf.constant(files), tf.constant(compressions)
-        this_epoch = epoch_seed(seed, epoch_index)
+    def read_files(group: list[str], this_epoch, tag: str):
+        paths = tf.constant(group)
+        kinds = tf.constant(["GZIP" if f.endswith(".gz") else "" for f in group])
         if shuffle:
-            order = _permutation(tf.size(paths), fold_in_name(this_epoch, "reader/file_order"))
+            order = _permutation(tf.size(paths), fold_in_name(this_epoch, f"reader/file_order{tag}"))
             paths, kinds = tf.gather(paths, order), tf.gather(kinds, order)
+        per_pipeline = len(range(pipeline_id, len(group), num_pipelines))
         records = tf.data.Dataset.from_tensor_slices((paths, kinds)).shard(
             num_pipelines, pipeline_id).interleave(
                 lambda path, kind: tf.data.TFRecordDataset(path, kind),
-                cycle_length=min(cycle_length, files_per_pipeline), block_length=1,
+                cycle_length=min(cycle_length, per_pipeline), block_length=1,
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         if shuffle:
             records = _block_shuffle(records, shuffle_buffer,
-                                     fold_in_name(this_epoch, "reader/record_order"))
+                                     fold_in_name(this_epoch, f"reader/record_order{tag}"))
+        return records
+
+    def one_epoch(epoch_index):
+        this_epoch = epoch_seed(seed, epoch_index)
+        if mix_weight is None:
+            records = read_files(files, this_epoch, "")
+        else:
+            # The archive repeats; the epoch ends when the newest snapshot's records are used
+            # up, so each epoch sees all fresh records once and (1 - W) / W as many archived
+            # ones. Choices are stateless draws from (seed, epoch, record index).
+            archive = read_files(archive_files, this_epoch, "/archive").repeat()
+            fresh = read_files(fresh_files, this_epoch, "/fresh")
+            mix_seed = fold_in_name(this_epoch, "reader/mix")
+            choices = tf.data.Dataset.range(tf.int64.max).map(
+                lambda i: tf.cast(tf.random.stateless_uniform(
+                    [], seed=tf.random.experimental.stateless_fold_in(mix_seed, i),
+                    alg="philox") < mix_weight, tf.int64))
+            records = tf.data.Dataset.choose_from_datasets(
+                [archive, fresh], choices, stop_on_empty_dataset=True)
         first_step = tf.where(epoch_index == epoch, tf.constant(start_step, tf.int64),
                               tf.constant(0, tf.int64))
         batches = (records.skip(first_step * batch_size)
@@ -492,7 +587,7 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
     options = tf.data.Options()
     options.deterministic = True
     dataset = tf.data.Dataset.range(epoch, epoch + num_epochs).flat_map(one_epoch)
-    if num_pipelines == 1:  # every record of the split is read: the batch count is known
+    if num_pipelines == 1 and mix_weight is None:  # every record is read: count is known
         per_epoch = _batches_per_epoch(selected, split, batch_size, drop_remainder)
         if per_epoch is not None:
             if start_step >= max(per_epoch, 1):

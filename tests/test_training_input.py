@@ -114,9 +114,9 @@ def test_no_committed_snapshot_is_an_error(tmp_path):
 
 
 def test_unknown_snapshots_choice_names_the_allowed_values(output_dir):
-    with pytest.raises(ConfigError, match=r"Expected one of \('latest',\). Received: "
-                                          r"snapshots='all'"):
-        training_input.select_snapshots(output_dir, "all")
+    with pytest.raises(ValueError, match=r"Expected one of \('latest', 'all'.*Received: "
+                                         r"snapshots='newest'"):
+        training_input.select_snapshots(output_dir, "newest")
 
 
 def test_incomplete_shard_series_is_an_error(tmp_path):
