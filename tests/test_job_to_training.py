@@ -1,0 +1,53 @@
+"""Both halves together: shards made by the offline job feed model.fit, and the loss drops."""
+from __future__ import annotations
+
+import io
+import os
+
+import keras
+import numpy as np
+from PIL import Image
+
+from configs.schema import load_config
+from pipelines.training_input import count_examples, make_dataset
+from runners.demo_data import photo_like
+from tests.jobutil import run_job
+
+
+def test_model_trains_on_the_offline_jobs_shards(tmp_path):
+    root = tmp_path / "images"
+    for index in range(32):
+        label = ("cat", "dog")[index % 2]
+        path = root / label / f"{index}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        image = photo_like(np.random.default_rng(index), 64, 80, index % 2)
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, "JPEG", quality=90)
+        path.write_bytes(buffer.getvalue())
+    out = str(tmp_path / "out")
+    run_job(root, out, sets=["decode.isolation=inline", "split.train=1.0",
+                             "split.validation=0.0", "split.test=0.0"])
+    config = load_config(overrides=["online.image_size=32", "online.mix.enabled=false"])
+    assert count_examples(out, "train") == 32
+    batch = 8
+    train = make_dataset(out, "train", batch_size=batch, config=config, seed=1, num_epochs=6,
+                         jit_compile=False)
+    plain = make_dataset(out, "train", batch_size=32, config=config, augment=False,
+                         shuffle=False)
+    images, labels = next(iter(plain))
+    assert images.shape == (32, 32, 32, 3) and labels.shape == (32, 2)
+    np.testing.assert_allclose(labels.numpy().sum(axis=1), 1.0)
+    model = keras.Sequential([
+        keras.Input((32, 32, 3)),
+        keras.layers.Conv2D(8, 3, activation="relu",
+                            kernel_initializer=keras.initializers.GlorotUniform(seed=0)),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.Dense(2, activation="softmax",
+                           kernel_initializer=keras.initializers.GlorotUniform(seed=1)),
+    ])
+    model.compile(optimizer=keras.optimizers.Adam(0.03), loss="categorical_crossentropy")
+    before = model.evaluate(plain, verbose=0)
+    model.fit(train, epochs=6, steps_per_epoch=32 // batch, verbose=0)
+    after = model.evaluate(plain, verbose=0)
+    assert after < 0.7 * before, (before, after)
+    assert os.path.isdir(os.path.join(out, "snapshots"))
