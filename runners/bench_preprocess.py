@@ -42,6 +42,7 @@ import dataclasses
 import io
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -181,6 +182,7 @@ class JobRun:
     peak_tree_rss: int      # bytes, sampled
     max_process_rss: int    # bytes, largest single process (wait4 ru_maxrss)
     exit_code: int = 0      # of the child; non-zero with a result = it crashed after finishing
+    cpu_seconds: float = 0.0  # user + system of the whole tree (wait4), imports included
 
     @property
     def rate(self) -> float:
@@ -249,7 +251,13 @@ def time_job(corpus: Corpus, output_dir: str, workers: str = "2", config: str | 
     return JobRun(images=result["discovered"], accepted=result["accepted"],
                   rejects=result["rejects"], seconds=result["seconds"], wall_seconds=wall,
                   peak_tree_rss=peak, max_process_rss=usage.ru_maxrss * 1024,
-                  exit_code=process.returncode)
+                  exit_code=process.returncode,
+                  cpu_seconds=usage.ru_utime + usage.ru_stime)
+
+
+def _own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 # ------------------------------------------------------------------------------------ (b)
@@ -319,10 +327,13 @@ def time_naive_loop(items, output_path: str, min_variance: float) -> tuple[float
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
-    """images/s of one contender over the repetitions."""
+    """images/s of one contender over the repetitions, and CPU milliseconds per image (user +
+    system of all its threads and processes: much less sensitive than wall time to what else
+    runs on the machine)."""
     name: str
     description: str
     rates: tuple
+    cpu_ms_per_image: tuple = ()
 
     @property
     def median(self) -> float:
@@ -331,6 +342,10 @@ class Measurement:
     @property
     def minimum(self) -> float:
         return min(self.rates)
+
+    @property
+    def cpu_ms(self) -> float | None:
+        return statistics.median(self.cpu_ms_per_image) if self.cpu_ms_per_image else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,10 +408,11 @@ def format_report(result: BenchResult) -> str:
              f"decode threads: {result.decode_threads}"
              + (f", overrides: {' '.join(result.overrides)}" if result.overrides else ""),
              "",
-             f"{'':<10}{'images/s median':>16}{'images/s min':>14}   what",
-             f"{'':-<10}{'':->16}{'':->14}   {'':-<40}"]
+             f"{'':<10}{'images/s median':>16}{'images/s min':>14}{'CPU ms/image':>14}   what",
+             f"{'':-<10}{'':->16}{'':->14}{'':->14}   {'':-<40}"]
     for row in rows:
-        lines.append(f"{row.name:<10}{row.median:>16.1f}{row.minimum:>14.1f}   "
+        cpu = "-" if row.cpu_ms is None else f"{row.cpu_ms:.1f}"
+        lines.append(f"{row.name:<10}{row.median:>16.1f}{row.minimum:>14.1f}{cpu:>14}   "
                      f"{row.description}")
     lines.append("")
     for other, target in ((result.decode, JOB_VS_DECODE_TARGET),
@@ -405,6 +421,10 @@ def format_report(result: BenchResult) -> str:
         by_min = result.job.minimum / other.minimum
         lines.append(f"job / {other.name:<7} {by_median:6.2f}x median  {by_min:6.2f}x min   "
                      f"target >= {target:.1f}x  {_verdict(by_median, target)}")
+    if result.job.cpu_ms and result.decode.cpu_ms and result.naive.cpu_ms:
+        lines.append(f"CPU per image: job {result.job.cpu_ms / result.decode.cpu_ms:.1f}x the "
+                     f"decode limit's, {result.job.cpu_ms / result.naive.cpu_ms:.2f}x the naive "
+                     f"loop's (job: whole process tree, start-up included)")
     lines.append("")
     for index, job in enumerate(result.job_runs, 1):
         rejects = ", ".join(f"{k} {v}" for k, v in job.rejects.items()) or "none"
@@ -502,13 +522,18 @@ def run(argv=None) -> BenchResult:
     paths = [path for path, _ in corpus.items]
     min_variance = (config.quality.min_std or 0.0) ** 2
     job_runs, decode_rates, naive_rates, written = [], [], [], 0
+    decode_cpu, naive_cpu = [], []
     for repetition in range(1, args.repetitions + 1):
         job = time_job(corpus, os.path.join(workdir, "job_out"), args.workers, args.config,
                        args.overrides, os.path.join(workdir, f"job_{repetition}.log"))
         job_runs.append(job)
+        cpu = _own_cpu_seconds()
         decode_rates.append(len(paths) / time_decode_limit(paths, threads))
+        decode_cpu.append(1000.0 * (_own_cpu_seconds() - cpu) / len(paths))
+        cpu = _own_cpu_seconds()
         seconds, written = time_naive_loop(corpus.items, os.path.join(workdir, "naive.tfrecord"),
                                            min_variance)
+        naive_cpu.append(1000.0 * (_own_cpu_seconds() - cpu) / len(paths))
         naive_rates.append(len(paths) / seconds)
         print(f"repetition {repetition}/{args.repetitions}: job {job.rate:.1f}, "
               f"decode {decode_rates[-1]:.1f}, naive {naive_rates[-1]:.1f} images/s", flush=True)
@@ -532,11 +557,12 @@ def run(argv=None) -> BenchResult:
         images=len(paths), workers=workers_text, decode_threads=threads,
         overrides=tuple(args.overrides),
         job=Measurement("job", "(a) pixelmill preprocess, end to end",
-                        tuple(j.rate for j in job_runs)),
+                        tuple(j.rate for j in job_runs),
+                        tuple(1000.0 * j.cpu_seconds / j.images for j in job_runs)),
         decode=Measurement("decode", f"(b) tf.data read + tf.io.decode_image, {threads} "
-                                     f"parallel", tuple(decode_rates)),
+                                     f"parallel", tuple(decode_rates), tuple(decode_cpu)),
         naive=Measurement("naive", "(c) 1 process: read, PIL, variance, Example, write",
-                          tuple(naive_rates)),
+                          tuple(naive_rates), tuple(naive_cpu)),
         job_runs=tuple(job_runs), naive_written=written, memory=memory)
 
 

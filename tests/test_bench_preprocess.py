@@ -16,15 +16,15 @@ from runners.errors import UsageError
 _MB = 2**20
 
 
-def _result(job_rates, decode_rates, naive_rates, memory=None):
+def _result(job_rates, decode_rates, naive_rates, memory=None, cpu=((), (), ())):
     runs = tuple(bench.JobRun(images=100, accepted=99, rejects={"blurry": 1}, seconds=100 / r,
                               wall_seconds=100 / r + 4.0, peak_tree_rss=1000 * _MB,
                               max_process_rss=400 * _MB) for r in job_rates)
     return bench.BenchResult(
         images=100, workers="2 (multi_processing)", decode_threads=2, overrides=(),
-        job=bench.Measurement("job", "(a) job", tuple(job_rates)),
-        decode=bench.Measurement("decode", "(b) decode", tuple(decode_rates)),
-        naive=bench.Measurement("naive", "(c) naive", tuple(naive_rates)),
+        job=bench.Measurement("job", "(a) job", tuple(job_rates), cpu[0]),
+        decode=bench.Measurement("decode", "(b) decode", tuple(decode_rates), cpu[1]),
+        naive=bench.Measurement("naive", "(c) naive", tuple(naive_rates), cpu[2]),
         job_runs=runs, naive_written=98, memory=memory)
 
 
@@ -43,10 +43,20 @@ def test_ratio_lines_use_medians_and_minimums_against_the_targets():
 def test_table_rows_show_median_and_minimum_images_per_second():
     text = bench.format_report(_result([100.0, 50.0, 80.0], [100.0, 40.0, 90.0],
                                        [20.0, 25.0, 30.0]))
-    rows = {match[1]: [match[2], match[3]] for match in re.finditer(
-        r"^(job|decode|naive) +(\S+) +(\S+) +\(", text, re.M)}
-    assert rows == {"job": ["80.0", "50.0"], "decode": ["90.0", "40.0"],
-                    "naive": ["25.0", "20.0"]}
+    rows = {match[1]: [match[2], match[3], match[4]] for match in re.finditer(
+        r"^(job|decode|naive) +(\S+) +(\S+) +(\S+) +\(", text, re.M)}
+    assert rows == {"job": ["80.0", "50.0", "-"], "decode": ["90.0", "40.0", "-"],
+                    "naive": ["25.0", "20.0", "-"]}
+
+
+def test_cpu_per_image_column_and_line_use_medians():
+    text = bench.format_report(_result([50.0, 60.0, 70.0], [100.0] * 3, [10.0] * 3,
+                                       cpu=((30.0, 20.0, 25.0), (5.0, 4.0, 6.0), (8.0, 9.0, 10.0))))
+    rows = {match[1]: match[2] for match in re.finditer(
+        r"^(job|decode|naive) +\S+ +\S+ +(\S+) +\(", text, re.M)}
+    assert rows == {"job": "25.0", "decode": "5.0", "naive": "9.0"}
+    assert ("CPU per image: job 5.0x the decode limit's, 2.78x the naive loop's (job: whole "
+            "process tree, start-up included)") in text
 
 
 def test_job_runs_list_their_outcomes_and_time():
@@ -194,9 +204,10 @@ def test_one_tiny_run_prints_the_table_and_the_ratio_lines(tmp_path, capsys):
                        "--set", "transform.enabled=false", "--no-memory_check"])
     out = capsys.readouterr().out
     assert code == 0
-    assert re.search(r"^job +\d+\.\d +\d+\.\d +\(a\)", out, re.M)
-    assert re.search(r"^decode +\d+\.\d +\d+\.\d +\(b\) .*, 1 parallel$", out, re.M)
-    assert re.search(r"^naive +\d+\.\d +\d+\.\d +\(c\)", out, re.M)
+    assert re.search(r"^job +\d+\.\d +\d+\.\d +\d+\.\d +\(a\)", out, re.M)
+    assert re.search(r"^decode +\d+\.\d +\d+\.\d +\d+\.\d +\(b\) .*, 1 parallel$", out, re.M)
+    assert re.search(r"^naive +\d+\.\d +\d+\.\d +\d+\.\d +\(c\)", out, re.M)
+    assert re.search(r"^CPU per image: job \d+\.\dx the decode limit's", out, re.M)
     assert re.search(r"^job / decode +\d+\.\d\dx median +\d+\.\d\dx min +target >= 1\.0x "
                      r"+(PASS|MISS)$", out, re.M)
     assert re.search(r"^job / naive +\d+\.\d\dx median +\d+\.\d\dx min +target >= 3\.0x "
