@@ -18,26 +18,35 @@ with --fail_on_drift) fails it, so Airflow's alerting tells a person.
 from __future__ import annotations
 
 import datetime
-import shlex
 
 from airflow import DAG
-from airflow.models import Variable
-from airflow.operators.bash import BashOperator
 
-__all__ = ["dag", "nightly_command"]
+try:  # Airflow 3 (and 2.x with the standard provider)
+    from airflow.providers.standard.operators.bash import BashOperator
+except ImportError:  # Airflow 2
+    from airflow.operators.bash import BashOperator
+
+__all__ = ["dag", "NIGHTLY_COMMAND"]
 
 
-def nightly_command(data_root: str, labels: str, output_dir: str, config: str = "",
-                    beam_args: str = "", fail_on_drift: bool = False) -> str:
-    """The shell command the task runs (quoted; templating-free, so it can be tested)."""
-    parts = ["pixelmill", "nightly", "--data_root", data_root, "--output_dir", output_dir]
-    for path in filter(None, (p.strip() for p in labels.split(","))):
-        parts += ["--labels", path]
-    if config:
-        parts += ["--config", config]
-    if fail_on_drift:
-        parts.append("--fail_on_drift")
-    return " ".join(shlex.quote(p) for p in parts) + (" " + beam_args if beam_args else "")
+def _var(name: str, default: str = "") -> str:
+    return f"var.value.get('{name}', '{default}')"
+
+
+# A Jinja template: Airflow renders it (reading the Variables) when the task runs, not each time
+# the scheduler parses this file. Paths must not contain spaces.
+NIGHTLY_COMMAND = (
+    "pixelmill nightly"
+    " --data_root {{ " + _var("pixelmill_data_root", "/data/images") + " }}"
+    " --output_dir {{ " + _var("pixelmill_output_dir", "/data/pixelmill") + " }}"
+    "{% for path in " + _var("pixelmill_labels", "/data/labels.csv") + ".split(',') %}"
+    "{% if path.strip() %} --labels {{ path.strip() }}{% endif %}{% endfor %}"
+    "{% if " + _var("pixelmill_config") + " %} --config {{ " + _var("pixelmill_config")
+    + " }}{% endif %}"
+    "{% if " + _var("pixelmill_fail_on_drift", "false") + ".lower() == 'true' %}"
+    " --fail_on_drift{% endif %}"
+    " {{ " + _var("pixelmill_beam_args") + " }}"
+)
 
 
 with DAG(
@@ -52,14 +61,7 @@ with DAG(
 ) as dag:
     BashOperator(
         task_id="pixelmill_nightly",
-        bash_command=nightly_command(
-            data_root=Variable.get("pixelmill_data_root", default_var="/data/images"),
-            labels=Variable.get("pixelmill_labels", default_var="/data/labels.csv"),
-            output_dir=Variable.get("pixelmill_output_dir", default_var="/data/pixelmill"),
-            config=Variable.get("pixelmill_config", default_var=""),
-            beam_args=Variable.get("pixelmill_beam_args", default_var=""),
-            fail_on_drift=Variable.get("pixelmill_fail_on_drift", default_var="false")
-            .lower() == "true"),
+        bash_command=NIGHTLY_COMMAND,
         skip_on_exit_code=75,
         execution_timeout=datetime.timedelta(hours=8),
     )
