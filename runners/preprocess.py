@@ -86,8 +86,7 @@ def _starting_class_table(output_dir: str, classes_file: str | None, config) -> 
         return existing, config.classes.frozen
     _check_exists(classes_file, "--classes")
     given = classes.read_class_table(classes_file)
-    if given[:len(existing)] != existing[:len(given)] or len(given) < len(existing) and any(
-            name not in given for name in existing):
+    if given[:len(existing)] != existing[:len(given)]:  # one must be a prefix of the other
         raise UsageError(
             f"--classes {classes_file} disagrees with {output_dir}/classes.txt: class ids never "
             f"change, so the file must list the existing classes first, in order. Existing: "
