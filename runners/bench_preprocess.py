@@ -25,14 +25,20 @@ Then, on the same files and the same cores, each repetition times:
 The repetitions are interleaved (a, b, c, a, b, c, ...) so that load from other processes hits
 all three alike. The table gives the median and the minimum images/s of each, and the ratios
 job/decode and job/naive against the targets (>= 1.0x and >= 3x), computed from the medians
-and from the minimums; tf.data's autotuner and a shared machine make single passes jump.
+and from the minimums; tf.data's autotuner and a shared machine make single passes jump. It
+also gives CPU milliseconds per image (user + system; for the job, of its whole process tree
+including start-up), which other processes on the machine disturb far less than wall time.
+A job process that prints its result and then crashes while exiting is timed and flagged in
+its `job run` line; one that fails before its result stops the benchmark with its log's tail.
 
 Memory: every job repetition runs in its own process tree, whose resident memory (the sum of
 VmRSS over the job process and all its descendants: Beam workers, decode-isolation
 subprocesses) is sampled every 0.1 s. `--memory_check` (on by default) adds one job run on a
 corpus of `--memory_images` (default images / 10) and reports peak(images) / peak(memory_images)
 against the target (< 1.3x for 10x the images). The largest single process (`ru_maxrss` from
-`wait4`) is shown too; it catches spikes shorter than the sampling interval.
+`wait4`) is shown too; it catches spikes shorter than the sampling interval. The same two runs
+give the job's marginal rate, (images - memory_images) / (time - time of the small run): its
+images/s with the fixed cost (graph construction, worker start and stop, publish) taken out.
 """
 from __future__ import annotations
 
