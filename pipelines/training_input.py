@@ -13,6 +13,12 @@ The graph reads like the data flow (see DESIGN.md):
       -> map: augment (geometry, pixel ops, mixup/cutmix; seed from (seed, epoch, step, replica))
       -> normalize with the snapshot's pixel stats -> prefetch
 
+With augmentation and geometry on (`resample_once`, the default), the map decodes without
+resizing and the batch pads the decoded uint8 images onto one canvas (`padded_batch`); the
+geometry warp then resamples straight from them to `image_size`, so resize and warp are one
+bilinear pass (saves the float resize, measured ~0.3 ms per 224 px image on 2 cores). Same
+parameters, matrix and boxes as resize-then-warp; the pixels differ by resampling only.
+
 Reproducibility: every random choice (file order, record order, augmentation) is a stateless
 function of `(seed, epoch, step, replica)`. Two fresh datasets with the same arguments yield
 identical batches on any machine; `start_step=s` yields exactly the batches the continuing run
@@ -338,8 +344,39 @@ def _decode_resized(encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor,
     return tf.clip_by_value(image / 255.0, 0.0, 1.0)
 
 
+def _canvas_size(image_size: tuple[int, int]) -> tuple[int, int]:
+    """Canvas for decoded images when the warp does the resize: twice the output per side. The
+    DCT-scaled decode keeps the short side in [target, 2 * target) for JPEGs, so square to 4:3
+    photos fit; see `_decode_for_canvas` for the rest."""
+    return 2 * image_size[0], 2 * image_size[1]
+
+
+def _decode_for_canvas(encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor,
+                       image_size: tuple[int, int]) -> tuple[tf.Tensor, tf.Tensor]:
+    """(uint8 [h, w, 3] decoded image, int32 [2] its size), at most the canvas size.
+
+    Same decode as `_decode_resized` (shared decoder, same DCT scale) but no resize: batches
+    are padded to the canvas (`padded_batch`, the image at the top-left) and the batch warp
+    resamples straight from them to image_size. An image larger than the canvas after the DCT
+    scale (very large or elongated) is first resized to fit, aspect kept, rounded to 8 bits.
+    """
+    canvas = _canvas_size(image_size)
+    branches = [lambda r=r: decode_image(encoded, jpeg_ratio=r) for r in (1, 2, 4, 8)]
+    image = tf.switch_case(_jpeg_ratio(height, width, min(image_size)), branches)
+    shape = tf.shape(image)
+
+    def fit():
+        resized = tf.image.resize(image, canvas, preserve_aspect_ratio=True)
+        return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
+
+    fits = (shape[0] <= canvas[0]) & (shape[1] <= canvas[1])
+    image = tf.cond(fits, lambda: image, fit)
+    image.set_shape([None, None, 3])
+    return image, tf.shape(image)[:2]
+
+
 def _parse_sample(serialized: tf.Tensor, *, image_size: tuple[int, int], num_classes: int,
-                  with_boxes: bool, max_boxes: int) -> dict:
+                  with_boxes: bool, max_boxes: int, to_canvas: bool = False) -> dict:
     parsed = codec.parse_example(serialized, with_boxes=with_boxes)
     label = parsed[codec.CLASS_LABEL]
     in_table = tf.debugging.assert_equal(
@@ -348,11 +385,13 @@ def _parse_sample(serialized: tf.Tensor, *, image_size: tuple[int, int], num_cla
                 f"(an unlabeled record, or num_classes too small)")
     with tf.control_dependencies([in_table]):
         labels = tf.one_hot(label, num_classes, dtype=tf.float32)
-    sample = {
-        "images": _decode_resized(parsed[codec.IMAGE_ENCODED], parsed[codec.IMAGE_HEIGHT],
-                                  parsed[codec.IMAGE_WIDTH], image_size),
-        "labels": labels,
-    }
+    sample = {"labels": labels}
+    decode_args = (parsed[codec.IMAGE_ENCODED], parsed[codec.IMAGE_HEIGHT],
+                   parsed[codec.IMAGE_WIDTH], image_size)
+    if to_canvas:
+        sample["source"], sample["source_size"] = _decode_for_canvas(*decode_args)
+    else:
+        sample["images"] = _decode_resized(*decode_args)
     if with_boxes:
         boxes = tf.stack([parsed[codec.BBOX_YMIN], parsed[codec.BBOX_XMIN],
                           parsed[codec.BBOX_YMAX], parsed[codec.BBOX_XMAX]], axis=-1)
@@ -444,7 +483,8 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
                  drop_remainder: bool | None = None, with_boxes: bool | None = None,
                  max_boxes: int = 100, num_classes: int | None = None,
                  image_size: int | tuple[int, int] | None = None, shuffle_buffer: int = 1024,
-                 cycle_length: int = 8, jit_compile: bool = True) -> tf.data.Dataset:
+                 cycle_length: int = 8, jit_compile: bool = True,
+                 resample_once: bool = True) -> tf.data.Dataset:
     """Batches of one split of the committed snapshot, reproducible from `(seed, epoch, step)`.
 
     Args:
@@ -485,6 +525,12 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
       jit_compile: run the augmentation's apply step under XLA (`tf.function(jit_compile=True)`;
         the parameter sampling stays outside). About 3-4x faster on the CPU; results agree
         with the uncompiled ops within float rounding, and are identical run to run.
+      resample_once: when augmenting with geometry on, warp straight from the decoded images
+        (DCT-scaled JPEG decode, on a canvas of twice image_size) to image_size: the resize
+        folds into the warp, one bilinear pass instead of resize-then-warp. False resizes
+        first and warps the resized batch: exactly `augment_batch` on the `augment=False`
+        batches (what the preview shows); the two differ by resampling only (same parameters,
+        matrix and boxes).
     """
     config = config or load_config()
     check_one_of("split", split, SPLITS)
@@ -528,12 +574,14 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
             f"Sharding by files needs at least one shard per input pipeline. Received: "
             f"{' and '.join(str(len(g)) for g in groups)} shards for split {split!r}, "
             f"{num_pipelines} input pipelines")
-    augmenter = (build_batch_augmenter(config.online, num_classes, jit_compile=jit_compile)
+    augmenter = (build_batch_augmenter(config.online, num_classes, jit_compile=jit_compile,
+                                       image_size=size if resample_once else None)
                  if augment else None)
+    to_canvas = augmenter is not None and augmenter.takes_source
 
     def parse(serialized):
         return _parse_sample(serialized, image_size=size, num_classes=num_classes,
-                             with_boxes=with_boxes, max_boxes=max_boxes)
+                             with_boxes=with_boxes, max_boxes=max_boxes, to_canvas=to_canvas)
 
     def read_files(group: list[str], this_epoch, tag: str):
         paths = tf.constant(group)
@@ -571,10 +619,16 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
                 [archive, fresh], choices, stop_on_empty_dataset=True)
         first_step = tf.where(epoch_index == epoch, tf.constant(start_step, tf.int64),
                               tf.constant(0, tf.int64))
-        batches = (records.skip(first_step * batch_size)
-                   .map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-                   .batch(batch_size, drop_remainder=drop_remainder,
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
+        samples = records.skip(first_step * batch_size).map(
+            parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        if to_canvas:  # decoded images of any size, padded to one canvas per batch
+            shapes = {key: spec.shape for key, spec in samples.element_spec.items()}
+            shapes["source"] = tf.TensorShape([*_canvas_size(size), 3])
+            batches = samples.padded_batch(batch_size, padded_shapes=shapes,
+                                           drop_remainder=drop_remainder)
+        else:
+            batches = samples.batch(batch_size, drop_remainder=drop_remainder,
+                                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         if augmenter is not None:
             steps = tf.data.Dataset.range(first_step, tf.int64.max)
             batches = tf.data.Dataset.zip((steps, batches)).map(

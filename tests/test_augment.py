@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from configs.online import GeometryConfig, MixConfig, OnlineConfig, PixelConfig
 from configs.schema import ConfigError, config_from_dict, load_config
-from transforms import augment
+from transforms import augment, geometry
 from transforms.seeds import step_seed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -212,6 +212,62 @@ def test_enable_rate_zero_keeps_structure_and_pads_boxes_to_the_mixed_capacity()
     assert out["boxes"].shape == (BATCH, 6, 4)
     assert out["box_labels"].numpy()[-1].tolist() == [1, -1, -1, -1, -1, -1]
     assert out["num_boxes"].numpy().tolist() == [2] * (BATCH - 1) + [1]
+
+
+def _source_batch(size=2 * SIZE):
+    """Decoded-image canvases as the reader feeds them: uint8 [B, 2S, 2S, 3], two sizes."""
+    rng = np.random.default_rng(5)
+    canvas = np.zeros((BATCH, 2 * SIZE, 2 * SIZE, 3), np.uint8)
+    sizes = np.array([[size, size], [size - 6, size - 2]] * (BATCH // 2), np.int32)
+    for index, (height, width) in enumerate(sizes):
+        canvas[index, :height, :width] = rng.integers(0, 256, (height, width, 3))
+    return {"source": tf.constant(canvas), "source_size": tf.constant(sizes),
+            "labels": tf.one_hot(tf.range(BATCH) % CLASSES, CLASSES)}
+
+
+def test_source_batch_equals_resize_then_augment_for_an_exact_flip():
+    """With the resize folded into the warp, a flip of the source equals the flip of the
+    resized batch; the matrix stays in the output frame."""
+    config = _config(geometry={"horizontal_flip": 0.5})
+    augmenter = augment.build_batch_augmenter(config, CLASSES, image_size=(SIZE, SIZE))
+    batch = _source_batch()
+    flip = tf.constant([[[-1.0, 0.0, SIZE], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]] * BATCH)
+    out = augmenter.apply(batch, {"augment": tf.constant(True), "geometry": {"matrix": flip}})
+    resized = geometry.resize_from_source(batch["source"], batch["source_size"], (SIZE, SIZE))
+    assert "source" not in out and "source_size" not in out
+    np.testing.assert_allclose(out["images"].numpy(), resized.numpy()[:, :, ::-1], atol=1e-6)
+    np.testing.assert_array_equal(out["matrix"].numpy(), flip.numpy())
+
+
+def test_source_batch_left_unaugmented_is_only_resized():
+    config = _config(pixel={"brightness": 0.3}, geometry={"horizontal_flip": 0.5},
+                     enable_rate=0.0)
+    augmenter = augment.build_batch_augmenter(config, CLASSES, image_size=(SIZE, SIZE))
+    batch = _source_batch()
+    out = augmenter(batch, step_seed(0, 0, 0))
+    resized = geometry.resize_from_source(batch["source"], batch["source_size"], (SIZE, SIZE))
+    np.testing.assert_allclose(out["images"].numpy(), resized.numpy(), atol=1e-6)  # XLA
+    assert sorted(out) == ["images", "labels", "matrix"]
+
+
+def test_source_batch_base_config_xla_agrees_with_eager():
+    config = dataclasses.replace(load_config().online, image_size=(SIZE, SIZE))
+    eager = augment.build_batch_augmenter(config, CLASSES, jit_compile=False,
+                                          image_size=(SIZE, SIZE))
+    compiled = augment.build_batch_augmenter(config, CLASSES, jit_compile=True,
+                                             image_size=(SIZE, SIZE))
+    batch = _source_batch()
+    expected, actual = eager(batch, step_seed(2, 0, 0)), compiled(batch, step_seed(2, 0, 0))
+    assert expected["images"].shape == (BATCH, SIZE, SIZE, 3)
+    for key in expected:
+        np.testing.assert_allclose(actual[key].numpy(), expected[key].numpy(), atol=1e-5)
+
+
+def test_source_batch_without_geometry_is_rejected():
+    augmenter = augment.build_batch_augmenter(_config(pixel={"brightness": 0.3}), CLASSES,
+                                              image_size=(SIZE, SIZE))
+    with pytest.raises(ValueError, match="needs a geometry op with an output size"):
+        augmenter(_source_batch(), step_seed(0, 0, 0))
 
 
 def test_tf_data_map_gives_the_same_batches_as_a_direct_call():

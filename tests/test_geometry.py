@@ -225,3 +225,59 @@ def test_warp_compiles_under_xla_and_agrees_with_eager():
     compiled = tf.function(lambda x, m: geometry.warp_images(x, m, fill_mode="reflect"),
                            jit_compile=True)(image, matrix)
     np.testing.assert_allclose(compiled.numpy(), eager.numpy(), atol=1e-5)
+
+
+# ------------------------------------------------------------------ source canvases (resize folded)
+
+def _canvas(images, canvas=(12, 12)):
+    """uint8 [B, *canvas, 3] with each image at the top-left, and the int32 [B, 2] sizes."""
+    out = np.zeros((len(images), *canvas, 3), np.uint8)
+    for index, image in enumerate(images):
+        out[index, :image.shape[0], :image.shape[1]] = image
+    return out, np.array([image.shape[:2] for image in images], np.int32)
+
+
+def _bytes_image(height, width, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3)).astype(np.uint8)
+
+
+@pytest.mark.parametrize("source,output", [((8, 10), (4, 5)), ((6, 4), (9, 8))])
+def test_resize_from_source_equals_tf_image_resize(source, output):
+    canvas, sizes = _canvas([_bytes_image(*source)])
+    expected = np.clip(tf.image.resize(canvas[:, :source[0], :source[1]], output).numpy() / 255.0,
+                       0.0, 1.0)
+    actual = geometry.resize_from_source(canvas, sizes, output).numpy()
+    np.testing.assert_allclose(actual, expected, atol=1e-6)
+
+
+def test_warp_from_a_larger_source_equals_resize_then_flip():
+    canvas, sizes = _canvas([_bytes_image(8, 8)])
+    flip, _ = _matrices(height=4, width=4, flip_horizontal=[1])
+    folded = geometry.warp_images(canvas, geometry.source_matrices(sizes, (4, 4)) @ flip,
+                                  output_size=(4, 4), source_size=sizes).numpy()
+    resized = geometry.resize_from_source(canvas, sizes, (4, 4)).numpy()
+    np.testing.assert_allclose(folded, resized[:, :, ::-1], atol=1e-6)
+
+
+def test_source_sizes_keep_the_fill_at_each_images_own_border():
+    """Two sizes on one canvas, shifted right by 2 px with reflect: each equals the image
+    warped alone, so the canvas padding is never sampled."""
+    images = [_bytes_image(6, 8, seed=1), _bytes_image(5, 4, seed=2)]
+    canvas, sizes = _canvas(images)
+    for index, image in enumerate(images):
+        height, width = image.shape[:2]
+        shift, _ = _matrices(height=height, width=width, translate=[[0.0, 2.0 / width]])
+        on_canvas = geometry.warp_images(
+            canvas[index:index + 1], shift, output_size=(height, width),
+            source_size=sizes[index:index + 1]).numpy()
+        alone = geometry.warp_images(image[None].astype(np.float32) / 255.0, shift).numpy()
+        np.testing.assert_allclose(on_canvas, alone, atol=1e-6)
+        np.testing.assert_array_equal(on_canvas[0, :, 2:], image[None, :, :-2][0] / np.float32(255))
+
+
+def test_source_batch_without_an_output_size_is_rejected():
+    canvas, sizes = _canvas([_bytes_image(8, 8)])
+    op = geometry.GeometryOp(GeometryConfig())
+    params = op.sample(1, (4, 4), step_seed(0, 0, 0))
+    with pytest.raises(ValueError, match="output_size=None"):
+        op.apply({"source": canvas, "source_size": sizes}, params)

@@ -270,11 +270,15 @@ def test_different_seed_gives_different_batches(output_dir, config, epoch0):
     assert _differs(epoch0[0], other[0])
 
 
-def test_augmentation_seed_is_seed_epoch_step_replica(output_dir, config, epoch1):
-    """Batch k of epoch 1 is the unaugmented batch k augmented with step_seed(SEED, 1, k, 0)."""
+def test_augmentation_seed_is_seed_epoch_step_replica(output_dir, config):
+    """Batch k of epoch 1 is the unaugmented batch k augmented with step_seed(SEED, 1, k, 0)
+    (resize, then warp: `resample_once=False`; the default folds the resize into the warp)."""
     plain = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
                                                  seed=SEED, epoch=1, augment=False,
                                                  normalize=False))
+    epoch1 = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                  seed=SEED, epoch=1, resample_once=False,
+                                                  **EAGER))
     augmenter = build_batch_augmenter(config.online, NUM_CLASSES)
     stats = json.loads(tf.io.gfile.GFile(
         f"{output_dir}/snapshots/synthetic/stats.json").read())["pixel_stats"]
@@ -286,6 +290,32 @@ def test_augmentation_seed_is_seed_epoch_step_replica(output_dir, config, epoch1
         np.testing.assert_allclose((out["images"].numpy() - mean) / std, epoch1[step][0],
                                    rtol=1e-5, atol=1e-5)
         np.testing.assert_array_equal(out["labels"].numpy(), epoch1[step][1])
+
+
+def test_resample_once_equals_resize_then_warp_when_the_size_is_kept(output_dir):
+    """Stored size == image_size: the folded resize is the identity, so the default one-pass
+    path and resize-then-warp agree to float rounding (geometry, colour, mix, labels)."""
+    config = load_config(overrides=["online.image_size=24"])
+    kwargs = dict(batch_size=BATCH, config=config, seed=SEED, normalize=False, **EAGER)
+    once = _batches(training_input.make_dataset(output_dir, **kwargs).take(3))
+    twice = _batches(training_input.make_dataset(output_dir, resample_once=False,
+                                                 **kwargs).take(3))
+    for a, b in zip(once, twice):
+        np.testing.assert_allclose(a[0], b[0], atol=1e-5)
+        np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_resample_once_moves_boxes_like_resize_then_warp(box_dir, config):
+    """24 px sources to 16 px: same parameters, matrix, labels and boxes; the pixels differ
+    only by resampling once instead of twice."""
+    kwargs = dict(batch_size=4, config=config, seed=SEED, normalize=False, **EAGER)
+    once = _batches(training_input.make_dataset(box_dir, **kwargs))
+    twice = _batches(training_input.make_dataset(box_dir, resample_once=False, **kwargs))
+    for a, b in zip(once, twice):
+        for key in ("labels", "boxes", "box_labels", "num_boxes", "matrix"):
+            np.testing.assert_array_equal(a[key], b[key])
+        assert a["images"].shape == b["images"].shape == (4, 16, 16, 3)
+        assert np.abs(a["images"] - b["images"]).mean() < 0.02
 
 
 def test_different_step_and_replica_get_different_augmentation(output_dir, config):

@@ -23,6 +23,11 @@ The batch dict (what goes in, and what comes out with the same keys):
             from (continuous pixel units, centres at +0.5; see geometry). Identity when the
             geometry is off or the batch is not augmented. An incoming `matrix` is composed.
 Other keys pass through untouched (a partner's mixed-in pixels do not change them).
+* `source`, `source_size` instead of `images` (an augmenter built with `image_size` and a
+            geometry op): uint8 canvases [B, Hc, Wc, 3] with each decoded image at the top-left
+            and its (height, width) int32 [B, 2]. The geometry warps straight from them to
+            `image_size`, so the reader's resize and the warp are one resampling pass (what
+            `make_dataset` feeds); a batch left unaugmented (`enable_rate`) is only resized.
 
 `enable_rate` < 1 decides per batch, from the batch seed, whether the batch is augmented at all
 (a `tf.cond`); a batch that is not augmented still gets label smoothing and box padding, so the
@@ -46,7 +51,8 @@ import tensorflow as tf
 
 from configs.online import OnlineConfig
 from transforms import seeds as seeds_lib
-from transforms.geometry import GeometryOp, compact_boxes, identity_matrices
+from transforms.geometry import (GeometryOp, compact_boxes, identity_matrices,
+                                 resize_from_source)
 from transforms.mixing import MixOp
 from transforms.pixel_ops import (BlurOp, ColorJitterOp, GammaOp, GaussianNoiseOp, GrayscaleOp,
                                   JpegOp, SpeckleNoiseOp)
@@ -54,12 +60,14 @@ from transforms.pixel_ops import (BlurOp, ColorJitterOp, GammaOp, GaussianNoiseO
 __all__ = ["BatchAugmenter", "build_batch_augmenter", "build_ops", "AugmentLayer"]
 
 
-def build_ops(online_config: OnlineConfig) -> list:
-    """The enabled ops in application order (geometry, pixel ops, mix); disabled ones omitted."""
+def build_ops(online_config: OnlineConfig, image_size=None) -> list:
+    """The enabled ops in application order (geometry, pixel ops, mix); disabled ones omitted.
+
+    `image_size` (height, width) is the output size of source batches (see `GeometryOp`)."""
     ops = []
     geometry = online_config.geometry
     if not geometry.is_identity:
-        ops.append(GeometryOp(geometry))
+        ops.append(GeometryOp(geometry, output_size=image_size))
     pixel = online_config.pixel
     if pixel.enabled:
         switches = [
@@ -104,6 +112,16 @@ class BatchAugmenter:
         self._op_apply = {
             op.name: tf.function(op.apply, jit_compile=True) if jit_compile else op.apply
             for op in self.ops}
+        geometry = [op for op in self.ops if isinstance(op, GeometryOp)]
+        self.output_size = geometry[0].output_size if geometry else None
+        self._resize_from_source = (tf.function(resize_from_source, jit_compile=True)
+                                    if jit_compile else resize_from_source)
+
+    @property
+    def takes_source(self) -> bool:
+        """True when batches may carry `source`/`source_size` instead of `images` (a geometry
+        op with an output size): the resize then folds into the warp."""
+        return self.output_size is not None
 
     @property
     def op_names(self) -> list[str]:
@@ -131,10 +149,16 @@ class BatchAugmenter:
     def _prepare(self, batch: dict) -> dict:
         """Float images and labels, label smoothing, clean box padding, and no augmentation."""
         out = dict(batch)
-        images = tf.convert_to_tensor(batch["images"])
-        if images.dtype == tf.uint8:
-            images = tf.cast(images, tf.float32) / 255.0
-        out["images"] = tf.cast(images, tf.float32)
+        if "source" in batch and not self.takes_source:
+            raise ValueError(
+                "A source batch (keys 'source', 'source_size') needs a geometry op with an "
+                "output size: build_batch_augmenter(..., image_size=(height, width)) with "
+                "geometry enabled. Received: a source batch")
+        if "images" in batch:
+            images = tf.convert_to_tensor(batch["images"])
+            if images.dtype == tf.uint8:
+                images = tf.cast(images, tf.float32) / 255.0
+            out["images"] = tf.cast(images, tf.float32)
         labels = tf.convert_to_tensor(batch["labels"])
         if labels.dtype.is_integer:
             labels = tf.one_hot(tf.reshape(labels, [-1]), self.num_classes, dtype=tf.float32)
@@ -153,8 +177,11 @@ class BatchAugmenter:
 
     def _identity(self, batch: dict) -> dict:
         out = dict(batch)
+        if "source" in out:  # not augmented: only the reader's resize
+            out["images"] = self._resize_from_source(out.pop("source"), out.pop("source_size"),
+                                                     self.output_size)
         if "matrix" not in out:
-            out["matrix"] = identity_matrices(tf.shape(batch["images"])[0])
+            out["matrix"] = identity_matrices(tf.shape(out["images"])[0])
         if "boxes" in batch and self.mixes:  # same 2N capacity as the mixed branch
             boxes, labels = batch["boxes"], batch["box_labels"]
             out["boxes"] = tf.concat([boxes, tf.zeros_like(boxes)], axis=1)
@@ -184,20 +211,25 @@ class BatchAugmenter:
 
     def __call__(self, batch: dict, seed) -> dict:
         """`apply(batch, sample(B, (H, W), seed))` with `seed` an int64 [2] batch seed."""
-        images = tf.convert_to_tensor(batch["images"])
+        images = tf.convert_to_tensor(batch["source"] if "source" in batch else batch["images"])
         static = images.shape
         dynamic = tf.shape(images)
         batch_size = static[0] if static[0] is not None else dynamic[0]
         height = static[1] if static[1] is not None else dynamic[1]
         width = static[2] if static[2] is not None else dynamic[2]
+        if "source" in batch and self.takes_source:
+            height, width = self.output_size
         params = self.sample(batch_size, (height, width), seed)
         return self.apply(batch, params)
 
 
 def build_batch_augmenter(online_config: OnlineConfig, num_classes: int,
-                          jit_compile: bool = True) -> BatchAugmenter:
-    """The augmenter described by `online_config` (`config.online`); see `BatchAugmenter`."""
-    return BatchAugmenter(build_ops(online_config), num_classes=num_classes,
+                          jit_compile: bool = True, image_size=None) -> BatchAugmenter:
+    """The augmenter described by `online_config` (`config.online`); see `BatchAugmenter`.
+
+    `image_size` (height, width): the output size of source batches (decoded images on
+    canvases, resized in the warp's pass); without it, batches must carry `images`."""
+    return BatchAugmenter(build_ops(online_config, image_size), num_classes=num_classes,
                           enable_rate=online_config.enable_rate,
                           label_smoothing=online_config.label_smoothing,
                           jit_compile=jit_compile)
