@@ -21,12 +21,12 @@ import logging
 import sys
 
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.snapshot import (SNAPSHOTS, Snapshot, committed_snapshots,
                                 discard_staging, publish_snapshot, read_json, snapshot_dir_for,
                                 remove_tree, staged_rejects, staged_stats,
                                 staging_dir_for)
+from runners.options import NightlyOptions, PreprocessOptions, print_help, wants_help
 from runners.preprocess import execute, parse_options, resolve_job
 from transforms.drift import check_drift, cumulative_stats
 from transforms.rejects import IMAGE
@@ -37,17 +37,6 @@ __all__ = ["NightlyOptions", "NightlyResult", "run", "main", "EXIT_DRIFT", "EXIT
 _LOG = logging.getLogger(__name__)
 EXIT_DRIFT = 3
 EXIT_LOCKED = 75  # EX_TEMPFAIL: try again later
-
-
-class NightlyOptions(PipelineOptions):
-    """Options of `pixelmill nightly` beyond those of `pixelmill preprocess`."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--fail_on_drift", action="store_true", default=False,
-                            help="Exit 3 when tonight's data drifted from the archive.")
-        parser.add_argument("--lock_stale_hours", type=float, default=12.0,
-                            help="Take over a lock older than this (its run died).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +111,9 @@ def main(argv=None) -> int:
     """Command-line entry: prints the summary and the drift verdict; returns the exit code."""
     from runners.summary import format_summary
     from transforms.run_lock import LockHeld
+    if wants_help(argv):
+        print_help("pixelmill nightly", __doc__, [PreprocessOptions, NightlyOptions])
+        return 0
     try:
         result = run(argv)
     except LockHeld as exc:

@@ -33,6 +33,7 @@ from pipelines.preprocess import PreprocessJob, build_preprocess
 from pipelines.snapshot import Snapshot, new_run_id, publish_snapshot, staging_dir_for
 from runners.beam_runner import runner_for
 from runners.errors import UsageError
+from runners.options import PreprocessOptions, print_help, wants_help
 from transforms import boxes, classes, labels
 from transforms.join_labels import read_csv_header
 from transforms.run_lock import RunLock
@@ -41,30 +42,6 @@ __all__ = ["PreprocessOptions", "run", "main", "resolve_job", "translate_flags",
            "parse_options"]
 
 _LOG = logging.getLogger(__name__)
-
-
-class PreprocessOptions(PipelineOptions):
-    """pixelmill's job options (shown by `pixelmill preprocess --help`)."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        parser.add_argument("--data_root", action="append", default=None,
-                            help="Folder or glob of images, local or gs:// (repeatable).")
-        parser.add_argument("--label_csv", action="append", default=None,
-                            help="Label CSV (repeatable; `--labels` on the command line). "
-                                 "Without it, folder names are labels.")
-        parser.add_argument("--boxes", action="append", default=None,
-                            help="Bounding-box CSV: path,xmin,ymin,xmax,ymax,label (repeatable).")
-        parser.add_argument("--classes", default=None,
-                            help="Class table: one name per line, id = line index (freezes it).")
-        parser.add_argument("--output_dir", default=None,
-                            help="Where snapshots, classes.txt and LATEST live (local or gs://).")
-        parser.add_argument("--config", default=None,
-                            help="YAML config (default: configs/base.yaml).")
-        parser.add_argument("--set", dest="config_overrides", action="append", default=None,
-                            metavar="SECTION.KEY=VALUE", help="Override one config value.")
-        parser.add_argument("--run_id", default=None,
-                            help="Snapshot name (default: UTC timestamp).")
 
 
 def _require(value, flag: str):
@@ -176,6 +153,9 @@ def run(argv=None) -> Snapshot:
 def main(argv=None) -> int:
     """Command-line entry: runs the job and prints the summary; exit code 0 on success."""
     from runners.summary import format_summary
+    if wants_help(argv):
+        print_help("pixelmill preprocess", __doc__, [PreprocessOptions])
+        return 0
     snapshot = run(argv)
     print(format_summary(snapshot))
     return 0

@@ -16,7 +16,7 @@ from pipelines import snapshot as snapshot_module
 from runners import cli
 from runners.demo_data import photo_like
 from tests.jobutil import index_rows, read_records, run_job, shard_files
-from transforms import decode
+from transforms import inspect_image
 
 
 def _write_jpeg(path, seed, size=(96, 128)):
@@ -75,28 +75,29 @@ def test_fixed_shard_count_writes_every_shard_even_empty_ones(folder_dataset, tm
     assert len(read_records(snap)) == 6
 
 
+class _FragileInspectFn(inspect_image.InspectImageFn):
+    """A decoder that segfaults on cat/1.jpg and hangs on dog/2.jpg (it runs in the isolating
+    child process, which unpickles it by importing this module)."""
+
+    def _inspect(self, record):
+        if record.rel == "cat/1.jpg":
+            os._exit(139)
+        if record.rel == "dog/2.jpg":
+            time.sleep(60)
+        return super()._inspect(record)
+
+
 def test_crashing_and_hanging_decoder_reject_one_file_each(folder_dataset, tmp_path,
                                                            monkeypatch):
-    real_decode = decode.decode_image
-
-    def fragile_decode(contents, jpeg_ratio=1):
-        data = contents if isinstance(contents, bytes) else contents.numpy()
-        if data[-20:] == crash_tail:
-            os._exit(139)  # a segfaulting codec
-        if data[-20:] == hang_tail:
-            time.sleep(60)  # a codec stuck in a loop
-        return real_decode(contents, jpeg_ratio)
-
-    crash_tail = open(folder_dataset / "cat" / "1.jpg", "rb").read()[-20:]
-    hang_tail = open(folder_dataset / "dog" / "2.jpg", "rb").read()[-20:]
-    monkeypatch.setattr(decode, "decode_image", fragile_decode)
-    # The isolating subprocess is forked from this process, so it sees the patched decoder.
+    monkeypatch.setattr(inspect_image, "InspectImageFn", _FragileInspectFn)
     snap = run_job(folder_dataset, tmp_path / "out",
-                   sets=["decode.isolation=subprocess", "decode.timeout_s=3"])
+                   sets=["decode.isolation=subprocess", "decode.timeout_s=2",
+                         "transform.enabled=false"])
     rows = index_rows(snap)
     assert rows["cat/1.jpg"]["outcome"] == "decoder_crash"
+    assert "died" in rows["cat/1.jpg"]["detail"]
     assert rows["dog/2.jpg"]["outcome"] == "decoder_crash"
-    assert "Timeout" in rows["dog/2.jpg"]["detail"] or "timeout" in rows["dog/2.jpg"]["detail"]
+    assert "decode.timeout_s=2" in rows["dog/2.jpg"]["detail"]
     assert sum(row["accepted"] for row in rows.values()) == 4
     assert snap.accounting["ok"]
 
@@ -236,3 +237,10 @@ def test_remote_style_paths_go_through_beam_file_systems(folder_dataset, tmp_pat
     assert (bucket / "out" / "LATEST").read_text().strip() == snap.run_id
     local_shards = sorted((bucket / "out" / "snapshots" / snap.run_id).glob("*/*.tfrecord-*"))
     assert sum(1 for _ in tf.data.TFRecordDataset([str(p) for p in local_shards])) == 6
+
+
+@pytest.mark.parametrize("command", ["preprocess", "nightly"])
+def test_help_lists_pixelmills_options(command, capsys):
+    assert cli.main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--data_root" in out and "--output_dir" in out and "Beam pipeline option" in out

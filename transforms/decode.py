@@ -17,8 +17,10 @@ import tensorflow as tf
 __all__ = ["decode_image", "pick_jpeg_ratio"]
 
 
-def decode_image(contents: tf.Tensor, jpeg_ratio: int = 1) -> tf.Tensor:
-    """Decodes encoded image bytes (a scalar string tensor) to uint8 [H, W, 3]."""
+def decode_image(contents: tf.Tensor, jpeg_ratio: int = 1, is_jpeg: bool | None = None
+                 ) -> tf.Tensor:
+    """Decodes encoded image bytes (a scalar string tensor) to uint8 [H, W, 3]. `is_jpeg`
+    (when the caller already sniffed the magic bytes) skips the in-graph format test."""
     contents = tf.convert_to_tensor(contents, tf.string)
 
     def as_jpeg():
@@ -30,8 +32,10 @@ def decode_image(contents: tf.Tensor, jpeg_ratio: int = 1) -> tf.Tensor:
         return _to_rgb(tf.io.decode_image(contents, channels=0, dtype=tf.uint8,
                                           expand_animations=False))
 
-    if jpeg_ratio == 1:
+    if jpeg_ratio == 1 or is_jpeg is False:
         image = as_other()  # decode_image dispatches JPEG to the same libjpeg path
+    elif is_jpeg:
+        image = as_jpeg()
     else:
         image = tf.cond(tf.io.is_jpeg(contents), as_jpeg, as_other)
     image.set_shape([None, None, 3])
