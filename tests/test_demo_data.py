@@ -54,7 +54,7 @@ def _analysis_copy(data: bytes, analysis_size: int = QualityConfig().analysis_si
     """What the offline job measures: DCT-scaled decode, then the small copy."""
     full = decode_image(data).numpy()
     height, width = full.shape[:2]
-    ratio = pick_jpeg_ratio(width, height, analysis_size)
+    ratio = pick_jpeg_ratio(width, height, analysis_size, side="long")
     return full, quality.small_copy(decode_image(data, jpeg_ratio=ratio).numpy(), analysis_size)
 
 

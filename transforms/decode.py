@@ -50,9 +50,14 @@ def _to_rgb(image: tf.Tensor) -> tf.Tensor:
                    lambda: image[..., :3])
 
 
-def pick_jpeg_ratio(width: int, height: int, target: int) -> int:
-    """The largest DCT scale (1, 2, 4, 8) that keeps the short side at least `target` px."""
+def pick_jpeg_ratio(width: int, height: int, target: int, side: str = "short") -> int:
+    """The largest DCT scale (1, 2, 4, 8) that keeps the `side` ("short" or "long") at least
+    `target` px: the short side for a training crop, the long side for an analysis copy that
+    must fit in `target` x `target`."""
+    if side not in ("short", "long"):
+        raise ValueError(f"Unknown side {side!r}. Expected one of ('short', 'long').")
+    length = min(width, height) if side == "short" else max(width, height)
     ratio = 1
-    while ratio < 8 and min(width, height) // (ratio * 2) >= target:
+    while ratio < 8 and length // (ratio * 2) >= target:
         ratio *= 2
     return ratio

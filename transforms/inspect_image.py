@@ -103,7 +103,9 @@ class InspectImageFn(beam.DoFn):
         if header.width * header.height > limits.max_pixels:  # never decode a bomb
             return record.rejected(*size_reject(header.width, header.height, limits))
         analysis_size = self._config.quality.analysis_size
-        ratio = self._pick_jpeg_ratio(header.width, header.height, analysis_size)
+        # The analysis copy is at most analysis_size on its long side: decode at the smallest
+        # DCT scale that still covers it, so little is left for small_copy to do.
+        ratio = self._pick_jpeg_ratio(header.width, header.height, analysis_size, side="long")
         try:
             image = self._decode_image(data, jpeg_ratio=ratio,
                                        is_jpeg=header.format == "jpeg").numpy()
