@@ -8,7 +8,8 @@ folder, then times, on the same shards and the same read path:
 
   (a) read      `make_dataset(augment=False)`: read, parse, decode, resize, batch
   (b) pixelmill `make_dataset()` with the config's full augmentation (geometry, pixel ops,
-                mixup/cutmix), vectorized on whole batches
+                mixup/cutmix), vectorized on whole batches; the geometry warps straight from
+                the decoded images (its default `resample_once`: no separate resize pass)
   (c) keras     (a) + the Keras 3 preprocessing chain RandomFlip, RandomRotation(0.1),
                 RandomZoom(0.1), RandomContrast(0.2), mapped over batches
   (d) tf.image  a per-sample `tf.image.stateless_random_*` chain (flip, pad + crop, brightness,

@@ -281,3 +281,14 @@ def test_source_batch_without_an_output_size_is_rejected():
     params = op.sample(1, (4, 4), step_seed(0, 0, 0))
     with pytest.raises(ValueError, match="output_size=None"):
         op.apply({"source": canvas, "source_size": sizes}, params)
+
+
+def test_elastic_displacement_from_a_source_is_in_output_pixels():
+    """A displacement of one output pixel moves a 2x larger source by two source pixels."""
+    canvas, sizes = _canvas([_bytes_image(8, 8, seed=3)])
+    op = geometry.GeometryOp(GeometryConfig(), output_size=(4, 4))
+    grid = tf.constant([[[[1.0, 0.0]] * 2] * 2])  # dx = 1 everywhere
+    out = op.apply({"source": canvas, "source_size": sizes},
+                   {"matrix": tf.eye(3, batch_shape=[1]), "displacement_grid": grid})
+    resized = geometry.resize_from_source(canvas, sizes, (4, 4)).numpy()
+    np.testing.assert_allclose(out["images"].numpy()[:, :, :-1], resized[:, :, 1:], atol=1e-6)

@@ -200,8 +200,8 @@ def warp_images(images: tf.Tensor, matrix: tf.Tensor, interpolation: str = "bili
     if displacement is not None:
         src_x = src_x + displacement[..., 0]
         src_y = src_y + displacement[..., 1]
-    # Back to index space: the centre of pixel j is at j + 0.5. Far-off points (a degenerate
-    # matrix) are clamped where every fill mode still treats them as outside.
+    # Back to index space: the centre of pixel j is at j + 0.5. Points beyond 2**22 px (only a
+    # degenerate matrix gets there) are clamped so the float index arithmetic stays exact.
     limit = float(1 << 22)
     src_x = tf.clip_by_value(src_x - 0.5, -limit, limit)
     src_y = tf.clip_by_value(src_y - 0.5, -limit, limit)
