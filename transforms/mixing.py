@@ -64,14 +64,18 @@ def cutmix_mask(box, height, width) -> tf.Tensor:
 
 
 def mix_images(images, permutation, lam, use_cutmix, box) -> tf.Tensor:
-    """Mixup (`lam * x + (1 - lam) * x[perm]`) or, where `use_cutmix`, paste x[perm] in box."""
+    """Mixup (`lam * x + (1 - lam) * x[perm]`) or, where `use_cutmix`, paste x[perm] in box.
+
+    One blend with a per-pixel own weight: `lam` for Mixup, 0 inside / 1 outside the box for
+    CutMix (`x * 0 + p * 1` is exactly `p`), so each pixel is computed once, not blended and
+    pasted and then selected."""
     partner = tf.gather(images, permutation)
-    weight = tf.reshape(tf.cast(lam, images.dtype), [-1, 1, 1, 1])
-    blended = images * weight + partner * (1.0 - weight)
     shape = tf.shape(images)
     inside = cutmix_mask(box, shape[1], shape[2])[..., None]
-    pasted = tf.where(inside, partner, images)
-    return tf.where(tf.reshape(tf.cast(use_cutmix, tf.bool), [-1, 1, 1, 1]), pasted, blended)
+    cut = tf.reshape(tf.cast(use_cutmix, tf.bool), [-1, 1, 1, 1])
+    lam = tf.reshape(tf.cast(lam, images.dtype), [-1, 1, 1, 1])
+    weight = tf.where(cut, tf.cast(~inside, images.dtype), lam)
+    return images * weight + partner * (1.0 - weight)
 
 
 def mix_labels(labels, permutation, lam) -> tf.Tensor:
