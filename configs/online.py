@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 
 __all__ = [
+    "image_size_pair",
     "FILL_MODES",
     "INTERPOLATIONS",
     "LAMBDA_MODES",
@@ -35,6 +36,18 @@ FILL_MODES = ("constant", "reflect", "nearest", "wrap")
 INTERPOLATIONS = ("bilinear", "nearest")
 LAMBDA_MODES = ("batch", "sample")
 NORMALIZE_MODES = ("dataset", "fixed", "none")
+
+
+def image_size_pair(value) -> tuple[int, int]:
+    """(height, width) from a positive int (a square) or a pair of positive ints."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    if (not isinstance(value, (tuple, list)) or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+        raise ValueError(
+            "image_size must be a positive int or a (height, width) pair of positive ints. "
+            f"Received: image_size={value!r}")
+    return int(value[0]), int(value[1])
 
 
 def _schema():

@@ -23,7 +23,7 @@ Reproducibility: every random choice (file order, record order, augmentation) is
 function of `(seed, epoch, step, replica)`. Two fresh datasets with the same arguments yield
 identical batches on any machine; `start_step=s` yields exactly the batches the continuing run
 yields from step `s` on, without decoding the skipped images. Nothing here reads the global
-seed, so `tf.random.set_seed` in user code does not change the batches.
+seed, so setting TensorFlow's global seed in user code does not change the batches.
 
 Output: `(images, labels)` with images float32 `[B, H, W, 3]` (normalized with the snapshot's
 per-channel mean/std, or in [0, 1] with `normalize=False`) and labels float32
@@ -61,6 +61,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from configs.schema import SPLITS, Config, check_one_of, load_config
+from configs.online import image_size_pair
 from transforms import codec
 from transforms.augment import build_batch_augmenter
 from transforms.decode import decode_image
@@ -432,17 +433,6 @@ def _normalization(config: Config, snapshots: Sequence[Snapshot], normalize: boo
     return None
 
 
-def _image_size(value) -> tuple[int, int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value, value)
-    if (not isinstance(value, (tuple, list)) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
-        raise ValueError(
-            "image_size must be a positive int or a (height, width) pair of positive ints. "
-            f"Received: image_size={value!r}")
-    return int(value[0]), int(value[1])
-
-
 def _check_int(key: str, value, low: int | None = None) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or (low is not None and value < low):
         bound = "" if low is None else f" >= {low}"
@@ -545,7 +535,7 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
     augment = training if augment is None else augment
     shuffle = training if shuffle is None else shuffle
     drop_remainder = training if drop_remainder is None else drop_remainder
-    size = _image_size(config.online.image_size if image_size is None else image_size)
+    size = image_size_pair(config.online.image_size if image_size is None else image_size)
 
     selected = select_snapshots(output_dir, snapshots)
     files = _split_files(selected, split, config.output.name)

@@ -61,6 +61,7 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
 
+from configs.online import image_size_pair
 from transforms import codec
 from transforms.decode import decode_image
 from transforms.image_record import ImageRecord
@@ -117,17 +118,6 @@ _TABLE_BEFORE_ANALYSIS = b"__class_table_before_analysis__"
 def raw_metadata() -> tft.DatasetMetadata:
     """The raw schema TFT analyzes (`RAW_FEATURE_SPEC`)."""
     return tft.DatasetMetadata.from_feature_spec(RAW_FEATURE_SPEC)
-
-
-def _image_size(value) -> tuple[int, int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value, value)
-    if (not isinstance(value, (tuple, list)) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
-        raise ValueError(
-            "image_size must be a positive int or a (height, width) pair of positive ints. "
-            f"Received: image_size={value!r}")
-    return int(value[0]), int(value[1])
 
 
 def _check_class_table(names, source: str) -> list[str]:
@@ -201,7 +191,7 @@ def decode_and_resize(encoded: tf.Tensor, image_size) -> tf.Tensor:
     record; here it comes from the JPEG header (`tf.io.extract_jpeg_shape`), which is the same
     number. Other formats ignore the scale.
     """
-    size = _image_size(image_size)
+    size = image_size_pair(image_size)
     encoded = tf.convert_to_tensor(encoded, tf.string)
     stored = tf.cond(tf.io.is_jpeg(encoded),
                      lambda: tf.io.extract_jpeg_shape(encoded, output_type=tf.int64)[:2],
@@ -262,7 +252,7 @@ def make_preprocessing_fn(class_table, image_size,
       image_size: the model's input size, an int (square) or (height, width).
       size_quantiles: number of buckets of the width/height quantiles (boundaries: n - 1).
     """
-    size = _image_size(image_size)
+    size = image_size_pair(image_size)
     if not isinstance(class_table, beam.PCollection):
         class_table = _check_class_table(class_table, "class_table")
     if (isinstance(size_quantiles, bool) or not isinstance(size_quantiles, int)
