@@ -19,10 +19,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import ReadAllFromParquet, WriteToParquet
 
 from configs.schema import Config
-from transforms import classes, codec, splits
+from transforms import classes, splits
 from transforms.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.discover import DiscoverImages
-from transforms.index_table import CHANNEL_COLUMNS, INDEX_SCHEMA, make_row
+from transforms.index_table import INDEX_SCHEMA, record_row
 from transforms.image_record import ImageRecord
 from transforms.inspect_image import InspectImages
 from transforms.join_labels import (MATCHED, ROW_REJECTS, SKIPPED, PlanImages, ReadBoxRows,
@@ -102,18 +102,6 @@ def _assign_class_id(record: ImageRecord, table):
 def _assign_split(record: ImageRecord, ratios):
     return dataclasses.replace(record, split=splits.assign_split(record.sha256, ratios,
                                                                  record.split))
-
-
-def _rejected_index_row(record: ImageRecord) -> dict:
-    metrics = dict(record.metrics)
-    return make_row(
-        path=record.rel, sha256=record.sha256, format=record.format, width=record.width,
-        height=record.height, bytes=record.size, mtime=record.mtime, label_key=record.label_key,
-        outcome=record.reject.reason, accepted=False,
-        detail=record.reject.detail, label=record.label, label_id=record.label_id, split=None,
-        phash=record.phash, shard=None, num_boxes=len(record.boxes),
-        **{f"quality_{name}": metrics.get(name) for name in codec.QUALITY_METRICS},
-        **dict(zip(CHANNEL_COLUMNS, record.moments)))
 
 
 def _merge_counts(pairs) -> dict:
@@ -216,7 +204,7 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
         FileSystems.join(staging, "rejects.jsonl"))
 
     index_rows = ((written.index,
-                   rejected_images | "RejectedIndexRows" >> beam.Map(_rejected_index_row))
+                   rejected_images | "RejectedIndexRows" >> beam.Map(record_row))
                   | "AllIndexRows" >> beam.Flatten())
     index_rows | "WriteIndex" >> WriteToParquet(
         FileSystems.join(staging, "index"), INDEX_SCHEMA, num_shards=1,

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from transforms.codec import QUALITY_METRICS
 
-__all__ = ["INDEX_SCHEMA", "INDEX_COLUMNS", "CHANNEL_COLUMNS", "make_row"]
+__all__ = ["INDEX_SCHEMA", "INDEX_COLUMNS", "CHANNEL_COLUMNS", "make_row", "record_row"]
 
 # Per-channel mean and mean of squares of pixel/255, measured on the analysis copy;
 # the dataset's normalization statistics are their pixel-count-weighted averages.
@@ -49,3 +49,18 @@ def make_row(**values) -> dict:
     if unknown:
         raise ValueError(f"Unknown index columns {sorted(unknown)}. Expected: {INDEX_COLUMNS}")
     return {name: values.get(name) for name in INDEX_COLUMNS}
+
+
+def record_row(record, shard: str | None = None) -> dict:
+    """The index row of an `ImageRecord`: accepted (written to `shard`) or rejected."""
+    metrics = dict(record.metrics)
+    reject = record.reject
+    return make_row(
+        path=record.rel, sha256=record.sha256, format=record.format, width=record.width,
+        height=record.height, bytes=record.size, mtime=record.mtime, label_key=record.label_key,
+        outcome=reject.reason if reject else record.split, accepted=reject is None,
+        detail=reject.detail if reject else "", label=record.label, label_id=record.label_id,
+        split=None if reject else record.split, phash=record.phash, shard=shard,
+        num_boxes=len(record.boxes),
+        **{f"quality_{name}": metrics.get(name) for name in QUALITY_METRICS},
+        **dict(zip(CHANNEL_COLUMNS, record.moments)))

@@ -30,7 +30,6 @@ Decisions, so CSVs written anywhere mean the same thing:
 from __future__ import annotations
 
 import os
-import posixpath
 import re
 
 __all__ = ["UnsafePath", "normalize_relative", "relative_to_root", "escapes_root"]

@@ -22,7 +22,7 @@ from apache_beam.metrics import Metrics
 
 from configs.schema import OutputConfig
 from transforms import codec, splits
-from transforms.index_table import make_row
+from transforms.index_table import record_row
 
 __all__ = ["WriteShards", "shard_name", "shard_counts", "frame_record", "ShardFile", "FILES"]
 
@@ -60,19 +60,6 @@ def frame_record(data: bytes) -> bytes:
     length = struct.pack("<Q", len(data))
     return length + struct.pack("<I", _masked_crc(length)) + data + struct.pack(
         "<I", _masked_crc(data))
-
-
-def _index_row(record, shard: str) -> dict:
-    metrics = dict(record.metrics)
-    return make_row(
-        path=record.rel, sha256=record.sha256, format=record.format, width=record.width,
-        height=record.height, bytes=record.size, mtime=record.mtime, label_key=record.label_key,
-        outcome=record.split, accepted=True, detail="",
-        label=record.label, label_id=record.label_id, split=record.split, phash=record.phash,
-        shard=shard, num_boxes=len(record.boxes),
-        **{f"quality_{name}": metrics.get(name) for name in codec.QUALITY_METRICS},
-        **dict(zip(("mean_r", "mean_g", "mean_b", "sqmean_r", "sqmean_g", "sqmean_b"),
-                   record.moments)))
 
 
 def _encode(record, data: bytes, class_ids: dict) -> bytes:
@@ -122,7 +109,7 @@ class _WriteShardFn(beam.DoFn):
                         f"validated); rerun the job on a stable input.")
                 write(frame_record(_encode(record, data, class_ids)))
                 self._written.inc()
-                yield _index_row(record, rel_path)
+                yield record_row(record, rel_path)
             if compressor is not None:
                 tail = compressor.flush()
                 handle.write(tail)
