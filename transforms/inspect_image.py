@@ -9,10 +9,12 @@ that crashes or hangs rejects that one file as `decoder_crash` instead of taking
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import multiprocessing
+import sys
 import time
 
 import apache_beam as beam
@@ -44,6 +46,46 @@ def size_reject(width: int, height: int, limits) -> tuple[str, str] | None:
     return None
 
 
+# Reasons given before or at the decode: such an image was never decoded successfully.
+_NOT_DECODED = ("unreadable", "unknown_format", "bad_header", "decode_error", "decoder_crash")
+
+
+class _Tally:
+    """Beam counters per outcome (and `decoded`) plus a progress line every 10 s, kept by the
+    DoFn that sees the results: the worker, also when the decoding runs in a child process
+    whose counters Beam would never collect."""
+
+    def __init__(self, limits):
+        self._max_pixels = limits.max_pixels
+        self._counters = {}
+        self._seen = 0
+        self._started = self._last_log = time.monotonic()
+
+    def _inc(self, name: str):
+        counter = self._counters.get(name)
+        if counter is None:
+            counter = self._counters[name] = Metrics.counter("pixelmill", name)
+        counter.inc()
+
+    def _decoded(self, record: ImageRecord) -> bool:
+        if record.reject is None:
+            return True
+        if record.reject.reason == "too_large":  # from the header, or a side after decoding
+            return record.width * record.height <= self._max_pixels
+        return record.reject.reason not in _NOT_DECODED
+
+    def add(self, record: ImageRecord):
+        if self._decoded(record):
+            self._inc("decoded")
+        self._inc("rejected_" + record.reject.reason if record.reject else "inspected_ok")
+        self._seen += 1
+        now = time.monotonic()
+        if now - self._last_log >= 10.0:
+            rate = self._seen / max(now - self._started, 1e-9)
+            _LOG.info("pixelmill: inspected %d images in this worker (%.0f/s)", self._seen, rate)
+            self._last_log = now
+
+
 class InspectImageFn(beam.DoFn):
     """ImageRecord (path, rel, size) -> ImageRecord measured, with `reject` set when a rule
     fails. Expected failures become
@@ -58,29 +100,11 @@ class InspectImageFn(beam.DoFn):
         self._tf = tf
         self._decode_image = decode_image
         self._pick_jpeg_ratio = pick_jpeg_ratio
-        self._counters = {}
-        self._seen = 0
-        self._last_log = time.monotonic()
-        self._started = self._last_log
-
-    def _count(self, name: str):
-        counter = self._counters.get(name)
-        if counter is None:
-            counter = self._counters[name] = Metrics.counter("pixelmill", name)
-        counter.inc()
-
-    def _progress(self):
-        self._seen += 1
-        now = time.monotonic()
-        if now - self._last_log >= 10.0:
-            rate = self._seen / max(now - self._started, 1e-9)
-            _LOG.info("pixelmill: inspected %d images in this worker (%.0f/s)", self._seen, rate)
-            self._last_log = now
+        self._tally = _Tally(self._config.limits)
 
     def process(self, planned: ImageRecord):
-        self._progress()
         record = self._inspect(planned)
-        self._count("rejected_" + record.reject.reason if record.reject else "inspected_ok")
+        self._tally.add(record)
         yield record
 
     def _inspect(self, record: ImageRecord) -> ImageRecord:
@@ -111,7 +135,6 @@ class InspectImageFn(beam.DoFn):
                                        is_jpeg=header.format == "jpeg").numpy()
         except self._tf.errors.InvalidArgumentError as exc:
             return record.rejected("decode_error", _decoder_message(exc))
-        self._count("decoded")
         rule = size_reject(header.width, header.height, limits)
         if rule:
             return record.rejected(*rule)
@@ -154,6 +177,28 @@ def _inspect_in_child(record: ImageRecord) -> ImageRecord:
     return _CHILD_FN._inspect(record)
 
 
+@contextlib.contextmanager
+def _main_script_hidden():
+    """Starts children without re-running the user's `__main__` script in them.
+
+    multiprocessing prepares every spawned or forkserver child by running the parent's main
+    script again (as `__mp_main__`). A script that calls the job without an
+    `if __name__ == "__main__":` guard would then start the job again inside each decoding
+    child, and every image would end as `decoder_crash`. The child needs nothing from
+    `__main__`, so the script's path and spec are hidden while a child starts.
+    """
+    main = sys.modules["__main__"]
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__")
+             if name in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
 class IsolatedInspectFn(beam.DoFn):
     """InspectImageFn in a child process with a per-file timeout.
 
@@ -174,13 +219,7 @@ class IsolatedInspectFn(beam.DoFn):
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(["tensorflow", "transforms.inspect_image"])
         self._pool = None
-        self._counters = {}
-
-    def _count(self, name: str):
-        counter = self._counters.get(name)
-        if counter is None:
-            counter = self._counters[name] = Metrics.counter("pixelmill", name)
-        counter.inc()
+        self._tally = _Tally(self._inspect_fn._config.limits)
 
     def _stop_child(self):
         pool, self._pool = self._pool, None
@@ -200,7 +239,9 @@ class IsolatedInspectFn(beam.DoFn):
                     1, mp_context=self._context, initializer=_start_child,
                     initargs=(self._inspect_fn,))
             try:
-                return self._pool.submit(_inspect_in_child, record).result(self._timeout_s)
+                with _main_script_hidden():  # the child process starts inside submit()
+                    future = self._pool.submit(_inspect_in_child, record)
+                return future.result(self._timeout_s)
             except concurrent.futures.process.BrokenProcessPool as exc:
                 failure = f"the decoding process died: {exc}"
             except concurrent.futures.TimeoutError:
@@ -210,7 +251,7 @@ class IsolatedInspectFn(beam.DoFn):
 
     def process(self, planned: ImageRecord):
         record = self._inspect_isolated(planned)
-        self._count("rejected_" + record.reject.reason if record.reject else "inspected_ok")
+        self._tally.add(record)
         yield record
 
     def teardown(self):
