@@ -265,7 +265,7 @@ class NormalizeConfig:
 class OnlineConfig:
     """The training-time input: output size, seeds, augmentation layers and normalisation.
 
-    `seed` is the global seed of `transforms.seeds`; `enable_rate` is the fraction of batches
+    `seed` is the global seed of `transforms.online.seeds`; `enable_rate` is the fraction of batches
     that are augmented at all (decided per batch from the batch seed, so it is reproducible; for
     A/B rollouts). `label_smoothing` (explicit, default 0) turns a one-hot target y into
     `y * (1 - eps) + eps / num_classes` before mixing.

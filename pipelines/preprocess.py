@@ -19,19 +19,19 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import ReadAllFromParquet, WriteToParquet
 
 from configs.schema import Config
-from transforms import classes, splits
-from transforms.dedup import DropExactDuplicates, DropNearDuplicates
-from transforms.discover import DiscoverImages
-from transforms.index_table import INDEX_SCHEMA, record_row
-from transforms.image_record import ImageRecord
-from transforms.inspect_image import InspectImages
-from transforms.join_labels import (MATCHED, ROW_REJECTS, SKIPPED, PlanImages, ReadBoxRows,
+from transforms.offline import classes, splits
+from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
+from transforms.offline.discover import DiscoverImages
+from transforms.offline.index_table import INDEX_SCHEMA, record_row
+from transforms.offline.image_record import ImageRecord
+from transforms.offline.inspect_image import InspectImages
+from transforms.offline.join_labels import (MATCHED, ROW_REJECTS, SKIPPED, PlanImages, ReadBoxRows,
                                     ReadLabelRows, resolve_labels)
-from transforms.outputs import CountInto, WriteJson, WriteRejectsLedger
-from transforms.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
-from transforms.stats import SummarizeIndexFn
-from transforms.tft_analysis import AnalyzeAndWriteTransform
-from transforms.write_shards import FILES, WriteShards
+from transforms.offline.outputs import CountInto, WriteJson, WriteRejectsLedger
+from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
+from transforms.reporting.stats import SummarizeIndexFn
+from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
+from transforms.offline.write_shards import FILES, WriteShards
 
 __all__ = ["PreprocessJob", "build_preprocess", "WORK_DIR", "work_file"]
 

@@ -1,6 +1,6 @@
 """The serving model: raw JPEG/PNG bytes in, the trained model's predictions out.
 
-The snapshot's TFT transform (`transforms.tft_analysis`) holds the decode, resize and the
+The snapshot's TFT transform (`transforms.offline.tft_analysis`) holds the decode, resize and the
 dataset's normalization; wrapping the trained Keras model with
 `tft.TFTransformOutput(...).transform_features_layer()` means a client sends encoded images and
 gets exactly the preprocessing training used: no train/serve skew.
@@ -22,7 +22,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from transforms import codec
-from transforms.tft_analysis import IMAGE
+from transforms.offline.tft_analysis import IMAGE
 
 __all__ = ["ServingModel", "build_serving_model", "SERVING_INPUT", "PREDICTIONS"]
 

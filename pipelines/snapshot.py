@@ -21,11 +21,11 @@ from apache_beam.io.filesystems import FileSystems
 
 from configs.schema import Config, config_to_dict
 from pipelines.preprocess import WORK_DIR, PreprocessJob, work_file
-from transforms import classes
-from transforms.report import render_report
-from transforms.stats import finalize_stats, to_statistics_proto
-from transforms.tft_analysis import tft_summary
-from transforms.thumbnails import thumbnail_png
+from transforms.offline import classes
+from transforms.reporting.report import render_report
+from transforms.reporting.stats import finalize_stats, to_statistics_proto
+from transforms.offline.tft_analysis import tft_summary
+from transforms.reporting.thumbnails import thumbnail_png
 
 __all__ = ["AccountingError", "Snapshot", "new_run_id", "staging_dir_for", "snapshot_dir_for",
            "check_accounting", "publish_snapshot", "staged_stats", "staged_rejects",

@@ -37,10 +37,10 @@ carry boxes (`with_boxes`), a dict instead, boxes padded with a count:
     box_labels  int32   [B, N]     class ids; padding -1
     num_boxes   int32   [B]        valid rows per image
     matrix      float32 [B, 3, 3]  maps an output pixel (x, y, 1) to the input pixel it came from
-                                   (identity without augmentation); see transforms.augment
+                                   (identity without augmentation); see transforms.online.augment
 
 N is `max_boxes`, or `2 * max_boxes` when `online.mix` is on (room for a sample's own boxes and
-its mixing partner's; the rule is in transforms.mixing). Boxes that
+its mixing partner's; the rule is in transforms.online.mixing). Boxes that
 geometry pushes mostly out of the frame (below `online.geometry.min_box_area`) are dropped with
 their labels. Padded rather than ragged so shapes stay static (XLA, TPU, `model.fit`); take the
 valid boxes of image i with `boxes[i, :num_boxes[i]]`.
@@ -63,9 +63,9 @@ import tensorflow as tf
 from configs.schema import SPLITS, Config, check_one_of, load_config
 from configs.online import image_size_pair
 from transforms import codec
-from transforms.augment import build_batch_augmenter
+from transforms.online.augment import build_batch_augmenter
 from transforms.decode import decode_image
-from transforms.seeds import epoch_seed, fold_in_name, step_seed
+from transforms.online.seeds import epoch_seed, fold_in_name, step_seed
 
 __all__ = [
     "Snapshot",
@@ -425,7 +425,7 @@ def _normalization(config: Config, snapshots: Sequence[Snapshot], normalize: boo
         # (nightly runs analyze the archive plus the night): the same numbers as serving.
         newest = snapshots[-1]
         if tf.io.gfile.exists(_join(newest.path, "transform_fn")):
-            from transforms.tft_analysis import read_normalization  # TFT imports slowly
+            from transforms.offline.tft_analysis import read_normalization  # TFT imports slowly
             return read_normalization(newest.path)
         return read_pixel_stats(snapshots)
     if mode == "fixed":

@@ -265,7 +265,7 @@ def _bench_cpu(args, config: Config, workdir: str) -> dict:
 def _bench_gpu(args, config: Config, workdir: str) -> dict:
     """(b) on the GPU: batches read on the CPU (path (a)), augmented on the device, XLA."""
     from pipelines.training_input import augment_batch
-    from transforms.augment import build_batch_augmenter
+    from transforms.online.augment import build_batch_augmenter
     augmenter = build_batch_augmenter(config.online, num_classes=8, jit_compile=True)
 
     @tf.function
@@ -296,7 +296,7 @@ def _table(results: dict) -> list[str]:
 
 
 def _report(args, config: Config, results: dict) -> str:
-    from transforms.augment import build_ops
+    from transforms.online.augment import build_ops
     lines = [
         f"pixelmill bench train: {args.images} synthetic {args.source_size} px JPEGs in "
         f"{args.shards} shards -> {args.image_size}x{args.image_size}, batch {args.batch_size}, "

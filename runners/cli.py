@@ -17,7 +17,7 @@ import sys
 
 from configs.schema import ConfigError
 from runners.errors import UsageError
-from transforms.run_lock import LockHeld
+from runners.run_lock import LockHeld
 
 __all__ = ["main", "console_main", "SUBCOMMANDS"]
 

@@ -28,9 +28,9 @@ from pipelines.snapshot import (SNAPSHOTS, Snapshot, committed_snapshots,
                                 staging_dir_for)
 from runners.options import NightlyOptions, PreprocessOptions, print_help, wants_help
 from runners.preprocess import execute, parse_options, resolve_job
-from transforms.drift import check_drift, cumulative_stats
-from transforms.rejects import IMAGE
-from transforms.run_lock import RunLock
+from transforms.reporting.drift import check_drift, cumulative_stats
+from transforms.offline.rejects import IMAGE
+from runners.run_lock import RunLock
 
 __all__ = ["NightlyOptions", "NightlyResult", "run", "main", "EXIT_DRIFT", "EXIT_LOCKED"]
 
@@ -110,7 +110,7 @@ def run(argv=None) -> NightlyResult:
 def main(argv=None) -> int:
     """Command-line entry: prints the summary and the drift verdict; returns the exit code."""
     from runners.summary import format_summary
-    from transforms.run_lock import LockHeld
+    from runners.run_lock import LockHeld
     if wants_help(argv):
         print_help("pixelmill nightly", __doc__, [PreprocessOptions, NightlyOptions])
         return 0

@@ -34,9 +34,9 @@ from pipelines.snapshot import Snapshot, new_run_id, publish_snapshot, staging_d
 from runners.beam_runner import runner_for
 from runners.errors import UsageError
 from runners.options import PreprocessOptions, print_help, wants_help
-from transforms import boxes, classes, labels
-from transforms.join_labels import read_csv_header
-from transforms.run_lock import RunLock
+from transforms.offline import boxes, classes, labels
+from transforms.offline.join_labels import read_csv_header
+from runners.run_lock import RunLock
 
 __all__ = ["PreprocessOptions", "run", "main", "resolve_job", "translate_flags", "execute",
            "parse_options"]

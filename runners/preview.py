@@ -24,7 +24,7 @@ from PIL import Image, ImageDraw, ImageFont
 from configs.schema import SPLITS, Config, load_config
 from pipelines.training_input import (augment_batch, make_dataset, read_class_names,
                                       select_snapshots)
-from transforms.augment import build_batch_augmenter
+from transforms.online.augment import build_batch_augmenter
 
 __all__ = ["Preview", "build_preview", "run"]
 

@@ -1,4 +1,4 @@
-"""transforms.augment: the batch augmenter end to end, the table of every op, configs, layer."""
+"""transforms.online.augment: the batch augmenter end to end, the table of every op, configs, layer."""
 import dataclasses
 import os
 import re
@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from configs.online import GeometryConfig, MixConfig, OnlineConfig, PixelConfig
 from configs.schema import ConfigError, config_from_dict, load_config
-from transforms import augment, geometry
-from transforms.seeds import step_seed
+from transforms.online import augment, geometry
+from transforms.online.seeds import step_seed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH, SIZE, CLASSES = 6, 16, 4

@@ -1,9 +1,9 @@
-"""transforms.boxes: box CSV rows and per-image box resolution, each rule its own case."""
+"""transforms.offline.boxes: box CSV rows and per-image box resolution, each rule its own case."""
 import pytest
 
 from configs.schema import BoxesConfig
-from transforms.boxes import BadBox, BoxRow, parse_box_csv, resolve_boxes
-from transforms.rejects import Reject
+from transforms.offline.boxes import BadBox, BoxRow, parse_box_csv, resolve_boxes
+from transforms.offline.rejects import Reject
 
 HEADER = "path,xmin,ymin,xmax,ymax,label\n"
 PIXEL_REJECT = BoxesConfig(coordinates="pixel", on_bad_box="reject")

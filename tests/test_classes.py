@@ -10,7 +10,7 @@ from PIL import Image
 from runners import cli
 from runners.demo_data import photo_like
 from tests.jobutil import index_rows, run_job
-from transforms import classes
+from transforms.offline import classes
 
 
 def test_parse_rejects_a_name_listed_twice():

@@ -14,7 +14,7 @@ from PIL import Image
 
 from configs.schema import DedupConfig, LimitsConfig, QualityConfig
 from runners import demo_data
-from transforms import quality
+from transforms.offline import quality
 from transforms.decode import decode_image, pick_jpeg_ratio
 
 _MAGIC = {b"\xff\xd8\xff": "jpeg", b"\x89PNG\r\n\x1a\n": "png", b"GIF87a": "gif",

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from configs.schema import DriftConfig
-from transforms.drift import (check_drift, class_distribution, cumulative_stats, js_divergence,
+from transforms.reporting.drift import (check_drift, class_distribution, cumulative_stats, js_divergence,
                               linf_distance)
 
 

@@ -1,4 +1,4 @@
-"""transforms.geometry: the fused matrix, the gather-based warp, boxes, fill modes."""
+"""transforms.online.geometry: the fused matrix, the gather-based warp, boxes, fill modes."""
 import dataclasses
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from configs.online import GeometryConfig
-from transforms import geometry
-from transforms.seeds import step_seed
+from transforms.online import geometry
+from transforms.online.seeds import step_seed
 
 SIZE = 16
 

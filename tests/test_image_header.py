@@ -1,4 +1,4 @@
-"""Tests for transforms.image_header: format from magic bytes, stored size without decoding.
+"""Tests for transforms.offline.image_header: format from magic bytes, stored size without decoding.
 
 Real files are made in memory with PIL; the cases PIL cannot write (bombs, odd markers, BMP
 core headers, GIF frames outside the screen) are built byte by byte.
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from transforms import image_header
-from transforms.image_header import (
+from transforms.offline import image_header
+from transforms.offline.image_header import (
     HeaderError, ImageHeader, UnknownFormat, read_header, sniff_format)
 
 WIDTH, HEIGHT = 37, 23  # odd and unequal, so swapped or off-by-one dims show

@@ -1,9 +1,9 @@
-"""transforms.labels: good rows with meta, each bad row kind with its exact detail."""
+"""transforms.offline.labels: good rows with meta, each bad row kind with its exact detail."""
 import pytest
 
 from configs.schema import LabelsConfig
-from transforms.labels import CsvRecord, LabelRow, parse_label_csv, read_csv_records
-from transforms.rejects import Reject
+from transforms.offline.labels import CsvRecord, LabelRow, parse_label_csv, read_csv_records
+from transforms.offline.rejects import Reject
 
 CONFIG = LabelsConfig()
 

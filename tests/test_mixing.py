@@ -1,11 +1,11 @@
-"""transforms.mixing: Mixup/CutMix with one permutation, lambda correction, the box rule."""
+"""transforms.online.mixing: Mixup/CutMix with one permutation, lambda correction, the box rule."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from configs.online import MixConfig
-from transforms import mixing
-from transforms.seeds import step_seed
+from transforms.online import mixing
+from transforms.online.seeds import step_seed
 
 SIZE = 16
 

@@ -1,9 +1,9 @@
-"""transforms.paths: every unsafe kind refused with its detail, safe paths made canonical."""
+"""transforms.offline.paths: every unsafe kind refused with its detail, safe paths made canonical."""
 import os
 
 import pytest
 
-from transforms.paths import UnsafePath, escapes_root, normalize_relative, relative_to_root
+from transforms.offline.paths import UnsafePath, escapes_root, normalize_relative, relative_to_root
 
 
 @pytest.mark.parametrize("raw, expected", [

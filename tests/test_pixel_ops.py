@@ -1,11 +1,11 @@
-"""transforms.pixel_ops: per-sample colour, blur, JPEG and noise ops on float32 [0, 1]."""
+"""transforms.online.pixel_ops: per-sample colour, blur, JPEG and noise ops on float32 [0, 1]."""
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from configs.online import PixelConfig
-from transforms import pixel_ops
-from transforms.seeds import step_seed
+from transforms.online import pixel_ops
+from transforms.online.seeds import step_seed
 
 LUMA = np.array(pixel_ops.LUMA_WEIGHTS, np.float32)
 

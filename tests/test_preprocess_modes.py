@@ -17,7 +17,7 @@ from pipelines import snapshot as snapshot_module
 from runners import cli
 from runners.demo_data import photo_like
 from tests.jobutil import index_rows, read_records, run_job, shard_files
-from transforms import inspect_image
+from transforms.offline import inspect_image
 
 
 def _write_jpeg(path, seed, size=(96, 128)):

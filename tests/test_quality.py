@@ -1,4 +1,4 @@
-"""Tests for transforms.quality: exact metrics on hand-made arrays, the verdict rules one by one,
+"""Tests for transforms.offline.quality: exact metrics on hand-made arrays, the verdict rules one by one,
 the area downscale, the perceptual hash and its band keys, and the channel moments."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from PIL import Image
 
 from configs.schema import QualityConfig
 from runners.demo_data import photo_like
-from transforms import quality
+from transforms.offline import quality
 from transforms.codec import QUALITY_METRICS
 
 

@@ -1,4 +1,4 @@
-"""transforms.report: the self-contained HTML report shows counts, reasons, charts and
+"""transforms.reporting.report: the self-contained HTML report shows counts, reasons, charts and
 thumbnails, escapes user data, and makes a failed accounting visible."""
 import base64
 import io
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from transforms.index_table import make_row
-from transforms.rejects import REASONS
-from transforms.report import render_report
-from transforms.stats import SummarizeIndexFn, finalize_stats
+from transforms.offline.index_table import make_row
+from transforms.offline.rejects import REASONS
+from transforms.reporting.report import render_report
+from transforms.reporting.stats import SummarizeIndexFn, finalize_stats
 
 EVIL_PATH = "<script>x</script>.jpg"
 EVIL_LABEL = "<b>cat</b>"

@@ -1,11 +1,11 @@
-"""transforms.seeds: the stateless (global, epoch, step, replica, sample) seed derivation."""
+"""transforms.online.seeds: the stateless (global, epoch, step, replica, sample) seed derivation."""
 import itertools
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from transforms import seeds
+from transforms.online import seeds
 
 
 def test_step_seed_is_an_int64_pair_and_repeats_exactly():

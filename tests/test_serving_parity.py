@@ -25,8 +25,8 @@ from pipelines.serving import PREDICTIONS, SERVING_INPUT, build_serving_model
 from pipelines.training_input import make_dataset
 from runners.demo_data import photo_like
 from transforms import codec
-from transforms import tft_analysis as ta
-from transforms.image_record import ImageRecord
+from transforms.offline import tft_analysis as ta
+from transforms.offline.image_record import ImageRecord
 
 CLASSES = ["cat", "dog", "bird"]
 IMAGE_SIZE = 16

@@ -1,4 +1,4 @@
-"""transforms.stats: exact counts, exact weighted pixel stats, fixed-bin histograms,
+"""transforms.reporting.stats: exact counts, exact weighted pixel stats, fixed-bin histograms,
 deterministic reject examples, order-independent combining, finalize_stats and the TFDV proto."""
 import json
 import math
@@ -12,8 +12,8 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import BeamAssertException, assert_that
 
 from transforms.codec import QUALITY_METRICS
-from transforms.index_table import make_row
-from transforms.stats import (HISTOGRAM_EDGES, SummarizeIndexFn, finalize_stats,
+from transforms.offline.index_table import make_row
+from transforms.reporting.stats import (HISTOGRAM_EDGES, SummarizeIndexFn, finalize_stats,
                               to_statistics_proto)
 
 

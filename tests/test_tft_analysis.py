@@ -19,10 +19,10 @@ from PIL import Image
 
 from runners.demo_data import photo_like
 from transforms import codec
-from transforms import tft_analysis as ta
+from transforms.offline import tft_analysis as ta
 from transforms.decode import decode_image, pick_jpeg_ratio
-from transforms.image_record import ImageRecord
-from transforms.index_table import make_row
+from transforms.offline.image_record import ImageRecord
+from transforms.offline.index_table import make_row
 
 CLASS_TABLE = ["cat", "dog", "bird", "fish"]       # fish: in the table, no image
 LABELS = ["cat"] * 6 + ["dog"] * 4 + ["bird"] * 2

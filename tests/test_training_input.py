@@ -13,7 +13,7 @@ from configs.schema import ConfigError, load_config
 from pipelines import training_input
 from runners.bench_train import write_synthetic_snapshot
 from transforms import codec
-from transforms.augment import build_batch_augmenter
+from transforms.online.augment import build_batch_augmenter
 
 NUM_CLASSES = 4
 TRAIN_IMAGES = 32

@@ -15,8 +15,8 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from transforms import paths
-from transforms.image_record import ImageRecord
+from transforms.offline import paths
+from transforms.offline.image_record import ImageRecord
 
 __all__ = ["FileRef", "DiscoverImages", "root_and_pattern", "UNSAFE_TAG"]
 

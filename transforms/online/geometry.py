@@ -25,7 +25,7 @@ import math
 import tensorflow as tf
 
 from configs.online import GeometryConfig
-from transforms import seeds as seeds_lib
+from transforms.online import seeds as seeds_lib
 
 __all__ = [
     "BOX_PADDING_LABEL",

@@ -23,9 +23,9 @@ import math
 from typing import Iterable, Iterator, Sequence
 
 from configs.schema import BoxesConfig
-from transforms.labels import CsvRecord, read_csv_records
-from transforms.paths import UnsafePath, normalize_relative
-from transforms.rejects import BOX_ROW, Reject
+from transforms.offline.labels import CsvRecord, read_csv_records
+from transforms.offline.paths import UnsafePath, normalize_relative
+from transforms.offline.rejects import BOX_ROW, Reject
 
 __all__ = ["BoxRow", "BadBox", "BOX_COLUMNS", "parse_box_csv", "resolve_boxes"]
 
@@ -56,9 +56,9 @@ def parse_box_csv(csv_name: str, lines: Iterable[str]) -> Iterator[BoxRow | Reje
 
     `bad_csv_row` (path `"<csv_name>:<line>"`): does not parse, wrong number of fields, empty
     path or label, a coordinate that is not a finite number. `unsafe_path` (path = the raw
-    value): see `transforms.paths.normalize_relative`. Raises `ValueError` (on first use) when
+    value): see `transforms.offline.paths.normalize_relative`. Raises `ValueError` (on first use) when
     the header lacks one of `BOX_COLUMNS`. Comma-delimited; line numbers as in
-    `transforms.labels`.
+    `transforms.offline.labels`.
     """
     _, records = read_csv_records(csv_name, lines, ",", BOX_COLUMNS)
     for record in records:

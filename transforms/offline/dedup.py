@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms import quality
+from transforms.offline import quality
 
 __all__ = ["DropExactDuplicates", "DropNearDuplicates"]
 

@@ -21,8 +21,9 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from apache_beam.metrics import Metrics
 
 from configs.schema import OutputConfig
-from transforms import codec, splits
-from transforms.index_table import record_row
+from transforms import codec
+from transforms.offline import splits
+from transforms.offline.index_table import record_row
 
 __all__ = ["WriteShards", "shard_name", "shard_counts", "frame_record", "ShardFile", "FILES"]
 

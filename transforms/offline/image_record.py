@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from transforms.rejects import IMAGE, Reject
+from transforms.offline.rejects import IMAGE, Reject
 
 __all__ = ["ImageRecord"]
 

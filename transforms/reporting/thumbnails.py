@@ -11,7 +11,7 @@ def thumbnail_png(path: str, max_side: int = 96, max_bytes: int = 64 * 1024 * 10
     too big to read for a thumbnail, or does not decode (which is often why it was rejected)."""
     import tensorflow as tf
     from transforms.decode import decode_image
-    from transforms.image_header import HeaderError, read_header
+    from transforms.offline.image_header import HeaderError, read_header
     try:
         with FileSystems.open(path, compression_type="uncompressed") as handle:
             data = handle.read(max_bytes + 1)

@@ -21,10 +21,10 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from configs.schema import Config
-from transforms import boxes as box_rules
-from transforms import labels as label_rules
-from transforms.image_record import ImageRecord
-from transforms.rejects import BOX_ROW, LABEL_ROW, Reject
+from transforms.offline import boxes as box_rules
+from transforms.offline import labels as label_rules
+from transforms.offline.image_record import ImageRecord
+from transforms.offline.rejects import BOX_ROW, LABEL_ROW, Reject
 
 __all__ = ["ReadLabelRows", "ReadBoxRows", "PlanImages", "resolve_labels", "label_key",
            "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "RETRIED_OUTCOMES",

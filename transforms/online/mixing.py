@@ -25,8 +25,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from configs.online import MixConfig
-from transforms import seeds as seeds_lib
-from transforms.geometry import compact_boxes
+from transforms.online import seeds as seeds_lib
+from transforms.online.geometry import compact_boxes
 
 __all__ = ["MixOp", "cutmix_box", "cutmix_mask", "mix_images", "mix_labels", "mix_boxes"]
 

@@ -1,6 +1,6 @@
 """report.html: what a person reads after a run, as one self-contained page.
 
-`render_report` turns the stats dict (`transforms.stats.finalize_stats`) and a few rejected-image
+`render_report` turns the stats dict (`transforms.reporting.stats.finalize_stats`) and a few rejected-image
 thumbnails into plain HTML with inline CSS and inline SVG charts: no external assets, no
 JavaScript, so the file opens the same from a laptop, a bucket or an email attachment. Paths and
 labels are user data and are HTML-escaped everywhere they appear.
@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 from configs.schema import SPLITS
 from transforms.codec import QUALITY_METRICS
-from transforms.rejects import IMAGE, KINDS, REASONS
+from transforms.offline.rejects import IMAGE, KINDS, REASONS
 
 __all__ = ["render_report"]
 
@@ -420,7 +420,7 @@ def render_report(stats: dict, thumbnails: dict[str, list[tuple[str, bytes | Non
                   title: str, run_id: str) -> str:
     """The run's report.html as one self-contained string.
 
-    stats: the dict from `transforms.stats.finalize_stats` (an unfinalized index summary works
+    stats: the dict from `transforms.reporting.stats.finalize_stats` (an unfinalized index summary works
     too: the accounting then checks discovered == accepted + rejected itself). An optional
     stats["thresholds"] = {metric: value} draws each quality threshold on its histogram.
     thumbnails: {reason: [(path, image bytes or None)]}: small PNG (or JPEG) renderings of

@@ -50,11 +50,11 @@ import keras
 import tensorflow as tf
 
 from configs.online import OnlineConfig
-from transforms import seeds as seeds_lib
-from transforms.geometry import (GeometryOp, compact_boxes, identity_matrices,
+from transforms.online import seeds as seeds_lib
+from transforms.online.geometry import (GeometryOp, compact_boxes, identity_matrices,
                                  resize_from_source)
-from transforms.mixing import MixOp
-from transforms.pixel_ops import (BlurOp, ColorJitterOp, GammaOp, GaussianNoiseOp, GrayscaleOp,
+from transforms.online.mixing import MixOp
+from transforms.online.pixel_ops import (BlurOp, ColorJitterOp, GammaOp, GaussianNoiseOp, GrayscaleOp,
                                   JpegOp, SpeckleNoiseOp)
 
 __all__ = ["BatchAugmenter", "build_batch_augmenter", "build_ops", "AugmentLayer"]

@@ -20,7 +20,7 @@ import math
 import numpy as np
 import tensorflow as tf
 
-from transforms import seeds as seeds_lib
+from transforms.online import seeds as seeds_lib
 
 __all__ = [
     "LUMA_WEIGHTS",

@@ -22,8 +22,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from configs.schema import Config
-from transforms import image_header, quality
-from transforms.image_record import ImageRecord
+from transforms.offline import image_header, quality
+from transforms.offline.image_record import ImageRecord
 
 __all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages", "size_reject"]
 
@@ -217,7 +217,7 @@ class IsolatedInspectFn(beam.DoFn):
 
     def setup(self):
         self._context = multiprocessing.get_context("forkserver")
-        self._context.set_forkserver_preload(["tensorflow", "transforms.inspect_image"])
+        self._context.set_forkserver_preload(["tensorflow", "transforms.offline.inspect_image"])
         self._pool = None
         self._tally = _Tally(self._inspect_fn._config.limits)
 

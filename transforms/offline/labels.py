@@ -31,8 +31,8 @@ import dataclasses
 from typing import Iterable, Iterator, Sequence
 
 from configs.schema import LabelsConfig
-from transforms.paths import UnsafePath, normalize_relative
-from transforms.rejects import LABEL_ROW, Reject
+from transforms.offline.paths import UnsafePath, normalize_relative
+from transforms.offline.rejects import LABEL_ROW, Reject
 
 __all__ = ["LabelRow", "parse_label_csv", "SPLIT_ALIASES", "CsvRecord", "read_csv_records"]
 
@@ -49,7 +49,7 @@ _BOM = "\ufeff"
 
 @dataclasses.dataclass(frozen=True)
 class LabelRow:
-    """One good label CSV row. `path` is canonical (see `transforms.paths`);
+    """One good label CSV row. `path` is canonical (see `transforms.offline.paths`);
     `source` is `"<csv file>:<line number>"`; `meta` is sorted by column name."""
     path: str
     label: str
@@ -168,7 +168,7 @@ def parse_label_csv(csv_name: str, lines: Iterable[str],
 
     `bad_csv_row` (path `"<csv_name>:<line>"`): does not parse, wrong number of fields, empty
     path or label, unknown split. `unsafe_path` (path = the raw CSV value): see
-    `transforms.paths.normalize_relative`. Raises `ValueError` (on first use) when the header
+    `transforms.offline.paths.normalize_relative`. Raises `ValueError` (on first use) when the header
     lacks `config.path_column` or `config.label_column`; the split column is optional.
     """
     header, records = read_csv_records(

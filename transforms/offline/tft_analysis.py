@@ -25,7 +25,7 @@ over the whole dataset:
                                              -1 for a name outside it
 
 The class table is NOT a frequency-ordered TFT vocabulary (its ids would move between runs): it
-is the job's own append-only table (`transforms.classes`), written as the asset
+is the job's own append-only table (`transforms.offline.classes`), written as the asset
 `pixelmill_class_table` (one name per line, id = line index) and applied with
 `tft.apply_vocabulary`. Inside the job that table is a singleton PCollection computed from the
 data, unknown when the graph is built; a `tft.experimental.ptransform_analyzer` turns it into
@@ -64,7 +64,7 @@ from apache_beam.io.filesystems import FileSystems
 from configs.online import image_size_pair
 from transforms import codec
 from transforms.decode import decode_image
-from transforms.image_record import ImageRecord
+from transforms.offline.image_record import ImageRecord
 
 __all__ = [
     "PIXEL_COUNT", "CHANNEL_SUM", "CHANNEL_SQSUM", "WIDTH", "HEIGHT", "ANALYSIS_FEATURES",
@@ -147,7 +147,7 @@ def _moments_of(width, height, moments: Sequence) -> tuple[int, list, list]:
 
 def raw_features(item: ImageRecord | Mapping) -> dict:
     """The raw features TFT analyzes for one accepted image, from an `ImageRecord` or an index
-    row (`transforms.index_table.make_row`, e.g. read back from `index.parquet`).
+    row (`transforms.offline.index_table.make_row`, e.g. read back from `index.parquet`).
 
     `image/encoded` is empty: analysis never decodes (see the module docstring). An image
     whose channel moments were not measured gets pixel count 0: it counts in the vocabulary and

@@ -1,6 +1,6 @@
 """Dataset statistics: the index rows of one run combined into `stats.json` and `stats.pb`.
 
-`SummarizeIndexFn` folds every index row (see `transforms.index_table`) into one JSON-able dict:
+`SummarizeIndexFn` folds every index row (see `transforms.offline.index_table`) into one JSON-able dict:
 counts per split, class and reject reason, size and quality distributions, and the normalization
 statistics (per-channel pixel mean/std) of the accepted images. `to_statistics_proto` turns that
 dict into TFDV's `DatasetFeatureStatisticsList`, so the usual TFDV/Facets viewers read it.
@@ -30,7 +30,7 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 from configs.schema import SPLITS
 from transforms import codec
 from transforms.codec import QUALITY_METRICS
-from transforms.rejects import KINDS, REASONS
+from transforms.offline.rejects import KINDS, REASONS
 
 __all__ = ["SummarizeIndexFn", "HISTOGRAM_EDGES", "finalize_stats", "to_statistics_proto"]
 
@@ -382,7 +382,7 @@ def finalize_stats(index_summary: dict, rejects_by_kind: dict, accounting: dict)
     """stats.json: the index summary plus rejects per input kind and the accounting check.
 
     rejects_by_kind is {kind: {reason: count}} over every reject (images, label CSV rows, box
-    CSV rows); every kind of `transforms.rejects.KINDS` is present in the result. accounting is
+    CSV rows); every kind of `transforms.offline.rejects.KINDS` is present in the result. accounting is
     the launcher's check, e.g. {"images": {"discovered", "accepted", "rejected", "ok"},
     "label_rows": {"total", "matched", "rejected", "ok"}, "box_rows": {...}, "ok": bool}.
     The inputs are not modified.

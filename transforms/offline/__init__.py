@@ -1,0 +1,17 @@
+"""The offline job's steps, in data-flow order (see README "How the job works").
+
+    discover       DiscoverImages: files under the data roots (local or gs://)
+    paths          canonical root-relative paths; unsafe paths are rejected
+    labels, boxes  label/box CSV rows as pure functions (rows in, LabelRow/Reject out)
+    join_labels    PlanImages: CSV rows and the archive joined to the discovered files by path
+    inspect_image  InspectImages: read, sha256, header (image_header), decode, validate, quality
+    quality        quality metrics, the verdict and the perceptual hash
+    classes        the append-only class table
+    dedup          DropExactDuplicates, DropNearDuplicates
+    splits         split assignment from the sha256
+    write_shards   WriteShards: deterministic sharded TFRecords (+ index rows)
+    index_table    index.parquet rows
+    outputs        rejects.jsonl and small JSON outputs
+    tft_analysis   AnalyzeAndWriteTransform: TFT analysis and the exported transform
+    image_record, rejects   the element that flows through the job; the reject vocabulary
+"""
