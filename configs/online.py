@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 
+from configs.checks import (ConfigError, check_one_of, check_pair, check_probability,
+                            check_range)
+
 __all__ = [
     "image_size_pair",
+    "IMAGE_SIZE_RANGE",
     "FILL_MODES",
     "INTERPOLATIONS",
     "LAMBDA_MODES",
@@ -36,58 +40,23 @@ FILL_MODES = ("constant", "reflect", "nearest", "wrap")
 INTERPOLATIONS = ("bilinear", "nearest")
 LAMBDA_MODES = ("batch", "sample")
 NORMALIZE_MODES = ("dataset", "fixed", "none")
+IMAGE_SIZE_RANGE = (8, 8192)  # each side of the model's input, in px
 
 
-def image_size_pair(value) -> tuple[int, int]:
-    """(height, width) from a positive int (a square) or a pair of positive ints."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value, value)
-    if (not isinstance(value, (tuple, list)) or len(value) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
-        raise ValueError(
-            "image_size must be a positive int or a (height, width) pair of positive ints. "
-            f"Received: image_size={value!r}")
-    return int(value[0]), int(value[1])
+def image_size_pair(value, key: str = "image_size") -> tuple[int, int]:
+    """(height, width) from an int (a square) or a pair of ints, each side in IMAGE_SIZE_RANGE.
 
-
-def _schema():
-    """`configs.schema` imports this module (for `Config.online`), so its validation helpers
-    are looked up at call time instead of import time; either module can be imported first."""
-    from configs import schema
-    return schema
-
-
-def _check_one_of(key: str, value, allowed: tuple) -> None:
-    _schema().check_one_of(key, value, allowed)
-
-
-def _check_range(key: str, value: float, low: float | None = None, high: float | None = None,
-                low_open: bool = False) -> None:
-    _schema().check_range(key, value, low, high, low_open=low_open)
-
-
-def _config_error(message: str) -> Exception:
-    return _schema().ConfigError(message)
-
-
-def _check_pair(key: str, value, low: float | None = None, high: float | None = None,
-                low_open: bool = False) -> tuple:
-    """Validates a `[low, high]` range and returns it as a tuple of floats."""
-    if (not isinstance(value, (tuple, list)) or len(value) != 2
-            or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value)):
-        raise _config_error(
-            f"{key} must be a pair [low, high] of numbers. Received: {key}={value!r}")
-    first, second = float(value[0]), float(value[1])
-    if first > second:
-        raise _config_error(
-            f"{key} must have low <= high. Received: {key}={list(value)!r}")
-    _check_range(f"{key}[0]", first, low, high, low_open=low_open)
-    _check_range(f"{key}[1]", second, low, high, low_open=low_open)
-    return (first, second)
-
-
-def _check_probability(key: str, value: float) -> None:
-    _check_range(key, value, 0.0, 1.0)
+    The one parser of an image size: `online.image_size`, the training reader's and the TFT
+    transform's `image_size` argument all go through it, so they accept the same values."""
+    pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
+    low, high = IMAGE_SIZE_RANGE
+    if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and low <= v <= high
+                       for v in pair)):
+        raise ConfigError(
+            f"{key} must be an int or a pair [height, width] of ints, each in [{low}, {high}]. "
+            f"Received: {key}={value!r}")
+    return int(pair[0]), int(pair[1])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,24 +90,24 @@ class GeometryConfig:
 
     def __post_init__(self):
         p = "online.geometry"
-        _check_probability(f"{p}.horizontal_flip", self.horizontal_flip)
-        _check_probability(f"{p}.vertical_flip", self.vertical_flip)
-        _check_range(f"{p}.rotation_degrees", self.rotation_degrees, 0.0, 180.0)
-        object.__setattr__(self, "scale", _check_pair(f"{p}.scale", self.scale, 0.0, 10.0,
+        check_probability(f"{p}.horizontal_flip", self.horizontal_flip)
+        check_probability(f"{p}.vertical_flip", self.vertical_flip)
+        check_range(f"{p}.rotation_degrees", self.rotation_degrees, 0.0, 180.0)
+        object.__setattr__(self, "scale", check_pair(f"{p}.scale", self.scale, 0.0, 10.0,
                                                       low_open=True))
-        _check_range(f"{p}.translate", self.translate, 0.0, 1.0)
-        _check_range(f"{p}.shear_degrees", self.shear_degrees, 0.0, 60.0)
-        _check_probability(f"{p}.crop_probability", self.crop_probability)
-        object.__setattr__(self, "crop_area", _check_pair(f"{p}.crop_area", self.crop_area,
+        check_range(f"{p}.translate", self.translate, 0.0, 1.0)
+        check_range(f"{p}.shear_degrees", self.shear_degrees, 0.0, 60.0)
+        check_probability(f"{p}.crop_probability", self.crop_probability)
+        object.__setattr__(self, "crop_area", check_pair(f"{p}.crop_area", self.crop_area,
                                                           0.0, 1.0, low_open=True))
-        object.__setattr__(self, "crop_aspect_ratio", _check_pair(
+        object.__setattr__(self, "crop_aspect_ratio", check_pair(
             f"{p}.crop_aspect_ratio", self.crop_aspect_ratio, 0.0, 100.0, low_open=True))
-        _check_one_of(f"{p}.interpolation", self.interpolation, INTERPOLATIONS)
-        _check_one_of(f"{p}.fill_mode", self.fill_mode, FILL_MODES)
-        _check_range(f"{p}.fill_value", self.fill_value, 0.0, 1.0)
-        _check_range(f"{p}.min_box_area", self.min_box_area, 0.0, 1.0)
-        _check_range(f"{p}.elastic_alpha", self.elastic_alpha, 0.0, 1000.0)
-        _check_range(f"{p}.elastic_grid", self.elastic_grid, 2, 64)
+        check_one_of(f"{p}.interpolation", self.interpolation, INTERPOLATIONS)
+        check_one_of(f"{p}.fill_mode", self.fill_mode, FILL_MODES)
+        check_range(f"{p}.fill_value", self.fill_value, 0.0, 1.0)
+        check_range(f"{p}.min_box_area", self.min_box_area, 0.0, 1.0)
+        check_range(f"{p}.elastic_alpha", self.elastic_alpha, 0.0, 1000.0)
+        check_range(f"{p}.elastic_grid", self.elastic_grid, 2, 64)
 
     @property
     def is_identity(self) -> bool:
@@ -185,21 +154,21 @@ class PixelConfig:
 
     def __post_init__(self):
         p = "online.pixel"
-        _check_range(f"{p}.brightness", self.brightness, 0.0, 1.0)
-        _check_range(f"{p}.contrast", self.contrast, 0.0, 1.0)
-        _check_range(f"{p}.saturation", self.saturation, 0.0, 1.0)
-        _check_range(f"{p}.hue", self.hue, 0.0, 0.5)
-        object.__setattr__(self, "gamma", _check_pair(f"{p}.gamma", self.gamma, 0.0, 10.0,
+        check_range(f"{p}.brightness", self.brightness, 0.0, 1.0)
+        check_range(f"{p}.contrast", self.contrast, 0.0, 1.0)
+        check_range(f"{p}.saturation", self.saturation, 0.0, 1.0)
+        check_range(f"{p}.hue", self.hue, 0.0, 0.5)
+        object.__setattr__(self, "gamma", check_pair(f"{p}.gamma", self.gamma, 0.0, 10.0,
                                                       low_open=True))
-        _check_probability(f"{p}.grayscale_probability", self.grayscale_probability)
-        _check_probability(f"{p}.blur_probability", self.blur_probability)
-        object.__setattr__(self, "blur_sigma", _check_pair(f"{p}.blur_sigma", self.blur_sigma,
+        check_probability(f"{p}.grayscale_probability", self.grayscale_probability)
+        check_probability(f"{p}.blur_probability", self.blur_probability)
+        object.__setattr__(self, "blur_sigma", check_pair(f"{p}.blur_sigma", self.blur_sigma,
                                                            0.0, 10.0, low_open=True))
-        _check_probability(f"{p}.jpeg_probability", self.jpeg_probability)
-        object.__setattr__(self, "jpeg_quality", _check_pair(
+        check_probability(f"{p}.jpeg_probability", self.jpeg_probability)
+        object.__setattr__(self, "jpeg_quality", check_pair(
             f"{p}.jpeg_quality", self.jpeg_quality, 1.0, 100.0))
-        _check_range(f"{p}.gaussian_noise_std", self.gaussian_noise_std, 0.0, 1.0)
-        _check_range(f"{p}.speckle_noise_std", self.speckle_noise_std, 0.0, 1.0)
+        check_range(f"{p}.gaussian_noise_std", self.gaussian_noise_std, 0.0, 1.0)
+        check_range(f"{p}.speckle_noise_std", self.speckle_noise_std, 0.0, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,11 +190,11 @@ class MixConfig:
 
     def __post_init__(self):
         p = "online.mix"
-        _check_probability(f"{p}.probability", self.probability)
-        _check_range(f"{p}.mixup_alpha", self.mixup_alpha, 0.0, 100.0)
-        _check_range(f"{p}.cutmix_alpha", self.cutmix_alpha, 0.0, 100.0)
-        _check_probability(f"{p}.switch_probability", self.switch_probability)
-        _check_one_of(f"{p}.lambda_mode", self.lambda_mode, LAMBDA_MODES)
+        check_probability(f"{p}.probability", self.probability)
+        check_range(f"{p}.mixup_alpha", self.mixup_alpha, 0.0, 100.0)
+        check_range(f"{p}.cutmix_alpha", self.cutmix_alpha, 0.0, 100.0)
+        check_probability(f"{p}.switch_probability", self.switch_probability)
+        check_one_of(f"{p}.lambda_mode", self.lambda_mode, LAMBDA_MODES)
 
     @property
     def is_identity(self) -> bool:
@@ -247,16 +216,16 @@ class NormalizeConfig:
 
     def __post_init__(self):
         p = "online.normalize"
-        _check_one_of(f"{p}.mode", self.mode, NORMALIZE_MODES)
+        check_one_of(f"{p}.mode", self.mode, NORMALIZE_MODES)
         for name, low_open in (("mean", False), ("std", True)):
             value = getattr(self, name)
             if (not isinstance(value, (tuple, list)) or len(value) != 3
                     or any(isinstance(v, bool) or not isinstance(v, (int, float))
                            for v in value)):
-                raise _config_error(
+                raise ConfigError(
                     f"{p}.{name} must be 3 numbers (R, G, B). Received: {p}.{name}={value!r}")
             for index, channel in enumerate(value):
-                _check_range(f"{p}.{name}[{index}]", float(channel), 0.0, 1.0,
+                check_range(f"{p}.{name}[{index}]", float(channel), 0.0, 1.0,
                             low_open=low_open)
             object.__setattr__(self, name, tuple(float(v) for v in value))
 
@@ -281,19 +250,10 @@ class OnlineConfig:
 
     def __post_init__(self):
         p = "online"
-        size = self.image_size
-        if isinstance(size, int) and not isinstance(size, bool):
-            size = (size, size)
-        if (not isinstance(size, (tuple, list)) or len(size) != 2
-                or any(isinstance(v, bool) or not isinstance(v, int) for v in size)):
-            raise _config_error(
-                f"{p}.image_size must be an int or a pair [height, width] of ints. "
-                f"Received: {p}.image_size={self.image_size!r}")
-        for index, side in enumerate(size):
-            _check_range(f"{p}.image_size[{index}]", side, 8, 8192)
-        object.__setattr__(self, "image_size", tuple(size))
+        object.__setattr__(self, "image_size",
+                           image_size_pair(self.image_size, f"{p}.image_size"))
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise _config_error(f"{p}.seed must be an int. Received: {p}.seed={self.seed!r}")
-        _check_range(f"{p}.seed", self.seed, -(2 ** 63), 2 ** 63 - 1)
-        _check_range(f"{p}.enable_rate", self.enable_rate, 0.0, 1.0)
-        _check_range(f"{p}.label_smoothing", self.label_smoothing, 0.0, 1.0)
+            raise ConfigError(f"{p}.seed must be an int. Received: {p}.seed={self.seed!r}")
+        check_range(f"{p}.seed", self.seed, -(2 ** 63), 2 ** 63 - 1)
+        check_range(f"{p}.enable_rate", self.enable_rate, 0.0, 1.0)
+        check_range(f"{p}.label_smoothing", self.label_smoothing, 0.0, 1.0)

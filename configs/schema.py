@@ -11,14 +11,15 @@ only what differs. Command-line overrides use dotted keys: `--set quality.blur_m
 """
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
 import os
-import types
 import typing
 from typing import Any, Mapping
 
 import yaml
+
+from configs.checks import ConfigError, check_one_of, check_range, type_ok
+from configs.online import OnlineConfig
 
 __all__ = [
     "ConfigError",
@@ -39,35 +40,11 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "default_config_path",
-    "check_one_of",
+    "check_one_of",   # re-exported from configs.checks, their owner
     "check_range",
 ]
 
 SPLITS = ("train", "validation", "test")
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown, of the wrong type or out of range."""
-
-
-def check_one_of(key: str, value: Any, allowed: tuple) -> None:
-    if value not in allowed:
-        raise ConfigError(
-            f"Unknown {key.rsplit('.', 1)[-1]} {value!r}. Expected one of {allowed}. "
-            f"Received: {key}={value!r}")
-
-
-def check_range(key: str, value: float, low: float | None = None, high: float | None = None,
-                low_open: bool = False) -> None:
-    too_low = low is not None and (value <= low if low_open else value < low)
-    too_high = high is not None and value > high
-    if too_low or too_high:
-        lo = "-inf" if low is None else f"{low}"
-        hi = "inf" if high is None else f"{high}"
-        bracket = "(" if low_open else "["
-        raise ConfigError(
-            f"Value out of range for {key}. Expected a number in {bracket}{lo}, {hi}]. "
-            f"Received: {key}={value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,10 +251,6 @@ class TransformConfig:
         check_range("transform.size_quantiles", self.size_quantiles, 2, 1000)
 
 
-# Imported here, after ConfigError and the check helpers it uses are defined (it imports them).
-from configs.online import OnlineConfig  # noqa: E402
-
-
 @dataclasses.dataclass(frozen=True)
 class Config:
     """The whole configuration. Each section is documented on its dataclass."""
@@ -294,29 +267,6 @@ class Config:
     drift: DriftConfig = dataclasses.field(default_factory=DriftConfig)
     transform: TransformConfig = dataclasses.field(default_factory=TransformConfig)
     online: OnlineConfig = dataclasses.field(default_factory=OnlineConfig)
-
-
-def _type_ok(value: Any, annotation: Any) -> bool:
-    origin = typing.get_origin(annotation)
-    if annotation is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is str:
-        return isinstance(value, str)
-    if annotation is tuple or origin is tuple:
-        return isinstance(value, (list, tuple))
-    if annotation is Mapping or origin is collections.abc.Mapping:
-        return isinstance(value, Mapping)
-    return True
 
 
 def _build(cls: type, data: Mapping[str, Any], prefix: str):
@@ -336,7 +286,7 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str):
         if dataclasses.is_dataclass(annotation):
             kwargs[key] = _build(annotation, value or {}, full)
             continue
-        if not _type_ok(value, annotation):
+        if not type_ok(value, annotation):
             raise ConfigError(
                 f"Wrong type for '{full}'. Expected {getattr(annotation, '__name__', annotation)}"
                 f". Received: {full}={value!r} ({type(value).__name__})")
