@@ -56,6 +56,11 @@ def _check_exists(path: str, flag: str):
 
 
 def _starting_class_table(output_dir: str, classes_file: str | None, config) -> tuple[list, bool]:
+    for old, new in sorted(config.classes.renames.items()):
+        problem = classes.class_name_problem(new)
+        if problem:
+            raise UsageError(f"classes.renames maps {old!r} to {ascii(new)}, which is not a "
+                             f"valid class name: {problem}")
     existing = classes.apply_renames(
         classes.read_class_table(FileSystems.join(output_dir, "classes.txt")),
         config.classes.renames)

@@ -68,7 +68,10 @@ def test_parse_unsafe_path_is_rejected_with_the_raw_path():
 
 def test_parse_line_numbers_follow_a_multi_line_quoted_label():
     text = HEADER + 'a.jpg,1,2,3,4,"big\ncat"\nb.jpg,1,2,3,4,dog\n'
-    assert [row.source for row in parse(text)] == ["boxes.csv:2", "boxes.csv:4"]
+    bad, good = parse(text)  # a label that spans lines is no class name (issue 9, case 3)
+    assert (bad.reason, bad.path) == ("bad_label", "a.jpg")
+    assert bad.detail.startswith("boxes.csv line 2: the label contains U+000A")
+    assert good.source == "boxes.csv:4"
 
 
 def test_parse_missing_column_stops_the_job():

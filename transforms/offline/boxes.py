@@ -23,6 +23,7 @@ import math
 from typing import Iterable, Iterator, Sequence
 
 from configs.schema import BoxesConfig
+from transforms.offline.classes import class_name_problem
 from transforms.offline.labels import CsvRecord, read_csv_records
 from transforms.offline.paths import UnsafePath, normalize_relative
 from transforms.offline.rejects import BOX_ROW, Reject
@@ -95,6 +96,10 @@ def _box_row(csv_name: str, record: CsvRecord) -> BoxRow | Reject:
     except UnsafePath as exc:
         return Reject(path=raw_path, reason="unsafe_path",
                       detail=f"{exc} ({csv_name} line {record.line})", kind=BOX_ROW)
+    problem = class_name_problem(label)
+    if problem:
+        return Reject(path=path, reason="bad_label", kind=BOX_ROW,
+                      detail=f"{csv_name} line {record.line}: the label {problem}")
     return BoxRow(path=path, label=label, source=where, **coordinates)
 
 

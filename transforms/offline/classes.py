@@ -1,25 +1,53 @@
-"""The class table: names to ids, stable forever.
+r"""The class table: names to ids, stable forever.
 
 `OUTPUT/classes.txt` (one name per line, id = line index) is append-only across runs: existing
 names keep their ids, new names get the next ids (sorted among themselves, so a run is
 deterministic), a class that disappears keeps its id, and renames come only from the explicit
 `classes.renames` mapping (the id stays with the new name). A frozen table (`classes.frozen`
 or a `--classes` file) takes no new names: their images are rejected as `unknown_class`.
+
+A class name is one line of printable text: `class_name_problem` refuses control characters
+(NUL, `\v`, `\f`, `\x1c`-`\x1e`, U+0085, ...), U+2028/U+2029 and unpaired surrogates, so a
+label carrying one is rejected per row (`bad_label`) and never reaches the table. The file is
+written with `\n` after each name and read back by splitting on `\n` only (never
+`str.splitlines()`, which also breaks on those characters and would shift every later id);
+writing checks every name first.
 """
 from __future__ import annotations
 
+import unicodedata
 from typing import Iterable, Mapping, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
 __all__ = ["parse_class_table", "read_class_table", "write_class_table", "apply_renames",
-           "extend_class_table"]
+           "extend_class_table", "class_name_problem"]
+
+# Unicode categories a class name must not contain: controls (Cc: NUL, \t, \v, \f, \x1c-\x1f,
+# U+0085, ...), line and paragraph separators (Zl, Zp) and surrogates (Cs: a name decoded with
+# surrogateescape from bytes that are not UTF-8; it could not even be written).
+_FORBIDDEN_CATEGORIES = ("Cc", "Zl", "Zp", "Cs")
+
+
+def class_name_problem(name) -> str | None:
+    """Why `name` cannot be a class name (one line of printable text without surrounding
+    whitespace), naming the offending character; None when it can."""
+    if not isinstance(name, str) or not name:
+        return f"a class name must be non-empty text. Received: {name!r}"
+    if name != name.strip():
+        return f"a class name must not start or end with whitespace. Received: {ascii(name)}"
+    for char in name:
+        if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
+            what = unicodedata.name(char, "control character")
+            return (f"contains U+{ord(char):04X} ({what}); a class name must be one line of "
+                    f"printable text. Received: {ascii(name)}")
+    return None
 
 
 def parse_class_table(text: str, source: str) -> list[str]:
-    """Names, one per line (blank lines and surrounding whitespace ignored); duplicates are an
-    error because ids would be ambiguous."""
-    names = [line.strip() for line in text.splitlines() if line.strip()]
+    r"""Names, one per `\n`-terminated line (blank lines and surrounding whitespace, including a
+    Windows `\r`, ignored); duplicates are an error because ids would be ambiguous."""
+    names = [line.strip() for line in text.split("\n") if line.strip()]
     seen = set()
     for name in names:
         if name in seen:
@@ -37,6 +65,13 @@ def read_class_table(path: str) -> list[str]:
 
 
 def write_class_table(path: str, names: Sequence[str]) -> None:
+    """Writes the table, one name per line; refuses (ValueError) a name that would not read
+    back as itself, or a repeated name, before anything is written."""
+    for class_id, name in enumerate(names):
+        problem = class_name_problem(name)
+        if problem:
+            raise ValueError(f"Class table {path}: id {class_id} {problem}")
+    parse_class_table("".join(f"{name}\n" for name in names), path)
     with FileSystems.create(path) as handle:
         handle.write("".join(f"{name}\n" for name in names).encode("utf-8"))
 

@@ -23,6 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from configs.schema import Config
 from transforms.offline import boxes as box_rules
 from transforms.offline import labels as label_rules
+from transforms.offline.classes import class_name_problem
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.rejects import BOX_ROW, LABEL_ROW, Reject
 
@@ -120,6 +121,9 @@ def resolve_labels(record: ImageRecord, config: Config, folder_labels: bool) -> 
                                      meta=tuple(sorted(meta.items())))
     elif folder_labels and _folder_label(record.rel):
         folder = _folder_label(record.rel)
+        problem = class_name_problem(folder)
+        if problem:
+            return record.rejected("bad_label", f"the class folder name {problem}")
         record = dataclasses.replace(record, label=renames.get(folder, folder))
     else:
         why = ("no label CSV row names this image" if not folder_labels

@@ -31,6 +31,7 @@ import dataclasses
 from typing import Iterable, Iterator, Sequence
 
 from configs.schema import LabelsConfig
+from transforms.offline.classes import class_name_problem
 from transforms.offline.paths import UnsafePath, normalize_relative
 from transforms.offline.rejects import LABEL_ROW, Reject
 
@@ -168,7 +169,9 @@ def parse_label_csv(csv_name: str, lines: Iterable[str],
 
     `bad_csv_row` (path `"<csv_name>:<line>"`): does not parse, wrong number of fields, empty
     path or label, unknown split. `unsafe_path` (path = the raw CSV value): see
-    `transforms.offline.paths.normalize_relative`. Raises `ValueError` (on first use) when the header
+    `transforms.offline.paths.normalize_relative`. `bad_label` (path = the image's canonical
+    path): the label is not a valid class name (`transforms.offline.classes.class_name_problem`).
+    Raises `ValueError` (on first use) when the header
     lacks `config.path_column` or `config.label_column`; the split column is optional.
     """
     header, records = read_csv_records(
@@ -201,6 +204,10 @@ def _label_row(csv_name: str, record: CsvRecord, config: LabelsConfig, has_split
     except UnsafePath as exc:
         return Reject(path=raw_path, reason="unsafe_path",
                       detail=f"{exc} ({csv_name} line {record.line})", kind=LABEL_ROW)
+    problem = class_name_problem(label)
+    if problem:
+        return Reject(path=path, reason="bad_label", kind=LABEL_ROW,
+                      detail=f"{csv_name} line {record.line}: the label {problem}")
     split = None
     if has_split:
         raw_split = values[config.split_column].strip()

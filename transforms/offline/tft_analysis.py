@@ -64,6 +64,7 @@ from apache_beam.io.filesystems import FileSystems
 from configs.online import image_size_pair
 from transforms import codec
 from transforms.decode import decode_image
+from transforms.offline.classes import class_name_problem
 from transforms.offline.image_record import ImageRecord
 
 __all__ = [
@@ -127,9 +128,9 @@ def _check_class_table(names, source: str) -> list[str]:
     if not names:
         raise ValueError(f"{source} must name at least one class. Received: []")
     for name in names:
-        if not isinstance(name, str) or not name.strip() or "\n" in name or "\r" in name:
-            raise ValueError(
-                f"{source} entries must be non-empty one-line strings. Received: {name!r}")
+        problem = class_name_problem(name)
+        if problem:
+            raise ValueError(f"{source} entries must be valid class names: {problem}")
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise ValueError(f"{source} lists {duplicates} more than once; ids would be ambiguous.")

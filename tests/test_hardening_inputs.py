@@ -1,0 +1,103 @@
+"""Hostile inputs (issue 9): one bad label, file name, CSV cell or file never stops the job or
+corrupts the class table; it becomes one reject line with a reason, and the rest goes on."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from configs.schema import Config, LabelsConfig
+from runners.demo_data import photo_like
+from tests.jobutil import index_rows, rejects, run_job
+from transforms.offline import classes
+from transforms.offline.boxes import parse_box_csv
+from transforms.offline.image_record import ImageRecord
+from transforms.offline.join_labels import resolve_labels
+from transforms.offline.labels import LabelRow, parse_label_csv
+
+FAST = ["decode.isolation=inline", "transform.enabled=false"]
+
+# Every character str.splitlines() breaks on besides \n and \r, and NUL.
+LINE_BREAKERS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\x00"]
+
+
+def jpeg(seed: int, class_index: int = 0, height: int = 64, width: int = 80) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(photo_like(np.random.default_rng(seed), height, width, class_index)).save(
+        buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def write(root, rel: str, data: bytes):
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+# Case 1: labels with line-breaking characters.
+
+@pytest.mark.parametrize("char", LINE_BREAKERS)
+def test_a_label_with_a_line_breaking_character_is_a_bad_label_row(char):
+    text = f"path,label\na.jpg,ze{char}bra\nb.jpg,cat\n"
+    rows = list(parse_label_csv("labels.csv", text.split("\n"), LabelsConfig()))
+    bad, good = rows
+    assert (bad.reason, bad.path, bad.kind) == ("bad_label", "a.jpg", "label_row")
+    assert f"U+{ord(char):04X}" in bad.detail and "labels.csv line 2" in bad.detail
+    assert good == LabelRow(path="b.jpg", label="cat", split=None, meta=(),
+                            source="labels.csv:3")
+
+
+def test_a_box_label_with_a_line_separator_is_a_bad_label_row():
+    text = "path,xmin,ymin,xmax,ymax,label\na.jpg,1,1,5,5,ze\u2028bra\n"
+    (bad,) = parse_box_csv("boxes.csv", text.split("\n"))
+    assert (bad.reason, bad.kind) == ("bad_label", "box_row")
+    assert "U+2028" in bad.detail
+
+
+def test_a_class_folder_with_a_line_breaking_character_is_a_bad_label():
+    record = ImageRecord(path="/r/ze\x1cbra/a.jpg", rel="ze\x1cbra/a.jpg", size=1,
+                         sha256="ab", width=10, height=10)
+    resolved = resolve_labels(record, Config(), folder_labels=True)
+    assert resolved.reject.reason == "bad_label"
+    assert "U+001C" in resolved.reject.detail
+
+
+@pytest.mark.parametrize("char", LINE_BREAKERS)
+def test_the_class_table_refuses_to_write_a_name_it_could_not_read_back(tmp_path, char):
+    path = str(tmp_path / "classes.txt")
+    with pytest.raises(ValueError, match=f"id 1 contains U\\+{ord(char):04X}"):
+        classes.write_class_table(path, ["cat", f"ze{char}bra"])
+    assert not (tmp_path / "classes.txt").exists()
+
+
+def test_the_class_table_is_read_by_newline_only():
+    # A table written before names were checked keeps every id where it was.
+    assert classes.parse_class_table("cat\nze\u2028bra\nne\x85w\r\ndog\n", "t") == [
+        "cat", "ze\u2028bra", "ne\x85w", "dog"]
+
+
+def test_bad_labels_never_reach_the_class_table_and_ids_never_move(tmp_path):
+    root = tmp_path / "images"
+    for i, name in enumerate(["a", "b", "c", "d"]):
+        write(root, f"{name}.jpg", jpeg(40 + i, i % 3))
+    first_csv = tmp_path / "first.csv"
+    first_csv.write_text("path,label\na.jpg,cat\nb.jpg,dog\n", encoding="utf-8")
+    out = tmp_path / "out"
+    run_job(root, out, labels=[first_csv], sets=FAST)
+    second_csv = tmp_path / "second.csv"
+    second_csv.write_text("path,label\na.jpg,cat\nb.jpg,dog\nc.jpg,ne\u2028w\nd.jpg,zebra\n",
+                          encoding="utf-8")
+    second = run_job(root, out, labels=[second_csv], sets=FAST)
+    table = (out / "classes.txt").read_bytes().decode("utf-8")
+    assert table == "cat\ndog\nzebra\n"
+    rows = index_rows(second)
+    assert (rows["a.jpg"]["label_id"], rows["b.jpg"]["label_id"],
+            rows["d.jpg"]["label_id"]) == (0, 1, 2)
+    (bad,) = [r for r in rejects(second) if r["reason"] == "bad_label"]
+    assert bad["path"] == "c.jpg" and "U+2028" in bad["detail"]
+    assert rows["c.jpg"]["outcome"] == "unlabeled"
+    third = run_job(root, out, labels=[second_csv], sets=FAST)  # and the next run still works
+    assert index_rows(third)["d.jpg"]["label_id"] == 2
