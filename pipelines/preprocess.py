@@ -1,11 +1,16 @@
 """The offline preprocessing graph: raw images + CSV labels -> a staged snapshot.
 
-    discover -> plan (join CSV rows and the archive's memory by path; skip unchanged files)
-      -> inspect (read, sha256, header, decode, validate, quality) -> resolve labels/boxes
-      -> class ids -> exact dedup -> near dedup (tonight and against the archive) -> split
-      -> write shards; TFT analysis (label frequencies, exact pixel mean/std, size quantiles)
-      -> transform_fn/ + transformed_metadata/
-    every reject -> rejects.jsonl; every inspected image -> index.parquet; counts -> accounting
+It reads as the data flow in the README, one named composite per phase:
+
+    ReadInputs        discover files, read label/box CSV rows, read the archive's index
+    InspectAndLabel   plan (join rows and the archive by path; skip unchanged files) -> inspect
+                      (read, sha256, header, decode, validate, quality) -> resolve labels/boxes
+    AssignClasses     extend the append-only class table, give every record its class id
+    Dedup             exact (sha256) then near (perceptual hash), tonight and against the archive
+    AssignSplits      split from the CSV or the sha256
+    WriteSnapshot     shards + index rows, TFT analysis, class table, shard list
+    WriteLedgers      rejects.jsonl, index.parquet, the index summary for stats
+    Accounting        every count, combined per key, for the job's own accounting check
 
 The graph only composes steps from `transforms/`; `runners/preprocess.py` parses options and
 `pipelines/snapshot.py` checks the accounting and publishes what this graph staged.
@@ -22,20 +27,23 @@ from configs.schema import Config
 from transforms.offline import classes, splits
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
-from transforms.offline.index_table import INDEX_SCHEMA, record_row
 from transforms.offline.image_record import ImageRecord
+from transforms.offline.index_table import INDEX_SCHEMA, record_row
 from transforms.offline.inspect_image import InspectImages
-from transforms.offline.join_labels import (MATCHED, ROW_REJECTS, SKIPPED, PlanImages, ReadBoxRows,
-                                    ReadLabelRows, resolve_labels)
+from transforms.offline.join_labels import (MATCHED, REJECTED, ROW_REJECTS, SKIPPED, PlanImages,
+                                            ReadBoxRows, ReadLabelRows, resolve_labels)
 from transforms.offline.outputs import CountInto, WriteJson, WriteRejectsLedger
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
-from transforms.reporting.stats import SummarizeIndexFn
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
 from transforms.offline.write_shards import FILES, WriteShards
+from transforms.reporting.stats import SummarizeIndexFn
 
-__all__ = ["PreprocessJob", "build_preprocess", "WORK_DIR", "work_file"]
+__all__ = ["PreprocessJob", "build_preprocess", "WORK_DIR", "work_file", "ReadInputs",
+           "InspectAndLabel", "AssignClasses", "Dedup", "WriteSnapshot", "WriteLedgers",
+           "Accounting"]
 
 WORK_DIR = "_work"  # job-internal summaries inside the staging folder; not published
+_ROW_COUNT = {LABEL_ROW: "label_rows", BOX_ROW: "box_rows"}
 
 
 def work_file(staging_dir: str, name: str) -> str:
@@ -54,9 +62,10 @@ class PreprocessJob:
     config: Config
     archive: tuple = ()         # (run_id, index.parquet path) of committed snapshots (nightly)
 
-
-REJECTED = "rejected"
-_ROW_COUNT = {LABEL_ROW: "label_rows", BOX_ROW: "box_rows"}
+    @property
+    def folder_labels(self) -> bool:
+        """Labels come from `<root>/<class>/<image>` when no label CSV is given."""
+        return not self.label_csvs and self.config.labels.folder_labels
 
 
 def _route(record: ImageRecord):
@@ -104,14 +113,38 @@ def _assign_split(record: ImageRecord, ratios):
                                                                  record.split))
 
 
-def _merge_counts(pairs) -> dict:
-    merged = {}
-    for name, value in pairs:
-        merged[name] = merged.get(name, 0) + value
-    return merged
+class ReadInputs(beam.PTransform):
+    """Pipeline -> dict of PCollections: `refs` (discovered files), `discovery_rejects`,
+    `label_items`/`box_items` (every CSV row, parsed or rejected), `label_rows`/`box_rows`
+    (parsed), `label_rejects`/`box_rejects`, and `archive_rows` (the committed snapshots' index
+    rows with their run_id; empty on a full run)."""
+
+    def __init__(self, job: PreprocessJob):
+        super().__init__()
+        self._job = job
+
+    def expand(self, pipeline):
+        job = self._job
+        refs, discovery_rejects = pipeline | "DiscoverImages" >> DiscoverImages(
+            list(job.data_roots), job.config.discovery.extensions)
+        label_items = (pipeline
+                       | "LabelCsvPaths" >> beam.Create(list(job.label_csvs))
+                       | "ReadLabelRows" >> ReadLabelRows(job.config))
+        labels = label_items | "SplitLabelRows" >> beam.FlatMap(_split_rows).with_outputs(
+            REJECTED, main="rows")
+        box_items = (pipeline
+                     | "BoxCsvPaths" >> beam.Create(list(job.box_csvs))
+                     | "ReadBoxRows" >> ReadBoxRows())
+        boxes = box_items | "SplitBoxRows" >> beam.FlatMap(_split_rows).with_outputs(
+            REJECTED, main="rows")
+        return {"refs": refs, "discovery_rejects": discovery_rejects,
+                "label_items": label_items, "label_rows": labels.rows,
+                "label_rejects": labels[REJECTED], "box_items": box_items,
+                "box_rows": boxes.rows, "box_rejects": boxes[REJECTED],
+                "archive_rows": _read_archive(pipeline, job.archive)}
 
 
-def _archive_rows(pipeline: beam.Pipeline, archive: tuple):
+def _read_archive(pipeline: beam.Pipeline, archive: tuple):
     """Every row of the committed snapshots' index tables, with its snapshot's run_id."""
     if not archive:
         return pipeline | "NoArchive" >> beam.Create([])
@@ -127,118 +160,198 @@ def _archive_rows(pipeline: beam.Pipeline, archive: tuple):
             | "TagRunId" >> beam.Map(with_run_id))
 
 
+class InspectAndLabel(beam.PTransform):
+    """ReadInputs' dict -> dict: `labelled` (inspected records with their label and boxes),
+    `rejected` (records rejected so far), and PlanImages' `row_rejects`, `skipped`, `matched`."""
+
+    def __init__(self, job: PreprocessJob):
+        super().__init__()
+        self._config = job.config
+        self._folder_labels = job.folder_labels
+
+    def expand(self, inputs):
+        config, folder_labels = self._config, self._folder_labels
+        planned = ((inputs["refs"], inputs["discovery_rejects"], inputs["label_rows"],
+                    inputs["box_rows"], inputs["archive_rows"])
+                   | "PlanImages" >> PlanImages(config, folder_labels))
+        inspected = planned.images | "InspectImages" >> InspectImages(config)
+        labelled, rejected = (
+            (inspected, planned[REJECTED])
+            | "AllImages" >> beam.Flatten()
+            | "ResolveLabels" >> beam.Map(resolve_labels, config, folder_labels)
+            | "RouteLabelled" >> _Route())
+        return {"labelled": labelled, "rejected": rejected,
+                "row_rejects": planned[ROW_REJECTS], "skipped": planned[SKIPPED],
+                "matched": planned[MATCHED]}
+
+
+class AssignClasses(beam.PTransform):
+    """Labelled records -> (class_table singleton, records with class ids, rejected). The
+    table starts from the run's table (ids never move) and, unless frozen, appends new names."""
+
+    def __init__(self, start_table, frozen: bool):
+        super().__init__()
+        self._start_table = list(start_table)
+        self._frozen = frozen
+
+    def expand(self, labelled):
+        start_table, frozen = self._start_table, self._frozen
+        class_table = (labelled
+                       | "LabelNames" >> beam.FlatMap(_labels_of)
+                       | "DistinctLabels" >> beam.Distinct()
+                       | "AllLabels" >> beam.combiners.ToList()
+                       | "ClassTable" >> beam.Map(
+                           lambda labels: classes.extend_class_table(start_table, labels, frozen)))
+        with_ids, rejected = (
+            labelled
+            | "AssignClassIds" >> beam.Map(_assign_class_id,
+                                           beam.pvalue.AsSingleton(class_table))
+            | "RouteClassIds" >> _Route())
+        return class_table, with_ids, rejected
+
+
+class Dedup(beam.PTransform):
+    """(records, archive's accepted rows) -> (unique records, [rejected PCollections]): exact
+    duplicates by sha256, then (when `dedup.near_duplicates`) near duplicates by perceptual hash,
+    both tonight and against the archive."""
+
+    def __init__(self, config: Config):
+        super().__init__()
+        self._config = config
+
+    def expand(self, inputs):
+        records, archive_accepted = inputs
+        archive_shas = archive_accepted | "ArchiveShas" >> beam.Map(
+            lambda r: (r["sha256"], (r["run_id"], r["path"])))
+        unique, rejected_exact = (records
+                                  | "DropExactDuplicates" >> DropExactDuplicates(archive_shas)
+                                  | "RouteExact" >> _Route())
+        rejected = [rejected_exact]
+        if self._config.dedup.near_duplicates:
+            archive_hashes = (archive_accepted
+                              | "ArchiveWithHash" >> beam.Filter(lambda r: r["phash"])
+                              | "ArchiveHashes" >> beam.Map(
+                                  lambda r: (r["path"], r["phash"], r["run_id"])))
+            unique, rejected_near = (unique
+                                     | "DropNearDuplicates" >> DropNearDuplicates(
+                                         self._config.dedup.max_hamming, archive_hashes)
+                                     | "RouteNear" >> _Route())
+            rejected.append(rejected_near)
+        return unique, rejected
+
+
+class WriteSnapshot(beam.PTransform):
+    """(accepted records with splits, archive's accepted rows, class table) -> WriteShards'
+    outputs (`index` rows, tagged shard `files`). Also writes the TFT transform, the class
+    table and the shard list into the staging folder."""
+
+    def __init__(self, job: PreprocessJob):
+        super().__init__()
+        self._job = job
+
+    def expand(self, inputs):
+        accepted, archive_accepted, class_table = inputs
+        config, staging = self._job.config, self._job.staging_dir
+        written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table)
+        # The TFT transform covers everything committed so far plus tonight (the archive is
+        # empty on a full run): normalization and class weights describe the whole training set.
+        if config.transform.enabled:
+            ((accepted, archive_accepted)
+             | "AcceptedSoFar" >> beam.Flatten()
+             | "AnalyzeAndWriteTransform" >> AnalyzeAndWriteTransform(
+                 staging, class_table, config.online.image_size, work_file(staging, "tft_tmp"),
+                 size_quantiles=config.transform.size_quantiles))
+        (written[FILES]
+         | "AllShardFiles" >> beam.combiners.ToList()
+         | "SortShardFiles" >> beam.Map(lambda files: sorted(
+             (dataclasses.asdict(f) for f in files), key=lambda f: f["path"]))
+         | "WriteShardList" >> WriteJson(work_file(staging, "shards.json")))
+        class_table | "WriteClassTable" >> beam.Map(
+            lambda names: classes.write_class_table(FileSystems.join(staging, "classes.txt"),
+                                                    names))
+        return written
+
+
+class WriteLedgers(beam.PTransform):
+    """(index rows of accepted images, rejected ImageRecords, every Reject) -> rejects.jsonl,
+    index.parquet (one row per inspected image) and the index summary stats are made from."""
+
+    def __init__(self, staging_dir: str):
+        super().__init__()
+        self._staging = staging_dir
+
+    def expand(self, inputs):
+        accepted_rows, rejected_images, all_rejects = inputs
+        staging = self._staging
+        all_rejects | "WriteRejectsLedger" >> WriteRejectsLedger(
+            FileSystems.join(staging, "rejects.jsonl"))
+        index_rows = ((accepted_rows,
+                       rejected_images | "RejectedIndexRows" >> beam.Map(record_row))
+                      | "AllIndexRows" >> beam.Flatten())
+        index_rows | "WriteIndex" >> WriteToParquet(
+            FileSystems.join(staging, "index"), INDEX_SCHEMA, num_shards=1,
+            shard_name_template="", file_name_suffix=".parquet")
+        return (index_rows
+                | "SummarizeIndex" >> beam.CombineGlobally(SummarizeIndexFn())
+                | "WriteIndexSummary" >> WriteJson(work_file(staging, "index_summary.json")))
+
+
+class Accounting(beam.PTransform):
+    """A dict of the job's PCollections -> `_work/counts.json`: how many inputs were discovered,
+    accepted, rejected (per reason) and skipped, and how many CSV rows matched or were rejected.
+    Counts go through combiners (constant memory whatever the number of inputs)."""
+
+    def __init__(self, staging_dir: str):
+        super().__init__()
+        self._staging = staging_dir
+
+    def expand(self, parts):
+        counts = [
+            parts["refs"] | "CountDiscoveredOk" >> CountInto("images.discovered"),
+            parts["discovery_rejects"] | "CountDiscoveryRejects" >> CountInto(
+                "images.discovered"),
+            parts["accepted_rows"] | "CountAccepted" >> CountInto("images.accepted"),
+            parts["image_rejects"] | "CountImageRejects" >> CountInto("images.rejected"),
+            parts["skipped"] | "CountSkipped" >> CountInto("images.skipped"),
+            parts["label_items"] | "CountLabelRows" >> CountInto("label_rows.total"),
+            parts["box_items"] | "CountBoxRows" >> CountInto("box_rows.total"),
+            (parts["all_rejects"]
+             | "RowRejects" >> beam.Filter(lambda r: r.kind != IMAGE)
+             | "RowRejectPairs" >> beam.Map(lambda r: (_ROW_COUNT[r.kind] + ".rejected", 1))),
+            (parts["matched"]
+             | "MatchedPairs" >> beam.Map(lambda kv: (_ROW_COUNT[kv[0]] + ".matched", kv[1]))),
+            (parts["all_rejects"]
+             | "ReasonKeys" >> beam.Map(lambda r: (f"reasons.{r.kind}.{r.reason}", 1))),
+        ]
+        return (counts
+                | "AllCounts" >> beam.Flatten()
+                | "SumPerKey" >> beam.CombinePerKey(sum)
+                | "CountsDict" >> beam.combiners.ToDict()
+                | "WriteCounts" >> WriteJson(work_file(self._staging, "counts.json")))
+
+
 def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     """Adds the whole job to `pipeline`; everything it writes lands in `job.staging_dir`."""
     config = job.config
-    staging = job.staging_dir
-
-    refs, discovery_rejects = pipeline | "DiscoverImages" >> DiscoverImages(
-        list(job.data_roots), config.discovery.extensions)
-    label_items = (pipeline
-                   | "LabelCsvPaths" >> beam.Create(list(job.label_csvs))
-                   | "ReadLabelRows" >> ReadLabelRows(config))
-    label_parsed = label_items | "SplitLabelRows" >> beam.FlatMap(_split_rows).with_outputs(
-        REJECTED, main="rows")
-    box_items = (pipeline
-                 | "BoxCsvPaths" >> beam.Create(list(job.box_csvs))
-                 | "ReadBoxRows" >> ReadBoxRows())
-    box_parsed = box_items | "SplitBoxRows" >> beam.FlatMap(_split_rows).with_outputs(
-        REJECTED, main="rows")
-    archive_rows = _archive_rows(pipeline, job.archive)
-    archive_accepted = archive_rows | "ArchiveAccepted" >> beam.Filter(lambda r: r["accepted"])
-
-    folder_labels = not job.label_csvs and config.labels.folder_labels
-    planned = ((refs, discovery_rejects, label_parsed.rows, box_parsed.rows, archive_rows)
-               | "PlanImages" >> PlanImages(config, folder_labels))
-    inspected = planned.images | "InspectImages" >> InspectImages(config)
-    labelled, rejected_before_classes = (
-        (inspected, planned[REJECTED])
-        | "AllImages" >> beam.Flatten()
-        | "ResolveLabels" >> beam.Map(resolve_labels, config, folder_labels)
-        | "RouteLabelled" >> _Route())
-
-    frozen, start_table = job.frozen_classes, list(job.class_table)
-    class_table = (labelled
-                   | "LabelNames" >> beam.FlatMap(_labels_of)
-                   | "DistinctLabels" >> beam.Distinct()
-                   | "AllLabels" >> beam.combiners.ToList()
-                   | "ClassTable" >> beam.Map(
-                       lambda labels: classes.extend_class_table(start_table, labels, frozen)))
-    with_ids, rejected_class = (
-        labelled
-        | "AssignClassIds" >> beam.Map(_assign_class_id, beam.pvalue.AsSingleton(class_table))
-        | "RouteClassIds" >> _Route())
-    archive_shas = archive_accepted | "ArchiveShas" >> beam.Map(
-        lambda r: (r["sha256"], (r["run_id"], r["path"])))
-    unique, rejected_exact = (with_ids
-                              | "DropExactDuplicates" >> DropExactDuplicates(archive_shas)
-                              | "RouteExact" >> _Route())
-    rejected_stages = [rejected_before_classes, rejected_class, rejected_exact]
-    if config.dedup.near_duplicates:
-        archive_hashes = (archive_accepted
-                          | "ArchiveWithHash" >> beam.Filter(lambda r: r["phash"])
-                          | "ArchiveHashes" >> beam.Map(
-                              lambda r: (r["path"], r["phash"], r["run_id"])))
-        unique, rejected_near = (unique
-                                 | "DropNearDuplicates" >> DropNearDuplicates(
-                                     config.dedup.max_hamming, archive_hashes)
-                                 | "RouteNear" >> _Route())
-        rejected_stages.append(rejected_near)
+    inputs = pipeline | "ReadInputs" >> ReadInputs(job)
+    archive_accepted = inputs["archive_rows"] | "ArchiveAccepted" >> beam.Filter(
+        lambda r: r["accepted"])
+    inspected = inputs | "InspectAndLabel" >> InspectAndLabel(job)
+    class_table, with_ids, rejected_class = inspected["labelled"] | "AssignClasses" >> (
+        AssignClasses(job.class_table, job.frozen_classes))
+    unique, rejected_dedup = (with_ids, archive_accepted) | "Dedup" >> Dedup(config)
     accepted = unique | "AssignSplits" >> beam.Map(_assign_split, config.split)
-    written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table)
-    # The TFT transform covers everything committed so far plus tonight (the archive is empty
-    # on a full run): normalization and class weights describe the whole training set.
-    if config.transform.enabled:
-        ((accepted, archive_accepted)
-         | "AcceptedSoFar" >> beam.Flatten()
-         | "AnalyzeAndWriteTransform" >> AnalyzeAndWriteTransform(
-             staging, class_table, config.online.image_size, work_file(staging, "tft_tmp"),
-             size_quantiles=config.transform.size_quantiles))
+    written = (accepted, archive_accepted, class_table) | "WriteSnapshot" >> WriteSnapshot(job)
 
-    rejected_images = rejected_stages | "AllRejectedImages" >> beam.Flatten()
+    rejected_images = ([inspected["rejected"], rejected_class, *rejected_dedup]
+                       | "AllRejectedImages" >> beam.Flatten())
     image_rejects = rejected_images | "ImageRejects" >> beam.Map(lambda r: r.reject)
-    all_rejects = ((image_rejects, label_parsed[REJECTED], box_parsed[REJECTED],
-                    planned[ROW_REJECTS])
+    all_rejects = ((image_rejects, inputs["label_rejects"], inputs["box_rejects"],
+                    inspected["row_rejects"])
                    | "AllRejects" >> beam.Flatten())
-    all_rejects | "WriteRejectsLedger" >> WriteRejectsLedger(
-        FileSystems.join(staging, "rejects.jsonl"))
-
-    index_rows = ((written.index,
-                   rejected_images | "RejectedIndexRows" >> beam.Map(record_row))
-                  | "AllIndexRows" >> beam.Flatten())
-    index_rows | "WriteIndex" >> WriteToParquet(
-        FileSystems.join(staging, "index"), INDEX_SCHEMA, num_shards=1,
-        shard_name_template="", file_name_suffix=".parquet")
-    (index_rows
-     | "SummarizeIndex" >> beam.CombineGlobally(SummarizeIndexFn())
-     | "WriteIndexSummary" >> WriteJson(work_file(staging, "index_summary.json")))
-
-    (written[FILES]
-     | "AllShardFiles" >> beam.combiners.ToList()
-     | "SortShardFiles" >> beam.Map(lambda files: sorted(
-         (dataclasses.asdict(f) for f in files), key=lambda f: f["path"]))
-     | "WriteShardList" >> WriteJson(work_file(staging, "shards.json")))
-    class_table | "WriteClassTable" >> beam.Map(
-        lambda names: classes.write_class_table(FileSystems.join(staging, "classes.txt"), names))
-
-    counts = [
-        refs | "CountDiscoveredOk" >> CountInto("images.discovered"),
-        discovery_rejects | "CountDiscoveryRejects" >> CountInto("images.discovered"),
-        written.index | "CountAccepted" >> CountInto("images.accepted"),
-        image_rejects | "CountImageRejects" >> CountInto("images.rejected"),
-        planned[SKIPPED] | "CountSkipped" >> CountInto("images.skipped"),
-        label_items | "CountLabelRows" >> CountInto("label_rows.total"),
-        box_items | "CountBoxRows" >> CountInto("box_rows.total"),
-        (all_rejects
-         | "RowRejects" >> beam.Filter(lambda r: r.kind != IMAGE)
-         | "RowRejectPairs" >> beam.Map(lambda r: (_ROW_COUNT[r.kind] + ".rejected", 1))),
-        (planned[MATCHED]
-         | "MatchedPairs" >> beam.Map(lambda kv: (_ROW_COUNT[kv[0]] + ".matched", kv[1]))),
-        (all_rejects
-         | "ReasonKeys" >> beam.Map(lambda r: (f"reasons.{r.kind}.{r.reason}", 1))),
-    ]
-    (counts
-     | "AllCounts" >> beam.Flatten()
-     | "GatherCounts" >> beam.combiners.ToList()
-     | "MergeCounts" >> beam.Map(_merge_counts)
-     | "WriteCounts" >> WriteJson(work_file(staging, "counts.json")))
+    (written.index, rejected_images, all_rejects) | "WriteLedgers" >> WriteLedgers(
+        job.staging_dir)
+    ({**inputs, "accepted_rows": written.index, "image_rejects": image_rejects,
+      "all_rejects": all_rejects, "skipped": inspected["skipped"],
+      "matched": inspected["matched"]}
+     | "Accounting" >> Accounting(job.staging_dir))
