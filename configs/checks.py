@@ -10,6 +10,7 @@ received, in the Keras style:
 from __future__ import annotations
 
 import collections.abc
+import math
 import types
 import typing
 from typing import Any, Mapping
@@ -38,16 +39,20 @@ def check_one_of(key: str, value: Any, allowed: tuple) -> None:
 
 def check_range(key: str, value: float, low: float | None = None, high: float | None = None,
                 low_open: bool = False) -> None:
-    """`value` must lie in [low, high] (or (low, high] with `low_open`); None is unbounded."""
+    """`value` must be a finite number in [low, high] (or (low, high] with `low_open`); a None
+    bound is open-ended. NaN compares false with everything, so without the finiteness check
+    `split.train=.nan` passed and a NaN quality threshold silently switched its rule off; an
+    infinite `decode.timeout_s` made every decode fail."""
+    non_finite = isinstance(value, float) and not math.isfinite(value)  # ints are finite
     too_low = low is not None and (value <= low if low_open else value < low)
     too_high = high is not None and value > high
-    if too_low or too_high:
+    if non_finite or too_low or too_high:
         lo = "-inf" if low is None else f"{low}"
         hi = "inf" if high is None else f"{high}"
         bracket = "(" if low_open else "["
         raise ConfigError(
-            f"Value out of range for {key}. Expected a number in {bracket}{lo}, {hi}]. "
-            f"Received: {key}={value!r}")
+            f"Value out of range for {key}. Expected a {'finite ' if non_finite else ''}number "
+            f"in {bracket}{lo}, {hi}]. Received: {key}={value!r}")
 
 
 def check_pair(key: str, value, low: float | None = None, high: float | None = None,

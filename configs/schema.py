@@ -7,7 +7,8 @@ values and what was received, and are raised before any work starts:
     ConfigError: Unknown key 'quality.blurr'. Expected one of (blur_min, ...). Received: blurr=30
 
 A preset (e.g. `configs/satellite.yaml`) names its parent with `extends: base.yaml` and overrides
-only what differs. Command-line overrides use dotted keys: `--set quality.blur_min=15`.
+only what differs (`configs/yaml_files.py` reads and merges the files). Command-line overrides
+use dotted keys: `--set quality.blur_min=15`. The basic checks live in `configs/checks.py`.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import yaml
 
 from configs.checks import ConfigError, check_one_of, check_range, type_ok
 from configs.online import OnlineConfig
+from configs.yaml_files import read_yaml
 
 __all__ = [
     "ConfigError",
@@ -302,40 +304,14 @@ def _build(cls: type, data: Mapping[str, Any], prefix: str):
         raise ConfigError(f"Invalid section '{prefix or 'config'}': {exc}") from exc
 
 
-def _deep_merge(base: dict, override: Mapping) -> dict:
-    merged = dict(base)
-    for key, value in override.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(dict(merged[key]), value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _read_yaml(path: str) -> dict:
-    from apache_beam.io.filesystems import FileSystems
-    try:
-        with FileSystems.open(path) as handle:
-            data = yaml.safe_load(handle.read().decode("utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"Config file {path} is not valid YAML: {exc}") from exc
-    except OSError as exc:
-        raise ConfigError(f"Cannot read config file {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"Config file {path} must hold a mapping. Received: {data!r}")
-    parent = data.pop("extends", None)
-    if parent:
-        parent_path = parent if os.path.isabs(parent) or "://" in parent else os.path.join(
-            os.path.dirname(path), parent)
-        data = _deep_merge(_read_yaml(parent_path), data)
-    return data
-
-
 def _parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"Override must look like section.key=value. Received: {text!r}")
     key, raw = text.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(raw)
+    try:
+        return key.strip().split("."), yaml.safe_load(raw)
+    except yaml.YAMLError:
+        raise ConfigError(f"Override value is not valid YAML. Received: {text!r}") from None
 
 
 def config_from_dict(data: Mapping[str, Any]) -> Config:
@@ -344,8 +320,9 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
 
 
 def load_config(path: str | None = None, overrides: list[str] | tuple = ()) -> Config:
-    """Reads YAML (default `configs/base.yaml`), applies `section.key=value` overrides, validates."""
-    data = _read_yaml(path or default_config_path())
+    """Reads YAML (default `configs/base.yaml`), applies `section.key=value` overrides and
+    validates."""
+    data = read_yaml(path or default_config_path())
     for text in overrides:
         keys, value = _parse_override(text)
         node = data

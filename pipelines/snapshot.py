@@ -79,7 +79,9 @@ def _write_bytes(path: str, data: bytes) -> None:
 
 
 def _write_json(path: str, data) -> None:
-    _write_bytes(path, (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    """Strict JSON (NaN or Infinity is an error, not a bare `NaN` other readers reject)."""
+    _write_bytes(path, (json.dumps(data, indent=2, sort_keys=True, allow_nan=False)
+                        + "\n").encode("utf-8"))
 
 
 def check_accounting(counts: dict) -> dict:

@@ -49,7 +49,7 @@ class RunLock:
         return self._path
 
     def _try_create(self) -> bool:
-        data = json.dumps(self._owner, sort_keys=True).encode("utf-8")
+        data = json.dumps(self._owner, sort_keys=True, allow_nan=False).encode("utf-8")
         if self._path.startswith("gs://"):
             from google.api_core import exceptions
             from google.cloud import storage

@@ -3,6 +3,7 @@ corrupts the class table; it becomes one reject line with a reason, and the rest
 from __future__ import annotations
 
 import io
+import os
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from PIL import Image
 from configs.schema import Config, LabelsConfig
 from runners.demo_data import photo_like
 from tests.jobutil import index_rows, rejects, run_job
-from transforms.offline import classes
+from transforms.offline import classes, paths
 from transforms.offline.boxes import parse_box_csv
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.join_labels import resolve_labels
@@ -101,3 +102,28 @@ def test_bad_labels_never_reach_the_class_table_and_ids_never_move(tmp_path):
     assert rows["c.jpg"]["outcome"] == "unlabeled"
     third = run_job(root, out, labels=[second_csv], sets=FAST)  # and the next run still works
     assert index_rows(third)["d.jpg"]["label_id"] == 2
+
+
+# Case 2: a file name that is not valid UTF-8.
+
+def test_a_name_that_is_not_utf8_is_unsafe_and_shown_escaped():
+    with pytest.raises(paths.UnsafePath, match=r"not valid UTF-8.*/r/cat/\\xff\\xfe\.jpg"):
+        paths.relative_to_root("/r", "/r/cat/\udcff\udcfe.jpg")
+    assert paths.printable("/r/cat/\udcff\udcfe.jpg") == "/r/cat/\\xff\\xfe.jpg"
+    assert paths.printable("/r/ch\u00e2t/a.jpg") == "/r/ch\u00e2t/a.jpg"
+
+
+def test_one_file_name_that_is_not_utf8_is_rejected_alone(tmp_path):
+    root = tmp_path / "images"
+    for i in range(3):
+        write(root, f"cat/{i}.jpg", jpeg(50 + i))
+    bad = os.path.join(os.fsencode(root), b"cat", b"\xff\xfe.jpg")
+    with open(bad, "wb") as handle:
+        handle.write(jpeg(60))
+    snapshot = run_job(root, tmp_path / "out", sets=FAST)
+    assert snapshot.accounting["images"] == {"discovered": 4, "accepted": 3, "rejected": 1,
+                                             "skipped": 0, "ok": True}
+    (line,) = rejects(snapshot)
+    assert line["reason"] == "unsafe_path"
+    assert line["path"].endswith("cat/\\xff\\xfe.jpg")
+    assert "not valid UTF-8" in line["detail"] and "\\xff\\xfe.jpg" in line["detail"]

@@ -59,8 +59,9 @@ class _ClassifyFileFn(beam.DoFn):
         try:
             rel = paths.relative_to_root(self._root, metadata.path)
         except paths.UnsafePath as exc:
+            shown = paths.printable(metadata.path)  # the raw name may not even be UTF-8
             yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
-                path=metadata.path, rel=metadata.path, size=int(metadata.size_in_bytes)
+                path=shown, rel=shown, size=int(metadata.size_in_bytes)
             ).rejected("unsafe_path", str(exc)))
             return
         escape = paths.escapes_root(self._root, metadata.path)

@@ -45,7 +45,8 @@ class WriteJson(beam.PTransform):
     def expand(self, value):
         path = self._path
         return value | "WriteJsonFile" >> beam.Map(
-            lambda data: _write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n"))
+            lambda data: _write_text(path, json.dumps(  # strict: NaN is an error, not `NaN`
+                data, indent=2, sort_keys=True, allow_nan=False) + "\n"))
 
 
 class CountInto(beam.PTransform):

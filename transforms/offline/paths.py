@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["UnsafePath", "normalize_relative", "relative_to_root", "escapes_root"]
+__all__ = ["UnsafePath", "normalize_relative", "relative_to_root", "escapes_root", "printable"]
 
 # Beam FileSystems' own rule for a scheme-qualified path (`gs://`, `s3://`, `file://`).
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -81,6 +81,20 @@ def normalize_relative(path: str) -> str:
     return "/".join(parts)
 
 
+def printable(path: str) -> str:
+    """`path` as valid Unicode text, for reject lines and the index.
+
+    A local file name that is not valid UTF-8 reaches Python with its bad bytes as lone
+    surrogates (`surrogateescape`), which no UTF-8 output (Beam's coders, JSON lines, Parquet)
+    can carry; they are shown as `\\xNN` escapes instead. Valid text is returned unchanged.
+    """
+    try:
+        raw = path.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that did not come from a byte
+        return path.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def relative_to_root(root: str, full_path: str) -> str:
     """Returns the canonical relative path of a discovered file below `root`, or raises.
 
@@ -89,9 +103,14 @@ def relative_to_root(root: str, full_path: str) -> str:
     (`os.path.abspath`: `//`, `.` and `..` collapsed; symlinks are `escapes_root`'s job);
     object-store paths are compared as the literal strings they are (`a//b` and `a/b` are two
     different objects there). Raises `UnsafePath` when `full_path` is not strictly below
-    `root`, or when the part below it is not canonical (see `normalize_relative`), because a
-    CSV could then not name the file unambiguously.
+    `root`, when the part below it is not canonical (see `normalize_relative`), or when the
+    name is not valid UTF-8 (see `printable`), because a CSV could then not name the file
+    unambiguously.
     """
+    shown = printable(full_path)
+    if shown != full_path:
+        raise UnsafePath(f"file name is not valid UTF-8 (the bytes that are not are shown as "
+                         f"\\xNN), so no CSV row or record could name it: {shown}")
     root_url = _URL.match(root)
     file_url = _URL.match(full_path)
     if root_url or file_url:

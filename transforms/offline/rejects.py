@@ -17,7 +17,8 @@ BOX_ROW = "box_row"
 KINDS = (IMAGE, LABEL_ROW, BOX_ROW)
 
 REASONS = {
-    "unsafe_path": "path is absolute, has a scheme, or escapes the data root (never opened)",
+    "unsafe_path": "path is absolute, has a scheme, escapes the data root, or is not valid "
+                   "UTF-8 (shown escaped; never opened)",
     "unreadable": "the file could not be read",
     "unknown_format": "magic bytes are not JPEG, PNG, GIF, BMP or WebP",
     "bad_header": "the header is malformed or declares no size",
