@@ -22,6 +22,7 @@ import yaml
 from configs.checks import ConfigError, check_one_of, check_range, type_ok
 from configs.online import OnlineConfig
 from configs.yaml_files import read_yaml
+from transforms.offline import quality_rules
 
 __all__ = [
     "ConfigError",
@@ -76,35 +77,36 @@ class LimitsConfig:
         check_range("limits.max_aspect_ratio", self.max_aspect_ratio, 1.0)
 
 
+def _with_threshold_fields(cls: type) -> type:
+    """Adds one `float | None` field per rule of the quality rule table (its config key, with
+    its default), so a new rule needs no edit here. Applied before `dataclass` reads the
+    annotations."""
+    for key, default in quality_rules.threshold_defaults().items():
+        if key in cls.__annotations__:
+            raise TypeError(f"Quality rule config key {key!r} clashes with a field of {cls}.")
+        cls.__annotations__[key] = "float | None"
+        setattr(cls, key, default)
+    return cls
+
+
 @dataclasses.dataclass(frozen=True)
+@_with_threshold_fields
 class QualityConfig:
     """Quality filter thresholds, all measured on 8-bit luma of a copy at most `analysis_size` px.
 
-    Defaults follow cleanvision/fastdup practice: dark when even the 99th brightness percentile
-    is dim, bright when even the 1st percentile is glaring, low information when the picture is
-    nearly flat (std) or has few grey levels (entropy in bits), blurry when the variance of
-    the Laplacian is low. Set a threshold to null to switch that rule off.
+    Besides `enabled` and `analysis_size`, one threshold per rule of the quality rule table
+    (`transforms/offline/quality_rules.RULES`: its `config_key`, e.g. `blur_min`), which owns
+    their defaults, meaning and valid range. Set a threshold to null to switch that rule off.
     """
     enabled: bool = True
     analysis_size: int = 256
-    dark_p99_max: float | None = 40.0
-    bright_p01_min: float | None = 230.0
-    min_std: float | None = 6.0
-    min_entropy: float | None = 2.5
-    blur_min: float | None = 25.0
 
     def __post_init__(self):
         check_range("quality.analysis_size", self.analysis_size, 32, 4096)
-        for name in ("dark_p99_max", "bright_p01_min"):
-            value = getattr(self, name)
+        for key, (low, high) in quality_rules.threshold_ranges().items():
+            value = getattr(self, key)
             if value is not None:
-                check_range(f"quality.{name}", value, 0.0, 255.0)
-        for name in ("min_std", "blur_min"):
-            value = getattr(self, name)
-            if value is not None:
-                check_range(f"quality.{name}", value, 0.0)
-        if self.min_entropy is not None:
-            check_range("quality.min_entropy", self.min_entropy, 0.0, 8.0)
+                check_range(f"quality.{key}", value, low, high)
 
 
 @dataclasses.dataclass(frozen=True)

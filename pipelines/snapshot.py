@@ -19,9 +19,9 @@ import posixpath
 
 from apache_beam.io.filesystems import FileSystems
 
-from configs.schema import Config, config_to_dict
+from configs.schema import config_to_dict
 from pipelines.preprocess import WORK_DIR, PreprocessJob, work_file
-from transforms.offline import classes
+from transforms.offline import classes, quality_rules
 from transforms.reporting.report import render_report
 from transforms.reporting.stats import finalize_stats, to_statistics_proto
 from transforms.offline.tft_analysis import tft_summary
@@ -132,14 +132,6 @@ def _thumbnails(job: PreprocessJob, stats: dict) -> dict:
     return result
 
 
-def _thresholds(config: Config) -> dict:
-    q = config.quality
-    return {name: value for name, value in (
-        ("brightness_p99", q.dark_p99_max), ("brightness_p01", q.bright_p01_min),
-        ("contrast_std", q.min_std), ("entropy", q.min_entropy),
-        ("blur_laplacian_var", q.blur_min)) if value is not None}
-
-
 def _versions() -> dict:
     import apache_beam
     import pyarrow
@@ -196,7 +188,7 @@ def staged_stats(job: PreprocessJob) -> tuple[dict, dict]:
             f"Accounting: {json.dumps(accounting, sort_keys=True)}")
     stats = finalize_stats(read_json(work_file(staging, "index_summary.json")),
                            _rejects_by_kind(counts), accounting)
-    stats["thresholds"] = _thresholds(job.config)
+    stats["thresholds"] = quality_rules.thresholds(job.config.quality)
     stats["classes"] = classes.read_class_table(FileSystems.join(staging, "classes.txt"))
     if job.config.transform.enabled:
         stats["transform"] = tft_summary(staging)

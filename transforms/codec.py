@@ -10,6 +10,8 @@ from typing import Mapping, Sequence
 
 import tensorflow as tf
 
+from transforms.offline import quality_rules
+
 __all__ = [
     "IMAGE_ENCODED", "IMAGE_FORMAT", "IMAGE_HEIGHT", "IMAGE_WIDTH", "IMAGE_CHANNELS",
     "IMAGE_FILENAME", "IMAGE_SHA256", "CLASS_LABEL", "CLASS_TEXT",
@@ -36,9 +38,9 @@ BOX_CLASS_TEXT = "image/object/class/text"
 QUALITY_PREFIX = "quality/"
 META_PREFIX = "meta/"
 
-# The metrics the quality filter measures; each is stored as `quality/<name>`.
-QUALITY_METRICS = ("brightness_mean", "brightness_p01", "brightness_p99", "contrast_std",
-                   "entropy", "blur_laplacian_var")
+# The metrics the quality filter measures; each is stored as `quality/<name>`. Owned by the
+# quality rule table.
+QUALITY_METRICS = quality_rules.metric_names()
 
 _BOX_KEYS = (BBOX_XMIN, BBOX_YMIN, BBOX_XMAX, BBOX_YMAX)
 

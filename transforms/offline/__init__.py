@@ -6,6 +6,7 @@
     join_labels    PlanImages: CSV rows and the archive joined to the discovered files by path
     inspect_image  InspectImages: read, sha256, header (image_header), decode, validate, quality
     quality        quality metrics, the verdict and the perceptual hash
+    quality_rules  the table of quality rules (metric, direction, config key, histogram, reason)
     classes        the append-only class table
     dedup          DropExactDuplicates, DropNearDuplicates
     splits         split assignment from the sha256

@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from transforms.codec import QUALITY_METRICS
+from transforms.offline import quality_rules
 
 __all__ = ["measure", "judge", "small_copy", "perceptual_hash", "hamming", "hash_bands",
            "channel_moments"]
@@ -123,8 +123,9 @@ def small_copy(image: np.ndarray, analysis_size: int) -> np.ndarray:
 
 
 def measure(image: np.ndarray) -> dict[str, float]:
-    """The quality metrics of `image` (uint8 RGB; pass the `small_copy`), keyed by
-    `codec.QUALITY_METRICS`, each rounded to 4 decimals:
+    """The quality metrics of `image` (uint8 RGB; pass the `small_copy`), keyed by the metric
+    names of `quality_rules.METRICS` (the record contract's `codec.QUALITY_METRICS`), each
+    rounded to 4 decimals:
 
     - brightness_mean, brightness_p01, brightness_p99: luma mean and 1st/99th percentiles
       (numpy's linear interpolation);
@@ -156,42 +157,32 @@ def measure(image: np.ndarray) -> dict[str, float]:
         "entropy": entropy,
         "blur_laplacian_var": blur,
     }
-    return {name: round(values[name], 4) for name in QUALITY_METRICS}
-
-
-# (reason, metric, config field, metric is bad when it is "<" or ">" the threshold), in the
-# order the rules are checked: the first that fires is the verdict.
-_RULES = (
-    ("low_information", "contrast_std", "min_std", "<"),
-    ("low_information", "entropy", "min_entropy", "<"),
-    ("too_dark", "brightness_p99", "dark_p99_max", "<"),
-    ("too_bright", "brightness_p01", "bright_p01_min", ">"),
-    ("blurry", "blur_laplacian_var", "blur_min", "<"),
-)
+    return {name: round(values[name], 4) for name in quality_rules.metric_names()}
 
 
 def judge(metrics: dict, config) -> tuple[str, str] | None:
     """The quality verdict: `(reason, detail)` for the first rule that fires, or None.
 
-    Order: low_information (contrast_std < min_std, then entropy < min_entropy), too_dark
-    (brightness_p99 < dark_p99_max), too_bright (brightness_p01 > bright_p01_min), blurry
-    (blur_laplacian_var < blur_min). A threshold set to None switches its rule off;
-    `config.enabled` False switches them all off. `config` is a `configs.schema.QualityConfig`.
+    The rules and their order are `quality_rules.RULES` (today: low_information (contrast_std <
+    min_std, then entropy < min_entropy), too_dark (brightness_p99 < dark_p99_max), too_bright
+    (brightness_p01 > bright_p01_min), blurry (blur_laplacian_var < blur_min)). A threshold set
+    to None switches its rule off; `config.enabled` False switches them all off. `config` is a
+    `configs.schema.QualityConfig`.
     """
     if not config.enabled:
         return None
-    for reason, metric, field, direction in _RULES:
-        threshold = getattr(config, field)
+    for rule in quality_rules.RULES:
+        threshold = getattr(config, rule.config_key)
         if threshold is None:
             continue
-        if metric not in metrics:
+        if rule.metric not in metrics:
             raise ValueError(
-                f"Missing quality metric {metric!r} needed by quality.{field}. Expected keys "
-                f"{QUALITY_METRICS}. Received: {sorted(metrics)}")
-        value = metrics[metric]
-        fired = value < threshold if direction == "<" else value > threshold
-        if fired:
-            return reason, f"{metric}={value} {direction} {field}={threshold}"
+                f"Missing quality metric {rule.metric!r} needed by quality.{rule.config_key}. "
+                f"Expected keys {quality_rules.metric_names()}. Received: {sorted(metrics)}")
+        value = metrics[rule.metric]
+        if rule.fires(value, threshold):
+            return (rule.reason,
+                    f"{rule.metric}={value} {rule.operator} {rule.config_key}={threshold}")
     return None
 
 

@@ -2,12 +2,15 @@
 
 Every discovered input (image file, label CSV row, box CSV row) ends either accepted or as
 exactly one `Reject`. The vocabulary is closed: the README documents each code, and a reason
-outside it is a programming error.
+outside it is a programming error. The quality rules' reasons come from their table
+(`quality_rules.REASON_MEANINGS`).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+
+from transforms.offline.quality_rules import REASON_MEANINGS
 
 __all__ = ["REASONS", "Reject", "IMAGE", "LABEL_ROW", "BOX_ROW", "KINDS"]
 
@@ -28,11 +31,7 @@ REASONS = {
     "decoder_crash": "the decoder crashed or hung on this file (isolated; the job went on)",
     "too_small": "a side below limits.min_side",
     "bad_aspect_ratio": "max(w/h, h/w) above limits.max_aspect_ratio",
-    "too_dark": "99th luma percentile below quality.dark_p99_max",
-    "too_bright": "1st luma percentile above quality.bright_p01_min",
-    "low_information": "nearly flat: luma std below quality.min_std or entropy below "
-                       "quality.min_entropy (e.g. blank)",
-    "blurry": "variance of the Laplacian below quality.blur_min",
+    **REASON_MEANINGS,  # the quality rules' reasons, owned by their table
     "unlabeled": "no label: no CSV row names the image (or no folder label)",
     "label_conflict": "the CSV rows name two or more different labels (or splits) for the image",
     "unknown_class": "the label is not in the class table",
@@ -64,4 +63,4 @@ class Reject:
             raise ValueError(f"Unknown reject kind {self.kind!r}. Expected one of {KINDS}.")
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, allow_nan=False)

@@ -30,26 +30,21 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 from configs.schema import SPLITS
 from transforms import codec
 from transforms.codec import QUALITY_METRICS
+from transforms.offline import quality_rules
 from transforms.offline.rejects import KINDS, REASONS
 
 __all__ = ["SummarizeIndexFn", "HISTOGRAM_EDGES", "finalize_stats", "to_statistics_proto"]
 
-# Fixed histogram edges per summarized value. Bin i holds [edges[i], edges[i+1]); the last bin
-# also holds its right edge. Values below the first edge count in the first bin and values
-# above the last edge in the last bin, so no value is ever dropped from a histogram.
+# Fixed histogram edges per summarized value: the sizes here, the quality metrics from their
+# rule table. Bin i holds [edges[i], edges[i+1]); the last bin also holds its right edge.
+# Values below the first edge count in the first bin and values above the last edge in the
+# last bin, so no value is ever dropped from a histogram.
 _SIDE_EDGES = (0, 32, 64, 128, 256, 512, 768, 1024, 1536, 2048, 3072, 4096, 8192, 16384)
-_LUMA_EDGES = tuple(range(0, 257, 16))  # 8-bit luma values and percentiles, 16 bins
 HISTOGRAM_EDGES = types.MappingProxyType({
     "width": _SIDE_EDGES,
     "height": _SIDE_EDGES,
     "megapixels": (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 40.0),
-    "brightness_mean": _LUMA_EDGES,
-    "brightness_p01": _LUMA_EDGES,
-    "brightness_p99": _LUMA_EDGES,
-    "contrast_std": tuple(range(0, 129, 8)),  # luma std is at most 127.5
-    "entropy": tuple(i / 2 for i in range(17)),  # bits of the 256-level luma histogram: 0..8
-    "blur_laplacian_var": (0, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000,
-                           50000),
+    **quality_rules.histogram_edges(),
 })
 
 _SIZE_NAMES = ("width", "height", "megapixels")
