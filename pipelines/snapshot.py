@@ -23,7 +23,8 @@ from configs.schema import config_to_dict
 from pipelines.preprocess import WORK_DIR, PreprocessJob, work_file
 from transforms.offline import classes, quality_rules
 from transforms.reporting.report import render_report
-from transforms.reporting.stats import finalize_stats, to_statistics_proto
+from transforms.reporting.stats import finalize_stats
+from transforms.reporting.stats_proto import to_statistics_proto
 from transforms.offline.tft_analysis import tft_summary
 from transforms.reporting.thumbnails import thumbnail_png
 

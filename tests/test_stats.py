@@ -13,8 +13,8 @@ from apache_beam.testing.util import BeamAssertException, assert_that
 
 from transforms.codec import QUALITY_METRICS
 from transforms.offline.index_table import make_row
-from transforms.reporting.stats import (HISTOGRAM_EDGES, SummarizeIndexFn, finalize_stats,
-                              to_statistics_proto)
+from transforms.reporting.stats import HISTOGRAM_EDGES, SummarizeIndexFn, finalize_stats
+from transforms.reporting.stats_proto import to_statistics_proto
 
 
 def _accepted(path, split, label, width, height, *, image_format="jpeg", size=1000, boxes=0,
