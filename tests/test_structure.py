@@ -1,0 +1,96 @@
+"""The layout rules a newcomer relies on, checked on the source itself: no product module over
+450 lines, no function over 80 lines (geometry kernels excepted), and no import cycle among
+pixelmill's modules, counting imports inside functions too (a lazy import that only hides a
+cycle is still a cycle)."""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("configs", "pipelines", "runners", "transforms")
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
+# Vectorized resampling kernels read best as one piece (see transforms/online/geometry.py).
+FUNCTION_EXCEPTIONS = {"transforms.online.geometry"}
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in names if name in MODULES}
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            cycle = visit(start)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_modules_are_found():
+    assert "pipelines.preprocess" in MODULES and "transforms.codec" in MODULES
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_is_short(name):
+    lines = len(MODULES[name].read_text().splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{MODULES[name]} has {lines} lines"
+
+
+@pytest.mark.parametrize("name", sorted(set(MODULES) - FUNCTION_EXCEPTIONS))
+def test_functions_are_short(name):
+    tree = ast.parse(MODULES[name].read_text())
+    long = [(node.name, node.end_lineno - node.lineno + 1) for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, f"{MODULES[name]}: functions over {MAX_FUNCTION_LINES} lines: {long}"
+
+
+def test_no_import_cycles():
+    graph = {name: _imports(ast.parse(path.read_text())) - {name}
+             for name, path in MODULES.items()}
+    assert _find_cycle(graph) is None, f"import cycle: {' -> '.join(_find_cycle(graph))}"
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
