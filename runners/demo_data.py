@@ -6,7 +6,8 @@ the job is expected to reach for each file and CSV row (`DemoDataset.expected`).
 with the generated class table as `--classes` so the table is frozen (the `zebra` row is then
 `unknown_class`).
 
-`generate_corpus` writes many larger JPEGs (and a few PNGs) quickly for throughput benchmarks.
+`generate_corpus` writes many larger JPEGs (and a few PNGs) quickly for throughput benchmarks,
+cut from canvases built like photographs (smooth areas, edges, some texture), not noise.
 
 All randomness is `np.random.default_rng(seed)`: the same seed (and the same Pillow/libjpeg)
 writes byte-identical files.
@@ -118,10 +119,11 @@ class DemoDataset:
     csv_expected: dict[str, str]
 
 
-def _encode(image: np.ndarray, fmt: str, quality: int = 92) -> bytes:
+def _encode(image: np.ndarray, fmt: str, quality: int = 92, progressive: bool = False) -> bytes:
     buffer = io.BytesIO()
     if fmt == "jpeg":
-        Image.fromarray(image).save(buffer, format="JPEG", quality=quality)
+        Image.fromarray(image).save(buffer, format="JPEG", quality=quality,
+                                    progressive=progressive)
     elif fmt == "png":
         Image.fromarray(image).save(buffer, format="PNG", compress_level=1)
     else:
@@ -163,6 +165,110 @@ def _write_csv(path: str, header: list[str], rows: list[list]) -> None:
         writer.writerows(rows)
 
 
+class _DemoWriter:
+    """Writes demo files and remembers what the job should make of each (in the order the
+    random draws are made, so the same seed gives byte-identical data)."""
+
+    def __init__(self, workdir: str, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.data_dir = os.path.join(workdir, "data")
+        self.root = os.path.join(self.data_dir, "images")
+        self.expected: dict[str, str] = {}
+        self.csv_expected: dict[str, str] = {}
+        self.label_rows: list[list] = []
+        self.box_rows: list[list] = []
+        self.encoded: dict[str, bytes] = {}
+        self.sizes: dict[str, tuple[int, int]] = {}
+
+    def label_row(self, rel: str, label: str, split: str = "") -> None:
+        source = "camera" if len(self.label_rows) % 3 else "web"
+        self.label_rows.append([rel, label, split, source, f"{self.rng.uniform(0.6, 1.0):.2f}"])
+
+    def add(self, rel: str, data: bytes, outcome: str, label: str | None,
+            split: str = "") -> None:
+        _write(self.root, rel, data)
+        self.encoded[rel] = data
+        self.expected[rel] = outcome
+        if label is not None:
+            self.label_row(rel, label, split)
+
+    def fresh(self, class_index: int, low: int = 160, high: int = 480) -> np.ndarray:
+        return photo_like(self.rng, *_random_size(self.rng, low, high, 2.0), class_index)
+
+    def good_images(self, images_per_class: int) -> None:
+        """JPEG (every fourth PNG), 96 to 640 px; the first image of three classes carries an
+        explicit split; a few carry boxes (one image two)."""
+        explicit_splits = {0: "train", 1: "validation", 2: "test"}
+        for class_index, name in enumerate(DEMO_CLASSES):
+            for i in range(images_per_class):
+                fmt = "png" if i % 4 == 3 else "jpeg"
+                rel = f"{name}/{name}_{i:03d}.{'png' if fmt == 'png' else 'jpg'}"
+                height, width = _random_size(self.rng, 96, 640)
+                image = photo_like(self.rng, height, width, class_index)
+                self.sizes[rel] = (height, width)
+                split = explicit_splits.get(class_index, "") if i == 0 else ""
+                self.add(rel, _encode(image, fmt, int(self.rng.integers(85, 96))), "accepted",
+                         name, split)
+        for rel in ("cat/cat_001.jpg", "dog/dog_002.jpg", "bird/bird_001.jpg",
+                    "bird/bird_001.jpg"):
+            height, width = self.sizes[rel]
+            x0 = int(self.rng.integers(0, width // 2))
+            y0 = int(self.rng.integers(0, height // 2))
+            x1 = int(self.rng.integers(x0 + 8, width + 1))
+            y1 = int(self.rng.integers(y0 + 8, height + 1))
+            self.box_rows.append([rel, x0, y0, x1, y1, rel.split("/")[0]])
+
+    def bad_inputs(self) -> None:
+        """One of each bad input, named after its expected outcome."""
+        # An accepted image with an inverted box (xmin > xmax): the image is rejected as bad_box.
+        self.add("cat/bad_box_inverted.jpg", _encode(self.fresh(0), "jpeg"), "bad_box", "cat")
+        self.box_rows.append(["cat/bad_box_inverted.jpg", 120, 10, 20, 90, "cat"])
+        truncated = _encode(self.fresh(0, 256, 400), "jpeg")
+        self.add("cat/decode_error_truncated.jpg", truncated[: len(truncated) * 6 // 10],
+                 "decode_error", "cat")
+        self.add("dog/unknown_format_zero_bytes.jpg", b"", "unknown_format", "dog")
+        self.add("bird/unknown_format_text.jpg", b"This is a text file, not a picture.\n",
+                 "unknown_format", "bird")
+        blank = np.full((120, 160, 3), (128, 140, 150), dtype=np.uint8)
+        self.add("fish/low_information_blank.png", _encode(blank, "png"), "low_information",
+                 "fish")
+        self.add("cat/too_dark.jpg", _encode(_dark_version(self.fresh(0)), "jpeg", 95),
+                 "too_dark", "cat")
+        blurred = Image.fromarray(self.fresh(1)).filter(ImageFilter.GaussianBlur(radius=8))
+        self.add("dog/blurry.jpg", _encode(np.asarray(blurred), "jpeg"), "blurry", "dog")
+        self.add("cat/duplicate_of_cat_000.jpg", self.encoded["cat/cat_000.jpg"], "duplicate",
+                 "cat")
+        original = Image.open(io.BytesIO(self.encoded["dog/dog_001.jpg"])).convert("RGB")
+        near = original.resize((original.width * 9 // 10, original.height * 9 // 10),
+                               Image.Resampling.BILINEAR)
+        self.add("dog/near_duplicate_of_dog_001.jpg", _encode(np.asarray(near), "jpeg", 80),
+                 "near_duplicate", "dog")
+        self.add("fish/unlabeled_no_csv_row.jpg", _encode(self.fresh(3), "jpeg"), "unlabeled",
+                 None)
+        self.add("bird/unknown_class_zebra.jpg", _encode(self.fresh(2), "jpeg"),
+                 "unknown_class", "zebra")
+        self.csv_expected["bird/unknown_class_zebra.jpg"] = "unknown_class"
+        self.label_row("bird/missing_file_not_on_disk.jpg", "bird")
+        self.csv_expected["bird/missing_file_not_on_disk.jpg"] = "missing_file"
+        self.add("dog/png_named_jpg.jpg", _encode(self.fresh(1), "png"), "accepted", "dog")
+        tiny = photo_like(self.rng, 16, 16, 3)
+        self.add("fish/too_small_16x16.png", _encode(tiny, "png"), "too_small", "fish")
+
+    def tables(self) -> DemoDataset:
+        """labels.csv, boxes.csv and classes.txt, and the dataset description."""
+        labels_csv = os.path.join(self.data_dir, "labels.csv")
+        classes_txt = os.path.join(self.data_dir, "classes.txt")
+        boxes_csv = os.path.join(self.data_dir, "boxes.csv")
+        _write_csv(labels_csv, ["path", "label", "split", "source", "confidence"],
+                   self.label_rows)
+        _write_csv(boxes_csv, ["path", "xmin", "ymin", "xmax", "ymax", "label"], self.box_rows)
+        with open(classes_txt, "w", encoding="utf-8") as handle:
+            handle.write("".join(f"{name}\n" for name in DEMO_CLASSES))
+        return DemoDataset(root=self.root, labels_csv=labels_csv, classes_txt=classes_txt,
+                           boxes_csv=boxes_csv, expected=self.expected,
+                           csv_expected=self.csv_expected)
+
+
 def generate_demo(workdir: str, seed: int = 0, images_per_class: int = 12) -> DemoDataset:
     """Writes the demo dataset under `workdir/data/` and returns what the job should find.
 
@@ -176,93 +282,82 @@ def generate_demo(workdir: str, seed: int = 0, images_per_class: int = 12) -> De
         raise ValueError(
             f"images_per_class must be at least 4 (the bad inputs reuse a few good images). "
             f"Received: images_per_class={images_per_class}")
-    rng = np.random.default_rng(seed)
-    data_dir = os.path.join(workdir, "data")
-    root = os.path.join(data_dir, "images")
-    expected: dict[str, str] = {}
-    csv_expected: dict[str, str] = {}
-    label_rows: list[list] = []
-    box_rows: list[list] = []
-    encoded: dict[str, bytes] = {}
-    sizes: dict[str, tuple[int, int]] = {}
-    explicit_splits = {0: "train", 1: "validation", 2: "test"}
-
-    def label_row(rel: str, label: str, split: str = "") -> None:
-        source = "camera" if len(label_rows) % 3 else "web"
-        label_rows.append([rel, label, split, source, f"{rng.uniform(0.6, 1.0):.2f}"])
-
-    def add(rel: str, data: bytes, outcome: str, label: str | None, split: str = "") -> None:
-        _write(root, rel, data)
-        encoded[rel] = data
-        expected[rel] = outcome
-        if label is not None:
-            label_row(rel, label, split)
-
-    for class_index, name in enumerate(DEMO_CLASSES):
-        for i in range(images_per_class):
-            fmt = "png" if i % 4 == 3 else "jpeg"
-            rel = f"{name}/{name}_{i:03d}.{'png' if fmt == 'png' else 'jpg'}"
-            height, width = _random_size(rng, 96, 640)
-            image = photo_like(rng, height, width, class_index)
-            sizes[rel] = (height, width)
-            split = explicit_splits.get(class_index, "") if i == 0 else ""
-            add(rel, _encode(image, fmt, int(rng.integers(85, 96))), "accepted", name, split)
-
-    # Boxes (pixels) on a few accepted images; one image with two boxes.
-    for rel in ("cat/cat_001.jpg", "dog/dog_002.jpg", "bird/bird_001.jpg", "bird/bird_001.jpg"):
-        height, width = sizes[rel]
-        x0, y0 = int(rng.integers(0, width // 2)), int(rng.integers(0, height // 2))
-        x1 = int(rng.integers(x0 + 8, width + 1))
-        y1 = int(rng.integers(y0 + 8, height + 1))
-        box_rows.append([rel, x0, y0, x1, y1, rel.split("/")[0]])
-
-    def fresh(class_index: int, low: int = 160, high: int = 480) -> np.ndarray:
-        return photo_like(rng, *_random_size(rng, low, high, 2.0), class_index)
-
-    # An accepted image with an inverted box (xmin > xmax): the image is rejected as bad_box.
-    bad_box = fresh(0)
-    add("cat/bad_box_inverted.jpg", _encode(bad_box, "jpeg"), "bad_box", "cat")
-    box_rows.append(["cat/bad_box_inverted.jpg", 120, 10, 20, 90, "cat"])
-
-    truncated = _encode(fresh(0, 256, 400), "jpeg")
-    add("cat/decode_error_truncated.jpg", truncated[: len(truncated) * 6 // 10],
-        "decode_error", "cat")
-    add("dog/unknown_format_zero_bytes.jpg", b"", "unknown_format", "dog")
-    add("bird/unknown_format_text.jpg", b"This is a text file, not a picture.\n",
-        "unknown_format", "bird")
-    blank = np.full((120, 160, 3), (128, 140, 150), dtype=np.uint8)
-    add("fish/low_information_blank.png", _encode(blank, "png"), "low_information", "fish")
-    add("cat/too_dark.jpg", _encode(_dark_version(fresh(0)), "jpeg", 95), "too_dark", "cat")
-    blurred = Image.fromarray(fresh(1)).filter(ImageFilter.GaussianBlur(radius=8))
-    add("dog/blurry.jpg", _encode(np.asarray(blurred), "jpeg"), "blurry", "dog")
-    add("cat/duplicate_of_cat_000.jpg", encoded["cat/cat_000.jpg"], "duplicate", "cat")
-    original = Image.open(io.BytesIO(encoded["dog/dog_001.jpg"])).convert("RGB")
-    near = original.resize((original.width * 9 // 10, original.height * 9 // 10),
-                           Image.Resampling.BILINEAR)
-    add("dog/near_duplicate_of_dog_001.jpg", _encode(np.asarray(near), "jpeg", 80),
-        "near_duplicate", "dog")
-    add("fish/unlabeled_no_csv_row.jpg", _encode(fresh(3), "jpeg"), "unlabeled", None)
-    add("bird/unknown_class_zebra.jpg", _encode(fresh(2), "jpeg"), "unknown_class", "zebra")
-    csv_expected["bird/unknown_class_zebra.jpg"] = "unknown_class"
-    label_row("bird/missing_file_not_on_disk.jpg", "bird")
-    csv_expected["bird/missing_file_not_on_disk.jpg"] = "missing_file"
-    add("dog/png_named_jpg.jpg", _encode(fresh(1), "png"), "accepted", "dog")
-    tiny = photo_like(rng, 16, 16, 3)
-    add("fish/too_small_16x16.png", _encode(tiny, "png"), "too_small", "fish")
-
-    labels_csv = os.path.join(data_dir, "labels.csv")
-    classes_txt = os.path.join(data_dir, "classes.txt")
-    boxes_csv = os.path.join(data_dir, "boxes.csv")
-    _write_csv(labels_csv, ["path", "label", "split", "source", "confidence"], label_rows)
-    _write_csv(boxes_csv, ["path", "xmin", "ymin", "xmax", "ymax", "label"], box_rows)
-    with open(classes_txt, "w", encoding="utf-8") as handle:
-        handle.write("".join(f"{name}\n" for name in DEMO_CLASSES))
-    return DemoDataset(root=root, labels_csv=labels_csv, classes_txt=classes_txt,
-                       boxes_csv=boxes_csv, expected=expected, csv_expected=csv_expected)
+    writer = _DemoWriter(workdir, seed)
+    writer.good_images(images_per_class)
+    writer.bad_inputs()
+    return writer.tables()
 
 
 _CORPUS_BASE = 1280      # side of the base canvases corpus images are cut from
 _CORPUS_SIDES = (320, 1024)
+_CORPUS_QUALITY = (75, 95)   # JPEG quality, uniform over this range
+_CORPUS_PROGRESSIVE = 0.2    # fraction of JPEGs written progressive
+
+
+def _power_law_field(rng: np.random.Generator, size: int, beta: float) -> np.ndarray:
+    """A [size, size] float32 field with amplitude spectrum 1/f**beta (natural images are near
+    beta = 1; larger is smoother), zero mean, unit standard deviation."""
+    fy = np.fft.fftfreq(size).astype(np.float32)[:, None]
+    fx = np.fft.rfftfreq(size).astype(np.float32)[None, :]
+    amplitude = np.maximum(np.hypot(fy, fx), 1.0 / size) ** -beta
+    spectrum = amplitude * (rng.standard_normal(amplitude.shape, dtype=np.float32)
+                            + 1j * rng.standard_normal(amplitude.shape, dtype=np.float32))
+    field = np.fft.irfft2(spectrum, s=(size, size)).astype(np.float32)
+    return (field - field.mean()) / field.std()
+
+
+def _draw_leaf(rng, image: np.ndarray, fine: np.ndarray, radius: float, colours) -> None:
+    """One anti-aliased ellipse or rotated rectangle (in place): a base colour with a linear
+    shading and, for some, a texture taken from `fine`."""
+    size = image.shape[0]
+    ry, rx = radius * float(rng.uniform(0.5, 1.5)), radius * float(rng.uniform(0.5, 1.5))
+    cy, cx = (float(v) for v in rng.uniform(0.0, size, 2))
+    extent = max(ry, rx) + 2.0
+    y0, y1 = int(max(0.0, cy - extent)), int(min(size, cy + extent + 1))
+    x0, x1 = int(max(0.0, cx - extent)), int(min(size, cx + extent + 1))
+    angle = float(rng.uniform(0.0, np.pi))
+    rectangle = rng.random() < 0.3
+    base = colours[int(rng.integers(0, len(colours)))] + rng.uniform(-50.0, 50.0, 3)
+    slopes = rng.uniform(-25.0, 25.0, 2)
+    texture = float(rng.choice([0.0, 0.0, 3.0, 8.0, 18.0]))
+    if y1 <= y0 or x1 <= x0:
+        return
+    yy = np.arange(y0, y1, dtype=np.float32)[:, None] - cy
+    xx = np.arange(x0, x1, dtype=np.float32)[None, :] - cx
+    a = np.cos(angle) * xx + np.sin(angle) * yy
+    b = np.cos(angle) * yy - np.sin(angle) * xx
+    if rectangle:
+        distance = np.maximum(np.abs(a) - rx, np.abs(b) - ry)
+    else:
+        distance = (np.sqrt((a / rx) ** 2 + (b / ry) ** 2) - 1.0) * min(rx, ry)
+    alpha = np.clip(0.5 - distance, 0.0, 1.0)[..., None]
+    fill = (a * float(slopes[0]) + b * float(slopes[1])) / extent + fine[y0:y1, x0:x1] * texture
+    region = image[y0:y1, x0:x1]
+    region += alpha * (base.astype(np.float32) + fill[..., None] - region)
+
+
+def _photo_canvas(rng: np.random.Generator, size: int, colours) -> np.ndarray:
+    """A uint8 [size, size, 3] canvas with the structure of a photograph: a smooth 1/f
+    background, occluding "dead leaves" (ellipses and rectangles whose radii follow a power
+    law, each smooth or textured), a slight optical blur and mild sensor noise. It has large
+    smooth areas, sharp edges and texture in parts, unlike noise (which makes JPEG's DCT
+    scaling look useless and is not what users have)."""
+    image = colours[0] + (_power_law_field(rng, size, 1.8)[..., None]
+                          * rng.uniform(10.0, 30.0, 3).astype(np.float32))
+    fine = _power_law_field(rng, size, 0.6)
+    low, high, exponent = 6.0, 0.35 * size, 1.5
+    uniform = rng.random(450)
+    radii = (low ** -exponent - uniform * (low ** -exponent - high ** -exponent)) ** (-1 / exponent)
+    for radius in radii:
+        _draw_leaf(rng, image, fine, float(radius), colours)
+    blurred = Image.fromarray(np.clip(image + 0.5, 0, 255).astype(np.uint8)).filter(
+        ImageFilter.GaussianBlur(0.7))
+    image = (np.asarray(blurred).astype(np.float32)
+             + rng.standard_normal((size, size, 3), dtype=np.float32) * 1.5)
+    luma = image[::3, ::3] @ np.array([0.299, 0.587, 0.114], dtype=np.float32)
+    p01, p99 = np.percentile(luma, [1, 99])
+    image = (image - p01) * (200.0 / max(p99 - p01, 1.0)) + 25.0
+    return np.clip(image + 0.5, 0, 255).astype(np.uint8)
 
 
 def _paste_patches(rng: np.random.Generator, image: np.ndarray, bases: list) -> None:
@@ -284,11 +379,12 @@ def generate_corpus(directory: str, n_images: int, seed: int = 0,
                     png_fraction: float = 0.05) -> list[str]:
     """Writes `n_images` photo-like images (320..1024 px per side) for benchmarks.
 
-    JPEG at quality 90, except `round(n_images * png_fraction)` PNGs, spread over four class
-    folders, plus `labels.csv` (path,label relative to `directory`). Returns the image paths in
-    index order. Fast (no per-pixel arithmetic per image): eight 1280 px canvases are drawn
-    once; each image is a random crop, possibly mirrored or flipped, with two rectangles pasted
-    from random canvases, so perceptual hashes of different images stay far apart.
+    JPEGs of quality 75..95 (a fifth of them progressive), except `round(n_images *
+    png_fraction)` PNGs, spread over four class folders, plus `labels.csv` (path,label relative
+    to `directory`). Returns the image paths in index order. Fast (no per-pixel arithmetic per
+    image): one 1280 px `_photo_canvas` per class is drawn once; each image is a random crop of
+    its class's canvas, possibly mirrored or flipped, with two rectangles pasted from random
+    canvases, so perceptual hashes of different images stay far apart.
     """
     if isinstance(n_images, bool) or not isinstance(n_images, int) or n_images < 0:
         raise ValueError(f"n_images must be an integer >= 0. Received: n_images={n_images!r}")
@@ -297,27 +393,28 @@ def generate_corpus(directory: str, n_images: int, seed: int = 0,
             f"png_fraction must be in [0, 1]. Received: png_fraction={png_fraction!r}")
     rng = np.random.default_rng(seed)
     classes = DEMO_CLASSES
-    bases = [photo_like(rng, _CORPUS_BASE, _CORPUS_BASE, k % len(classes))
-             for k in range(2 * len(classes))]
+    bases = [_photo_canvas(rng, _CORPUS_BASE, np.concatenate(
+        [_class_colours(k), _class_colours(k + len(classes))])) for k in range(len(classes))]
     n_png = int(round(n_images * png_fraction))
     png_indices = set(rng.choice(n_images, size=n_png, replace=False).tolist()) if n_png else set()
     paths, rows = [], []
     for index in range(n_images):
         class_index = index % len(classes)
-        base = bases[class_index + len(classes) * int(rng.integers(0, 2))]
         height, width = (int(v) for v in rng.integers(_CORPUS_SIDES[0], _CORPUS_SIDES[1] + 1, 2))
         top = int(rng.integers(0, _CORPUS_BASE - height + 1))
         left = int(rng.integers(0, _CORPUS_BASE - width + 1))
-        crop = base[top:top + height, left:left + width]
+        crop = bases[class_index][top:top + height, left:left + width]
         if rng.random() < 0.5:
             crop = crop[:, ::-1]
         if rng.random() < 0.5:
             crop = crop[::-1]
         image = np.ascontiguousarray(crop)
         _paste_patches(rng, image, bases)
+        quality = int(rng.integers(_CORPUS_QUALITY[0], _CORPUS_QUALITY[1] + 1))
+        progressive = bool(rng.random() < _CORPUS_PROGRESSIVE)
         is_png = index in png_indices
         rel = f"{classes[class_index]}/img_{index:05d}.{'png' if is_png else 'jpg'}"
-        _write(directory, rel, _encode(image, "png" if is_png else "jpeg", 90))
+        _write(directory, rel, _encode(image, "png" if is_png else "jpeg", quality, progressive))
         paths.append(os.path.join(directory, *rel.split("/")))
         rows.append([rel, classes[class_index]])
     os.makedirs(directory, exist_ok=True)
