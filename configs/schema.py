@@ -127,8 +127,10 @@ class LabelsConfig:
     split_column: str = "split"
     delimiter: str = ","
     folder_labels: bool = True  # label = parent folder name when no CSV is given
+    max_cell_bytes: int = 65536  # a longer CSV cell makes its row one bad_csv_row, read on
 
     def __post_init__(self):
+        check_range("labels.max_cell_bytes", self.max_cell_bytes, 1, 1 << 30)
         if len(self.delimiter) != 1:
             raise ConfigError(
                 f"labels.delimiter must be one character. Received: labels.delimiter="

@@ -134,7 +134,7 @@ class ReadInputs(beam.PTransform):
             REJECTED, main="rows")
         box_items = (pipeline
                      | "BoxCsvPaths" >> beam.Create(list(job.box_csvs))
-                     | "ReadBoxRows" >> ReadBoxRows())
+                     | "ReadBoxRows" >> ReadBoxRows(job.config.labels.max_cell_bytes))
         boxes = box_items | "SplitBoxRows" >> beam.FlatMap(_split_rows).with_outputs(
             REJECTED, main="rows")
         return {"refs": refs, "discovery_rejects": discovery_rejects,

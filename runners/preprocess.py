@@ -99,13 +99,14 @@ def resolve_job(job_options: PreprocessOptions, staging_dir: str):
         raise UsageError(str(exc)) from exc
     label_csvs = tuple(job_options.label_csv or ())
     box_csvs = tuple(job_options.boxes or ())
+    cap = config.labels.max_cell_bytes
     for path in label_csvs:
         _check_exists(path, "--labels")
-        _check_header(lambda: labels.parse_label_csv(path, [read_csv_header(path)],
+        _check_header(lambda: labels.parse_label_csv(path, [read_csv_header(path, cap)],
                                                      config.labels))
     for path in box_csvs:
         _check_exists(path, "--boxes")
-        _check_header(lambda: boxes.parse_box_csv(path, [read_csv_header(path)]))
+        _check_header(lambda: boxes.parse_box_csv(path, [read_csv_header(path, cap)], cap))
     table, frozen = _starting_class_table(output_dir, job_options.classes, config)
     job = PreprocessJob(data_roots=tuple(roots), label_csvs=label_csvs, box_csvs=box_csvs,
                         class_table=tuple(table), frozen_classes=frozen,

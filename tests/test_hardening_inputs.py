@@ -14,6 +14,7 @@ from runners.demo_data import photo_like
 from tests.jobutil import index_rows, rejects, run_job
 from transforms.offline import classes, paths
 from transforms.offline.boxes import parse_box_csv
+from transforms.offline.csv_records import text_lines
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.join_labels import resolve_labels
 from transforms.offline.labels import LabelRow, parse_label_csv
@@ -127,3 +128,68 @@ def test_one_file_name_that_is_not_utf8_is_rejected_alone(tmp_path):
     assert line["reason"] == "unsafe_path"
     assert line["path"].endswith("cat/\\xff\\xfe.jpg")
     assert "not valid UTF-8" in line["detail"] and "\\xff\\xfe.jpg" in line["detail"]
+
+
+# Case 3: CSV cells that are not UTF-8, labels that span lines, over-long cells.
+
+def csv_bytes_with_hostile_rows(filler_rows: int = 400) -> bytes:
+    """A label CSV whose bad rows come after the first 8 KB (the launcher only reads the
+    header): a cell that is not UTF-8, a quoted label spanning two lines, a 10 MB quoted cell
+    of short lines; valid rows after each."""
+    lines = [b"path,label,note"]
+    lines += [b"filler/%d.jpg,cat,x" % i for i in range(filler_rows)]
+    lines += [b"a.jpg,cat,caf\xe9 au lait",        # Latin-1, not UTF-8
+              b'b.jpg,"multi\nline",x',
+              b'c.jpg,dog,"' + b"spam spam spam\n" * 700_000 + b'"',
+              b"d.jpg,dog,fine"]
+    return b"\n".join(lines) + b"\n"
+
+
+def test_hostile_csv_rows_are_one_bad_row_each_and_the_rest_is_read():
+    data = csv_bytes_with_hostile_rows()
+    assert len(data) > 10_000_000 and data.index(b"\xe9") > 8192
+    items = list(parse_label_csv("labels.csv", text_lines(io.BytesIO(data)), LabelsConfig()))
+    bad = [item for item in items if not isinstance(item, LabelRow)]
+    good = [item.path for item in items if isinstance(item, LabelRow)]
+    assert len(good) == 401 and good[-1] == "d.jpg"
+    utf8, multi, long_cell = bad
+    line = 402
+    assert (utf8.reason, utf8.path) == ("bad_csv_row", f"labels.csv:{line}")
+    assert "column 'note' is not valid UTF-8" in utf8.detail and "caf\\xe9" in utf8.detail
+    assert (multi.reason, multi.path) == ("bad_label", "b.jpg")
+    assert f"labels.csv line {line + 1}" in multi.detail and "U+000A" in multi.detail
+    assert (long_cell.reason, long_cell.path) == ("bad_csv_row", f"labels.csv:{line + 3}")
+    assert "column 'note' is longer than 65536 bytes" in long_cell.detail
+    assert len(long_cell.detail) < 600
+
+
+def test_max_cell_bytes_is_configurable_and_counts_bytes():
+    text = "path,label\na.jpg,\u00e9\u00e9\u00e9\nb.jpg,abcdef\nc.jpg,cat\n"
+    items = list(parse_label_csv("l.csv", text.split("\n"), LabelsConfig(max_cell_bytes=5)))
+    assert [getattr(item, "reason", None) for item in items] == ["bad_csv_row", "bad_csv_row",
+                                                                 None]
+    assert "column 'label' is longer than 5 bytes" in items[0].detail
+
+
+def test_a_line_without_end_is_cut_not_held_whole():
+    lines = list(text_lines(io.BytesIO(b"path,label\n" + b"x" * 5000 + b"\na.jpg,cat\n"),
+                            max_cell_bytes=100))
+    assert [len(line) for line in lines] == [11, 1602, 10]
+    items = list(parse_label_csv("l.csv", lines, LabelsConfig(max_cell_bytes=100)))
+    assert "longer than" in items[0].detail and items[1].path == "a.jpg"
+
+
+def test_a_job_reads_past_hostile_csv_rows(tmp_path):
+    root = tmp_path / "images"
+    for i, name in enumerate(["a", "b", "c", "d"]):
+        write(root, f"{name}.jpg", jpeg(70 + i, i % 2))
+    csv_path = tmp_path / "labels.csv"
+    csv_path.write_bytes(csv_bytes_with_hostile_rows(filler_rows=0))
+    snapshot = run_job(root, tmp_path / "out", labels=[csv_path], sets=FAST)
+    assert (tmp_path / "out" / "classes.txt").read_text() == "dog\n"
+    reasons = sorted((r["reason"], r["path"]) for r in rejects(snapshot))
+    assert reasons == [("bad_csv_row", f"{csv_path}:2"), ("bad_csv_row", f"{csv_path}:5"),
+                       ("bad_label", "b.jpg"), ("unlabeled", "a.jpg"), ("unlabeled", "b.jpg"),
+                       ("unlabeled", "c.jpg")]
+    assert snapshot.accounting["label_rows"] == {"total": 4, "matched": 1, "rejected": 3,
+                                                 "ok": True}

@@ -2,7 +2,8 @@
 import pytest
 
 from configs.schema import LabelsConfig
-from transforms.offline.labels import CsvRecord, LabelRow, parse_label_csv, read_csv_records
+from transforms.offline.csv_records import CsvRecord, read_csv_records
+from transforms.offline.labels import LabelRow, parse_label_csv
 from transforms.offline.rejects import Reject
 
 CONFIG = LabelsConfig()

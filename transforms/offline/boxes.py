@@ -24,7 +24,7 @@ from typing import Iterable, Iterator, Sequence
 
 from configs.schema import BoxesConfig
 from transforms.offline.classes import class_name_problem
-from transforms.offline.labels import CsvRecord, read_csv_records
+from transforms.offline.csv_records import DEFAULT_MAX_CELL_BYTES, CsvRecord, read_csv_records
 from transforms.offline.paths import UnsafePath, normalize_relative
 from transforms.offline.rejects import BOX_ROW, Reject
 
@@ -52,16 +52,17 @@ class BadBox(ValueError):
     """A box that cannot be used for its image. The message is the reject detail."""
 
 
-def parse_box_csv(csv_name: str, lines: Iterable[str]) -> Iterator[BoxRow | Reject]:
+def parse_box_csv(csv_name: str, lines: Iterable[str],
+                  max_cell_bytes: int = DEFAULT_MAX_CELL_BYTES) -> Iterator[BoxRow | Reject]:
     """Yields a `BoxRow` or a `Reject(kind="box_row")` for every data row of one box CSV.
 
     `bad_csv_row` (path `"<csv_name>:<line>"`): does not parse, wrong number of fields, empty
     path or label, a coordinate that is not a finite number. `unsafe_path` (path = the raw
     value): see `transforms.offline.paths.normalize_relative`. Raises `ValueError` (on first use) when
     the header lacks one of `BOX_COLUMNS`. Comma-delimited; line numbers as in
-    `transforms.offline.labels`.
+    `transforms.offline.csv_records` (cells of at most `max_cell_bytes`).
     """
-    _, records = read_csv_records(csv_name, lines, ",", BOX_COLUMNS)
+    _, records = read_csv_records(csv_name, lines, ",", BOX_COLUMNS, max_cell_bytes)
     for record in records:
         yield _box_row(csv_name, record)
 

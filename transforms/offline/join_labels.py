@@ -14,7 +14,6 @@ candidate after `resolve_labels` has one label, or is rejected as `unlabeled`,
 from __future__ import annotations
 
 import dataclasses
-import io
 import posixpath
 
 import apache_beam as beam
@@ -24,6 +23,7 @@ from configs.schema import Config
 from transforms.offline import boxes as box_rules
 from transforms.offline import labels as label_rules
 from transforms.offline.classes import class_name_problem
+from transforms.offline.csv_records import DEFAULT_MAX_CELL_BYTES, text_lines
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.rejects import BOX_ROW, LABEL_ROW, Reject
 
@@ -40,14 +40,16 @@ RETRIED_OUTCOMES = ("unreadable", "decoder_crash")
 _KEY_SEPARATOR = "\x1f"
 
 
-def _csv_lines(path: str):
+def _csv_lines(path: str, max_cell_bytes: int = DEFAULT_MAX_CELL_BYTES):
+    """The physical lines of a CSV (bytes that are not UTF-8 kept as surrogates, over-long
+    lines cut: see `csv_records.text_lines`)."""
     with FileSystems.open(path, compression_type="uncompressed") as handle:
-        yield from io.TextIOWrapper(handle, encoding="utf-8", newline="")
+        yield from text_lines(handle, max_cell_bytes)
 
 
-def read_csv_header(path: str) -> str:
+def read_csv_header(path: str, max_cell_bytes: int = DEFAULT_MAX_CELL_BYTES) -> str:
     """The first line of a CSV (used to check columns before the job starts)."""
-    for line in _csv_lines(path):
+    for line in _csv_lines(path, max_cell_bytes):
         return line
     return ""
 
@@ -65,17 +67,23 @@ class ReadLabelRows(beam.PTransform):
                 | "SpreadCsvFiles" >> beam.Reshuffle()
                 | "ParseLabelCsv" >> beam.FlatMap(
                     lambda path: label_rules.parse_label_csv(
-                        path, _csv_lines(path), labels_config)))
+                        path, _csv_lines(path, labels_config.max_cell_bytes), labels_config)))
 
 
 class ReadBoxRows(beam.PTransform):
-    """Box CSV paths -> BoxRow or Reject(kind=box_row), one per data row."""
+    """Box CSV paths -> BoxRow or Reject(kind=box_row), one per data row. Cells are capped
+    at `max_cell_bytes` as in label CSVs (`labels.max_cell_bytes`)."""
+
+    def __init__(self, max_cell_bytes: int = DEFAULT_MAX_CELL_BYTES):
+        super().__init__()
+        self._max_cell_bytes = max_cell_bytes
 
     def expand(self, csv_paths):
+        cap = self._max_cell_bytes
         return (csv_paths
                 | "SpreadBoxFiles" >> beam.Reshuffle()
                 | "ParseBoxCsv" >> beam.FlatMap(
-                    lambda path: box_rules.parse_box_csv(path, _csv_lines(path))))
+                    lambda path: box_rules.parse_box_csv(path, _csv_lines(path, cap), cap)))
 
 
 def _folder_label(rel: str) -> str | None:
