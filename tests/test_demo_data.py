@@ -320,6 +320,18 @@ def test_corpus_formats_match_extensions_with_five_percent_png(corpus):
     assert formats.count("png") == 2 and formats.count("jpeg") == 38
 
 
+def test_corpus_jpegs_vary_in_quality_and_some_are_progressive(corpus):
+    _, paths = corpus
+    progressive, qualities = [], set()
+    for path in paths:
+        with Image.open(path) as image:
+            if image.format == "JPEG":
+                progressive.append(bool(image.info.get("progressive")))
+                qualities.add(image.quantization[0][0])  # DC step: grows as quality drops
+    assert 0 < sum(progressive) < len(progressive) / 2
+    assert len(qualities) >= 5
+
+
 def test_corpus_sides_are_between_320_and_1024(corpus):
     _, paths = corpus
     for path in paths:
