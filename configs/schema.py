@@ -192,11 +192,16 @@ class SplitConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OutputConfig:
-    """Shard naming and sizing: `<name>-<split>.tfrecord-00000-of-00008` (+ `.gz`)."""
+    """Shard naming and sizing: `<name>-<split>.tfrecord-00000-of-00008` (+ `.gz`).
+
+    `label_offset` is added to the stored class ids (`image/class/label`,
+    `image/object/class/label`): 1 for detection models that reserve id 0 for background (the
+    TF Model Garden's). The training reader subtracts it again."""
     name: str = "images"
     target_shard_mb: float = 128.0
     num_shards: int = 0  # 0: from target_shard_mb
     compression: str = "none"
+    label_offset: int = 0
 
     def __post_init__(self):
         if not self.name or "/" in self.name or "-" in self.name:
@@ -206,6 +211,7 @@ class OutputConfig:
         check_range("output.target_shard_mb", self.target_shard_mb, 0.0, low_open=True)
         check_range("output.num_shards", self.num_shards, 0, 100000)
         check_one_of("output.compression", self.compression, ("none", "gzip"))
+        check_range("output.label_offset", self.label_offset, 0, 1000)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,7 +35,7 @@ from transforms.offline.join_labels import (MATCHED, REJECTED, ROW_REJECTS, SKIP
 from transforms.offline.outputs import CountInto, WriteJson, WriteRejectsLedger
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
-from transforms.offline.write_shards import FILES, WriteShards
+from transforms.offline.write_shards import FILES, MetaColumns, WriteShards
 from transforms.reporting.stats import SummarizeIndexFn
 
 __all__ = ["PreprocessJob", "build_preprocess", "WORK_DIR", "work_file", "ReadInputs",
@@ -252,7 +252,11 @@ class WriteSnapshot(beam.PTransform):
     def expand(self, inputs):
         accepted, archive_accepted, class_table = inputs
         config, staging = self._job.config, self._job.staging_dir
-        written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table)
+        # Every record gets every meta column of the run; TFDS's features.json lists them.
+        meta_columns = accepted | "MetaColumns" >> MetaColumns()
+        meta_columns | "WriteMetaColumns" >> WriteJson(work_file(staging, "meta_columns.json"))
+        written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table,
+                                                          meta_columns)
         # The TFT transform covers everything committed so far plus tonight (the archive is
         # empty on a full run): normalization and class weights describe the whole training set.
         if config.transform.enabled:

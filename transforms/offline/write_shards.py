@@ -6,6 +6,8 @@ of writing content the rest of the job never validated). The number of shards pe
 from the split's total bytes and `output.target_shard_mb` (or `output.num_shards`); a record's
 shard comes from its content hash, and records inside a shard are ordered by hash, so the same
 inputs and config always give byte-identical files, whatever the runner or worker count.
+Every uncompressed shard gets its DALI index (`transforms.offline.dali_index`) as it is written;
+every record gets every `meta/` column of the run (empty where its CSV row had none).
 """
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ from apache_beam.metrics import Metrics
 from configs.schema import OutputConfig
 from transforms import codec
 from transforms.offline import splits
+from transforms.offline.dali_index import IndexBuilder, index_name
 from transforms.offline.index_table import record_row
 
-__all__ = ["WriteShards", "shard_name", "shard_counts", "frame_record", "ShardFile", "FILES"]
+__all__ = ["WriteShards", "MetaColumns", "shard_name", "shard_counts", "frame_record",
+           "ShardFile", "FILES"]
 
 FILES = "files"
 
@@ -63,7 +67,18 @@ def frame_record(data: bytes) -> bytes:
         "<I", _masked_crc(data))
 
 
-def _encode(record, data: bytes, class_ids: dict) -> bytes:
+class MetaColumns(beam.PTransform):
+    """ImageRecords -> a singleton: the sorted names of their `meta/` columns."""
+
+    def expand(self, records):
+        return (records
+                | "ColumnNames" >> beam.FlatMap(lambda r: [column for column, _ in r.meta])
+                | "Distinct" >> beam.Distinct()
+                | "All" >> beam.combiners.ToList()
+                | "Sort" >> beam.Map(sorted))
+
+
+def _encode(record, data: bytes, class_ids: dict, columns, label_offset: int) -> bytes:
     return codec.encode_example(
         encoded=data, image_format=record.format, height=record.height, width=record.width,
         filename=record.rel, sha256=record.sha256, label=record.label_id,
@@ -71,7 +86,8 @@ def _encode(record, data: bytes, class_ids: dict) -> bytes:
         boxes=[box[:4] for box in record.boxes],
         box_labels=[class_ids[box[4]] for box in record.boxes],
         box_texts=[box[4] for box in record.boxes],
-        quality=dict(record.metrics), meta=dict(record.meta))
+        quality=dict(record.metrics), meta={**dict.fromkeys(columns, ""), **dict(record.meta)},
+        label_offset=label_offset)
 
 
 class _WriteShardFn(beam.DoFn):
@@ -80,7 +96,7 @@ class _WriteShardFn(beam.DoFn):
         self._output = output
         self._written = Metrics.counter("pixelmill", "accepted")
 
-    def process(self, item, counts, class_table):
+    def process(self, item, counts, class_table, columns):
         (split, index), records = item
         records = sorted((r for r in records if r is not None), key=lambda r: r.sha256)
         class_ids = {name: i for i, name in enumerate(class_table)}
@@ -90,6 +106,7 @@ class _WriteShardFn(beam.DoFn):
         size = 0
         compressor = (zlib.compressobj(9, zlib.DEFLATED, 31)
                       if self._output.compression == "gzip" else None)
+        dali = IndexBuilder()
         with FileSystems.create(FileSystems.join(self._staging_dir, rel_path),
                                 compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             def write(chunk: bytes):
@@ -108,7 +125,10 @@ class _WriteShardFn(beam.DoFn):
                     raise RuntimeError(
                         f"{record.path} changed while the job ran (sha256 differs from the one "
                         f"validated); rerun the job on a stable input.")
-                write(frame_record(_encode(record, data, class_ids)))
+                framed = frame_record(_encode(record, data, class_ids, columns,
+                                              self._output.label_offset))
+                dali.add(len(framed))
+                write(framed)
                 self._written.inc()
                 yield record_row(record, rel_path)
             if compressor is not None:
@@ -116,6 +136,10 @@ class _WriteShardFn(beam.DoFn):
                 handle.write(tail)
                 digest.update(tail)
                 size += len(tail)
+        if compressor is None:
+            with FileSystems.create(FileSystems.join(self._staging_dir, index_name(rel_path)),
+                                    compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+                handle.write(dali.text())
         yield beam.pvalue.TaggedOutput(
             FILES, ShardFile(path=rel_path, bytes=size, sha256=digest.hexdigest(),
                              records=len(records)))
@@ -123,13 +147,15 @@ class _WriteShardFn(beam.DoFn):
 
 class WriteShards(beam.PTransform):
     """Accepted ImageRecords (with split and label_id) -> index rows; tagged `files` output:
-    one ShardFile per written shard. `class_table` is a singleton side input (list of names)."""
+    one ShardFile per written shard. `class_table` and `meta_columns` (`MetaColumns` of the
+    records: every record gets these columns) are singleton side inputs (lists of names)."""
 
-    def __init__(self, staging_dir: str, output: OutputConfig, class_table):
+    def __init__(self, staging_dir: str, output: OutputConfig, class_table, meta_columns):
         super().__init__()
         self._staging_dir = staging_dir
         self._output = output
         self._class_table = class_table
+        self._meta_columns = meta_columns
 
     def expand(self, records):
         output = self._output
@@ -153,4 +179,6 @@ class WriteShards(beam.PTransform):
                 | "GroupByShard" >> beam.GroupByKey()
                 | "WriteShard" >> beam.ParDo(
                     _WriteShardFn(self._staging_dir, output), counts,
-                    beam.pvalue.AsSingleton(self._class_table)).with_outputs(FILES, main="index"))
+                    beam.pvalue.AsSingleton(self._class_table),
+                    beam.pvalue.AsSingleton(self._meta_columns)
+                ).with_outputs(FILES, main="index"))

@@ -1,0 +1,99 @@
+"""DALI reads the shards: an index per uncompressed shard in `tfrecord2idx`'s exact format, and
+every record with every key of the contract (DALI batches raw features, so a record without the
+box keys next to one with them fails: "Samples must have the same dimensionality").
+
+DALI itself is too large to install for the suite; the index is checked against the shard bytes,
+and the records against the one structure DALI's reader would be given.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+
+import google_crc32c
+import pytest
+import tensorflow as tf
+
+from tests.jobutil import shard_files
+from transforms import codec
+from transforms.offline import dali_index
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _tfrecord2idx(data: bytes) -> str:
+    """What DALI's tools/tfrecord2idx prints for a TFRecord file (same walk: 8-byte length,
+    4-byte crc, payload, 4-byte crc; one "offset size" line per record), plus CRC checks."""
+    lines, offset = [], 0
+    while offset < len(data):
+        (length,) = struct.unpack("<q", data[offset:offset + 8])
+        assert struct.unpack("<I", data[offset + 8:offset + 12])[0] == _masked_crc(
+            data[offset:offset + 8])
+        payload = data[offset + 12:offset + 12 + length]
+        assert struct.unpack("<I", data[offset + 12 + length:offset + 16 + length])[0] == \
+            _masked_crc(payload)
+        lines.append(f"{offset} {length + 16}\n")
+        offset += length + 16
+    assert offset == len(data)
+    return "".join(lines)
+
+
+def _index_path(snapshot, shard: str) -> str:
+    return os.path.join(snapshot.path, dali_index.index_name(os.path.relpath(shard,
+                                                                             snapshot.path)))
+
+
+def test_every_shard_has_an_index_in_tfrecord2idx_format(demo_snapshot):
+    manifest = json.load(open(os.path.join(demo_snapshot.path, "manifest.json")))
+    listed = {entry["path"] for entry in manifest["files"]}
+    shards = shard_files(demo_snapshot)
+    assert len(shards) == 3
+    for shard in shards:
+        data = open(shard, "rb").read()
+        index_path = _index_path(demo_snapshot, shard)
+        assert os.path.relpath(index_path, demo_snapshot.path) in listed
+        text = open(index_path, "rb").read().decode("ascii")
+        assert re.fullmatch(r"(\d+ \d+\n)*", text)
+        assert text == _tfrecord2idx(data)
+        records = list(tf.data.TFRecordDataset(shard).as_numpy_iterator())
+        lines = text.splitlines()
+        assert len(lines) == len(records) > 0
+        for line, record in zip(lines, records):
+            offset, size = map(int, line.split())
+            # DALI seeks to `offset` and reads `size` bytes: exactly one framed record.
+            assert data[offset + 12:offset + size - 4] == record
+
+
+def test_index_builder_lines():
+    builder = dali_index.IndexBuilder()
+    for size in (30, 16, 1000):
+        builder.add(size)
+    assert builder.text() == b"0 30\n30 16\n46 1000\n"
+    assert dali_index.index_name("train/images-train.tfrecord-00000-of-00002") == (
+        "train/dali_index/images-train.tfrecord-00000-of-00002.idx")
+    with pytest.raises(ValueError, match="size > 0"):
+        dali_index.index_line(0, 0)
+
+
+def test_every_record_carries_every_key(demo_snapshot):
+    """One key set (with type) for all records, boxes or not; box lists are empty when the image
+    has no boxes; meta columns are on every record (empty string when its row had none)."""
+    structures, box_counts = set(), set()
+    for serialized in tf.data.TFRecordDataset(shard_files(demo_snapshot)).as_numpy_iterator():
+        features = tf.train.Example.FromString(serialized).features.feature
+        structures.add(tuple(sorted((key, feature.WhichOneof("kind"))
+                                    for key, feature in features.items())))
+        lengths = {len(getattr(features[key], features[key].WhichOneof("kind")).value)
+                   for key in codec.BOX_KEYS}
+        assert len(lengths) == 1  # every box list has one entry per box
+        box_counts |= lengths
+    assert len(structures) == 1
+    keys = {key for key, _ in structures.pop()}
+    assert {codec.IMAGE_SOURCE_ID, *codec.BOX_KEYS, "meta/source", "meta/confidence"} <= keys
+    assert {codec.QUALITY_PREFIX + name for name in codec.QUALITY_METRICS} <= keys
+    assert 0 in box_counts and max(box_counts) > 0  # the demo mixes images with and without boxes
