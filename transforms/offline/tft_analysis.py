@@ -114,6 +114,10 @@ _JPEG_RATIOS = (1, 2, 4, 8)
 # Content of the class-table asset before analysis has produced the real one (TFT builds the
 # graph once with it); never in an exported transform.
 _TABLE_BEFORE_ANALYSIS = b"__class_table_before_analysis__"
+# The one line of the class-table asset of a run without any class (TF cannot initialize a
+# table from an empty file). It holds a control character, so no label (`bad_label`) can
+# ever equal it; `tft_summary` reads it back as an empty table.
+_NO_CLASS = "\x1fno class: no image was accepted"
 
 
 def raw_metadata() -> tft.DatasetMetadata:
@@ -121,11 +125,13 @@ def raw_metadata() -> tft.DatasetMetadata:
     return tft.DatasetMetadata.from_feature_spec(RAW_FEATURE_SPEC)
 
 
-def _check_class_table(names, source: str) -> list[str]:
+def _check_class_table(names, source: str, allow_empty: bool = False) -> list[str]:
+    """The table as a list, checked. Empty only where the job computed it: a run that accepts
+    no image (a folder of junk) has no class yet, and still publishes its rejects."""
     if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
         raise ValueError(f"{source} must be a list of class names. Received: {names!r}")
     names = list(names)
-    if not names:
+    if not names and not allow_empty:
         raise ValueError(f"{source} must name at least one class. Received: []")
     for name in names:
         problem = class_name_problem(name)
@@ -225,8 +231,8 @@ class _WriteClassTableAsset(tft_beam.experimental.PTransformAnalyzer):
 
 
 def _write_class_table_asset(names, base_dir: str) -> np.ndarray:
-    names = _check_class_table(names, "class_table")
-    content = "".join(f"{name}\n" for name in names).encode("utf-8")
+    names = _check_class_table(names, "class_table", allow_empty=True)
+    content = "".join(f"{name}\n" for name in names or [_NO_CLASS]).encode("utf-8")
     folder = FileSystems.join(base_dir, "class_table-" + hashlib.sha256(content).hexdigest()[:16])
     if "://" not in folder and not FileSystems.exists(folder):
         FileSystems.mkdirs(folder)
@@ -377,8 +383,10 @@ def tft_summary(transform_output_dir: str) -> dict:
     output = tft.TFTransformOutput(transform_output_dir)
     constants = _analyzed_constants(output, transform_output_dir)
     table = [line.decode("utf-8") for line in output.vocabulary_by_name(CLASS_TABLE_ASSET)]
-    counts = _class_counts(output)
+    table = [] if table == [_NO_CLASS] else table
     images = constants[_IMAGES][0]
+    # An empty dataset's vocabulary holds TFT's one dummy entry, not a label.
+    counts = _class_counts(output) if images else {}
     present = sum(1 for name in table if counts.get(name, 0) > 0)
     classes, weights_by_id = [], []
     for class_id, name in enumerate(table):
