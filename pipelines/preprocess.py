@@ -37,17 +37,13 @@ from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
 from transforms.offline.write_shards import FILES, MetaColumns, WriteShards
 from transforms.reporting.stats import SummarizeIndexFn
+from transforms.snapshot_layout import work_file
 
-__all__ = ["PreprocessJob", "build_preprocess", "WORK_DIR", "work_file", "ReadInputs",
+__all__ = ["PreprocessJob", "build_preprocess", "ReadInputs",
            "InspectAndLabel", "AssignClasses", "Dedup", "WriteSnapshot", "WriteLedgers",
            "Accounting"]
 
-WORK_DIR = "_work"  # job-internal summaries inside the staging folder; not published
 _ROW_COUNT = {LABEL_ROW: "label_rows", BOX_ROW: "box_rows"}
-
-
-def work_file(staging_dir: str, name: str) -> str:
-    return FileSystems.join(staging_dir, WORK_DIR, name)
 
 
 @dataclasses.dataclass(frozen=True)

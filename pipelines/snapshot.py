@@ -5,11 +5,12 @@ After the graph ran, the job itself checks that every input is accounted for
 then are stats, stats.pb and report.html written, the staged files moved to
 `snapshots/<run_id>/`, `manifest.json` written last (a snapshot without it is not committed and
 readers ignore it), then `classes.txt` and the `LATEST` pointer. A run that fails at any point
-publishes nothing, and the previous snapshot stays readable.
+publishes nothing, and the previous snapshot stays readable. The names and the committed/latest
+rules are `transforms.snapshot_layout`'s; `BEAM_FILES` lets the job's side apply those rules
+through Beam's FileSystems, the file systems it writes with.
 """
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import hashlib
 import importlib.metadata
@@ -20,22 +21,20 @@ import posixpath
 from apache_beam.io.filesystems import FileSystems
 
 from configs.schema import config_to_dict
-from pipelines.preprocess import WORK_DIR, PreprocessJob, work_file
+from pipelines.preprocess import PreprocessJob
 from transforms.offline import classes, quality_rules
 from transforms.reporting.report import render_report
 from transforms.reporting.stats import finalize_stats
 from transforms.reporting.stats_proto import to_statistics_proto
 from transforms.offline.tft_analysis import tft_summary
 from transforms.reporting.thumbnails import thumbnail_png
+from transforms import snapshot_layout as layout
+from transforms.snapshot_layout import WORK_DIR, Snapshot, work_file
 
-__all__ = ["AccountingError", "Snapshot", "new_run_id", "staging_dir_for", "snapshot_dir_for",
-           "check_accounting", "publish_snapshot", "staged_stats", "staged_rejects",
-           "discard_staging", "remove_tree", "read_json", "committed_snapshots",
-           "latest_snapshot", "SNAPSHOTS", "LATEST", "MANIFEST"]
+__all__ = ["AccountingError", "BeamStorage", "BEAM_FILES", "check_accounting",
+           "publish_snapshot", "staged_stats", "staged_rejects", "discard_staging",
+           "remove_tree", "read_json"]
 
-SNAPSHOTS = "snapshots"
-LATEST = "LATEST"
-MANIFEST = "manifest.json"
 _THUMBNAILS_PER_REASON = 4
 # Never open unsafe files, never decode bombs or files that crashed or hung the decoder (the
 # report is made in the launcher process, which has no isolation), nothing to show for rows.
@@ -46,27 +45,25 @@ class AccountingError(RuntimeError):
     """The job lost or double-counted inputs: it fails and publishes nothing."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Snapshot:
-    """What a committed run produced (returned to the CLI and to tests)."""
-    run_id: str
-    path: str
-    accounting: dict
-    stats: dict
-    manifest: dict
+class BeamStorage:
+    """`transforms.snapshot_layout.Storage` through Beam's FileSystems (gs://, s3://, any
+    registered scheme): nightly reads the committed snapshots the way the job wrote them."""
+
+    def glob(self, pattern: str) -> list[str]:
+        return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+
+    def exists(self, path: str) -> bool:
+        return FileSystems.exists(path)
+
+    def read_text(self, path: str) -> str:
+        with FileSystems.open(path, compression_type="uncompressed") as handle:
+            return handle.read().decode("utf-8")
+
+    def mtime(self, path: str) -> float:
+        return FileSystems.last_updated(path)
 
 
-def new_run_id(now: datetime.datetime | None = None) -> str:
-    now = now or datetime.datetime.now(datetime.timezone.utc)
-    return now.strftime("%Y%m%dT%H%M%S%fZ")
-
-
-def staging_dir_for(output_dir: str, run_id: str) -> str:
-    return FileSystems.join(output_dir, ".staging", run_id)
-
-
-def snapshot_dir_for(output_dir: str, run_id: str) -> str:
-    return FileSystems.join(output_dir, SNAPSHOTS, run_id)
+BEAM_FILES = BeamStorage()
 
 
 def read_json(path: str):
@@ -190,7 +187,7 @@ def staged_stats(job: PreprocessJob) -> tuple[dict, dict]:
     stats = finalize_stats(read_json(work_file(staging, "index_summary.json")),
                            _rejects_by_kind(counts), accounting)
     stats["thresholds"] = quality_rules.thresholds(job.config.quality)
-    stats["classes"] = classes.read_class_table(FileSystems.join(staging, "classes.txt"))
+    stats["classes"] = classes.read_class_table(FileSystems.join(staging, layout.CLASSES))
     if job.config.transform.enabled:
         stats["transform"] = tft_summary(staging)
     return accounting, stats
@@ -198,7 +195,7 @@ def staged_stats(job: PreprocessJob) -> tuple[dict, dict]:
 
 def staged_rejects(job: PreprocessJob) -> list[dict]:
     """The staged rejects ledger, parsed."""
-    with FileSystems.open(FileSystems.join(job.staging_dir, "rejects.jsonl"),
+    with FileSystems.open(FileSystems.join(job.staging_dir, layout.REJECTS),
                           compression_type="uncompressed") as handle:
         return [json.loads(line) for line in handle.read().decode("utf-8").splitlines() if line]
 
@@ -217,15 +214,15 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
     accounting, stats = staged_stats(job)
     stats.update(extra_stats or {})
     table = stats["classes"]
-    _write_json(FileSystems.join(staging, "stats.json"), stats)
-    _write_bytes(FileSystems.join(staging, "stats.pb"),
+    _write_json(FileSystems.join(staging, layout.STATS), stats)
+    _write_bytes(FileSystems.join(staging, layout.STATS_PB),
                  to_statistics_proto(stats).SerializeToString(deterministic=True))
     html = render_report(stats, _thumbnails(job, stats), title=f"pixelmill snapshot {run_id}",
                          run_id=run_id)
-    _write_bytes(FileSystems.join(staging, "report.html"), html.encode("utf-8"))
+    _write_bytes(FileSystems.join(staging, layout.REPORT), html.encode("utf-8"))
 
     shard_entries = {entry["path"]: entry for entry in read_json(work_file(staging, "shards.json"))}
-    final = snapshot_dir_for(output_dir, run_id)
+    final = layout.snapshot_dir(output_dir, run_id)
     rels = _staged_files(staging)
     files = []
     for rel in rels:
@@ -245,9 +242,9 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
         "versions": _versions(),
         **{key: (extra_stats or {})[key] for key in ("drift",) if key in (extra_stats or {})},
     }
-    _write_json(FileSystems.join(final, MANIFEST), manifest)  # the commit point
-    classes.write_class_table(FileSystems.join(output_dir, "classes.txt"), table)
-    _write_bytes(FileSystems.join(output_dir, LATEST), (run_id + "\n").encode("utf-8"))
+    _write_json(FileSystems.join(final, layout.MANIFEST), manifest)  # the commit point
+    classes.write_class_table(FileSystems.join(output_dir, layout.CLASSES), table)
+    _write_bytes(FileSystems.join(output_dir, layout.LATEST), (run_id + "\n").encode("utf-8"))
     remove_tree(staging)
     return Snapshot(run_id=run_id, path=final, accounting=accounting, stats=stats,
                     manifest=manifest)
@@ -262,18 +259,3 @@ def remove_tree(path: str) -> None:
         import shutil
         shutil.rmtree(path, ignore_errors=True)
 
-
-def committed_snapshots(output_dir: str) -> list[str]:
-    """run_ids of committed snapshots (those with a manifest), oldest first."""
-    pattern = FileSystems.join(output_dir, SNAPSHOTS, "*", MANIFEST)
-    matched = FileSystems.match([pattern])[0].metadata_list
-    return sorted(posixpath.basename(posixpath.dirname(m.path)) for m in matched)
-
-
-def latest_snapshot(output_dir: str) -> str | None:
-    """The run_id named by LATEST, or None before the first committed run."""
-    path = FileSystems.join(output_dir, LATEST)
-    if not FileSystems.exists(path):
-        return None
-    with FileSystems.open(path, compression_type="uncompressed") as handle:
-        return handle.read().decode("utf-8").strip() or None

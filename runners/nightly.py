@@ -22,15 +22,15 @@ import sys
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.snapshot import (SNAPSHOTS, Snapshot, committed_snapshots,
-                                discard_staging, publish_snapshot, read_json, snapshot_dir_for,
-                                remove_tree, staged_rejects, staged_stats,
-                                staging_dir_for)
+from pipelines.snapshot import (BEAM_FILES, discard_staging, publish_snapshot, read_json,
+                                remove_tree, staged_rejects, staged_stats)
 from runners.options import NightlyOptions, PreprocessOptions, print_help, wants_help
 from runners.preprocess import execute, parse_options, resolve_job
 from transforms.reporting.drift import check_drift, cumulative_stats
 from transforms.offline.rejects import IMAGE
 from runners.run_lock import RunLock
+from transforms import snapshot_layout as layout
+from transforms.snapshot_layout import Snapshot
 
 __all__ = ["NightlyOptions", "NightlyResult", "run", "main", "EXIT_DRIFT", "EXIT_LOCKED"]
 
@@ -49,17 +49,22 @@ class NightlyResult:
     exit_code: int
 
 
+def _committed_run_ids(output_dir: str) -> list[str]:
+    """run_ids of the committed snapshots, oldest first (read through Beam's FileSystems)."""
+    return [s.run_id for s in layout.committed_snapshots(output_dir, BEAM_FILES)]
+
+
 def _clean_unfinished(output_dir: str) -> None:
     """Under the lock, whatever a killed run left is garbage: staged folders, and snapshot
     folders without a manifest (never committed, so no reader or memory ever saw them)."""
-    committed = set(committed_snapshots(output_dir))
-    found = FileSystems.match([FileSystems.join(output_dir, SNAPSHOTS, "*", "**")])[0]
+    committed = set(_committed_run_ids(output_dir))
+    found = FileSystems.match([FileSystems.join(output_dir, layout.SNAPSHOTS, "*", "**")])[0]
     unfinished = sorted({m.path[len(output_dir.rstrip("/")) + 1:].split("/")[1]
                          for m in found.metadata_list} - committed)
     for run_id in unfinished:
         _LOG.warning("removing snapshot %s: its run never committed it", run_id)
-        remove_tree(snapshot_dir_for(output_dir, run_id))
-    remove_tree(FileSystems.join(output_dir, ".staging"))
+        remove_tree(layout.snapshot_dir(output_dir, run_id))
+    remove_tree(layout.staging_root(output_dir))
 
 
 def _row_reject_keys(rejects) -> set:
@@ -69,7 +74,7 @@ def _row_reject_keys(rejects) -> set:
 def _archived_row_rejects(output_dir: str, run_ids) -> set:
     keys = set()
     for run_id in run_ids:
-        path = FileSystems.join(snapshot_dir_for(output_dir, run_id), "rejects.jsonl")
+        path = FileSystems.join(layout.snapshot_dir(output_dir, run_id), layout.REJECTS)
         with FileSystems.open(path, compression_type="uncompressed") as handle:
             keys |= _row_reject_keys(json.loads(line) for line in
                                      handle.read().decode("utf-8").splitlines() if line)
@@ -79,12 +84,12 @@ def _archived_row_rejects(output_dir: str, run_ids) -> set:
 def run(argv=None) -> NightlyResult:
     options, job_options, run_id, output_dir = parse_options(argv)
     nightly = options.view_as(NightlyOptions)
-    job, inputs = resolve_job(job_options, staging_dir_for(output_dir, run_id))
+    job, inputs = resolve_job(job_options, layout.staging_dir(output_dir, run_id))
     with RunLock(output_dir, run_id, stale_after_s=nightly.lock_stale_hours * 3600):
         _clean_unfinished(output_dir)
-        history_ids = committed_snapshots(output_dir)
+        history_ids = _committed_run_ids(output_dir)
         job = dataclasses.replace(job, archive=tuple(
-            (rid, FileSystems.join(snapshot_dir_for(output_dir, rid), "index.parquet"))
+            (rid, FileSystems.join(layout.snapshot_dir(output_dir, rid), layout.INDEX))
             for rid in history_ids))
         execute(job, options)
         accounting, stats = staged_stats(job)
@@ -96,7 +101,7 @@ def run(argv=None) -> NightlyResult:
             message = (f"nothing new since snapshot {history_ids[-1] if history_ids else '-'}: "
                        f"{images['skipped']} images unchanged; nothing published")
             return NightlyResult(run_id, None, message, {}, 0)
-        history = [read_json(FileSystems.join(snapshot_dir_for(output_dir, rid), "stats.json"))
+        history = [read_json(FileSystems.join(layout.snapshot_dir(output_dir, rid), layout.STATS))
                    for rid in history_ids]
         drift = check_drift(stats, history, job.config.drift)
         cumulative = cumulative_stats(history + [stats])

@@ -30,12 +30,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from configs.schema import ConfigError, load_config
 from pipelines.preprocess import PreprocessJob, build_preprocess
-from pipelines.snapshot import Snapshot, new_run_id, publish_snapshot, staging_dir_for
+from pipelines.snapshot import publish_snapshot
 from runners.beam_runner import runner_for
 from runners.errors import UsageError
 from runners.options import PreprocessOptions, print_help, wants_help
 from transforms.offline import boxes, classes, labels
 from transforms.offline.join_labels import read_csv_header
+from transforms import snapshot_layout as layout
 from runners.run_lock import RunLock
 
 __all__ = ["PreprocessOptions", "run", "main", "resolve_job", "translate_flags", "execute",
@@ -143,14 +144,14 @@ def parse_options(argv) -> tuple[PipelineOptions, PreprocessOptions, str, str]:
     options = PipelineOptions(translate_flags(argv))
     job_options = options.view_as(PreprocessOptions)
     output_dir = _require(job_options.output_dir, "--output_dir")
-    return options, job_options, job_options.run_id or new_run_id(), output_dir
+    return options, job_options, job_options.run_id or layout.new_run_id(), output_dir
 
 
-def run(argv=None) -> Snapshot:
+def run(argv=None) -> layout.Snapshot:
     """Runs the job over every input and commits the snapshot; raises on any failure
     (nothing published). Holds the output folder's lock while it runs."""
     options, job_options, run_id, output_dir = parse_options(argv)
-    job, inputs = resolve_job(job_options, staging_dir_for(output_dir, run_id))
+    job, inputs = resolve_job(job_options, layout.staging_dir(output_dir, run_id))
     with RunLock(output_dir, run_id):
         execute(job, options)
         return publish_snapshot(job, output_dir, run_id, inputs)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.snapshot import Snapshot
+from configs.schema import SPLITS
+from transforms import snapshot_layout as layout
+from transforms.snapshot_layout import Snapshot
 
 __all__ = ["format_summary"]
-
-_SPLITS = ("train", "validation", "test")
 
 
 def format_summary(snapshot: Snapshot) -> str:
@@ -30,11 +30,11 @@ def format_summary(snapshot: Snapshot) -> str:
     if names:
         width = max(len("class"), *(len(n) for n in names))
         lines += ["", "accepted per split and class:",
-                  f"  {'class':<{width}} " + " ".join(f"{s:>10}" for s in _SPLITS)]
+                  f"  {'class':<{width}} " + " ".join(f"{s:>10}" for s in SPLITS)]
         for name in names:
-            counts = [by_split_class.get(s, {}).get(name, 0) for s in _SPLITS]
+            counts = [by_split_class.get(s, {}).get(name, 0) for s in SPLITS]
             lines.append(f"  {name:<{width}} " + " ".join(f"{c:>10}" for c in counts))
-        totals = [stats.get("by_split", {}).get(s, 0) for s in _SPLITS]
+        totals = [stats.get("by_split", {}).get(s, 0) for s in SPLITS]
         lines.append(f"  {'total':<{width}} " + " ".join(f"{c:>10}" for c in totals))
     by_kind = {kind: reasons for kind, reasons in stats.get("rejects_by_kind", {}).items()
                if reasons}
@@ -44,7 +44,7 @@ def format_summary(snapshot: Snapshot) -> str:
             for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
                 lines.append(f"  {reason:<18} {count:>6}  ({kind})")
     lines += ["", f"snapshot:  {snapshot.path}",
-              f"report:    {FileSystems.join(snapshot.path, 'report.html')}",
-              f"rejects:   {FileSystems.join(snapshot.path, 'rejects.jsonl')}",
-              f"index:     {FileSystems.join(snapshot.path, 'index.parquet')}"]
+              f"report:    {FileSystems.join(snapshot.path, layout.REPORT)}",
+              f"rejects:   {FileSystems.join(snapshot.path, layout.REJECTS)}",
+              f"index:     {FileSystems.join(snapshot.path, layout.INDEX)}"]
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from runners import nightly
 from runners.demo_data import photo_like
 from tests.jobutil import index_rows
 from transforms import codec
+from transforms import snapshot_layout as layout
 
 
 def _jpeg(seed: int, class_index: int, quality: int = 92, scale: float = 1.0) -> bytes:
@@ -156,8 +157,8 @@ def test_night_three_publishes_nothing(three_nights):
     world, _, second, third, *_ = three_nights
     assert third.snapshot is None and third.exit_code == 0
     assert "nothing new" in third.message
-    assert snapshot_module.latest_snapshot(str(world.out)) == second.run_id
-    assert snapshot_module.committed_snapshots(str(world.out)) == sorted(
+    assert layout.read_latest(str(world.out)) == second.run_id
+    assert [s.run_id for s in layout.committed_snapshots(str(world.out))] == sorted(
         [three_nights[1].run_id, second.run_id])
     assert not glob.glob(str(world.out / ".staging" / "*"))
 
@@ -188,11 +189,11 @@ def test_run_killed_before_the_manifest_leaves_no_snapshot_and_is_redone(tmp_pat
     with pytest.raises(KeyboardInterrupt):
         world.night()
     monkeypatch.setattr(snapshot_module, "_write_json", real_write_json)
-    assert snapshot_module.committed_snapshots(str(world.out)) == [first.run_id]
-    assert snapshot_module.latest_snapshot(str(world.out)) == first.run_id
+    assert [s.run_id for s in layout.committed_snapshots(str(world.out))] == [first.run_id]
+    assert layout.read_latest(str(world.out)) == first.run_id
     redo = world.night()
     assert redo.snapshot.accounting["images"]["accepted"] == 9
-    assert snapshot_module.committed_snapshots(str(world.out)) == sorted(
+    assert [s.run_id for s in layout.committed_snapshots(str(world.out))] == sorted(
         [first.run_id, redo.run_id])
     assert sorted(os.listdir(world.out / "snapshots")) == sorted([first.run_id, redo.run_id])
 
@@ -216,7 +217,7 @@ def test_second_overlapping_run_exits_with_the_lock_message(tmp_path, capsys):
     assert code == nightly.EXIT_LOCKED
     err = capsys.readouterr().err
     assert "another pixelmill run holds" in err and "other-run" in err
-    assert snapshot_module.latest_snapshot(str(world.out)) is None
+    assert layout.read_latest(str(world.out)) is None
 
 
 def test_lock_of_a_dead_run_is_taken_over(tmp_path):

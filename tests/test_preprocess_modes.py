@@ -17,6 +17,7 @@ from pipelines import snapshot as snapshot_module
 from runners import cli
 from runners.demo_data import photo_like
 from tests.jobutil import index_rows, read_records, run_job, shard_files
+from transforms import snapshot_layout as layout
 from transforms.offline import inspect_image
 
 
@@ -115,8 +116,8 @@ def test_failed_run_publishes_nothing_and_keeps_the_previous_snapshot(folder_dat
     monkeypatch.setattr("runners.preprocess.publish_snapshot", broken_publish)
     with pytest.raises(snapshot_module.AccountingError):
         run_job(folder_dataset, out, sets=["decode.isolation=inline"])
-    assert snapshot_module.latest_snapshot(str(out)) == first.run_id
-    assert snapshot_module.committed_snapshots(str(out)) == [first.run_id]
+    assert layout.read_latest(str(out)) == first.run_id
+    assert [s.run_id for s in layout.committed_snapshots(str(out))] == [first.run_id]
     assert len(read_records(first)) == 6
 
 
@@ -131,7 +132,7 @@ def test_accounting_mismatch_fails_the_job(folder_dataset, tmp_path, monkeypatch
     monkeypatch.setattr(snapshot_module, "check_accounting", lossy)
     with pytest.raises(snapshot_module.AccountingError, match="not all accounted"):
         run_job(folder_dataset, tmp_path / "out", sets=["decode.isolation=inline"])
-    assert snapshot_module.latest_snapshot(str(tmp_path / "out")) is None
+    assert layout.read_latest(str(tmp_path / "out")) is None
 
 
 def test_invalid_config_is_reported_before_any_work(folder_dataset, tmp_path, capsys):

@@ -27,9 +27,10 @@ from transforms import codec
 from transforms.offline import splits
 from transforms.offline.dali_index import IndexBuilder, index_name
 from transforms.offline.index_table import record_row
+from transforms.snapshot_layout import shard_name
 
-__all__ = ["WriteShards", "MetaColumns", "shard_name", "shard_counts", "frame_record",
-           "ShardFile", "FILES"]
+__all__ = ["WriteShards", "MetaColumns", "shard_counts", "frame_record", "ShardFile",
+           "FILES"]
 
 FILES = "files"
 
@@ -41,11 +42,6 @@ class ShardFile:
     bytes: int
     sha256: str
     records: int
-
-
-def shard_name(name: str, split: str, index: int, count: int, compression: str) -> str:
-    suffix = ".gz" if compression == "gzip" else ""
-    return f"{split}/{name}-{split}.tfrecord-{index:05d}-of-{count:05d}{suffix}"
 
 
 def shard_counts(bytes_by_split: dict, output: OutputConfig) -> dict:

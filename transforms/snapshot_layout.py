@@ -1,0 +1,318 @@
+"""The output folder's layout: the one owner of its names, the shard-file pattern, and which
+snapshots are committed, latest or selected.
+
+    OUTPUT/
+      LATEST                        # run_id of the newest committed snapshot
+      classes.txt                   # the class table, append-only across runs
+      .staging/<run_id>/            # a run being written (never read); `_work/` inside it holds
+                                    # the job's internal summaries, never published
+      snapshots/<run_id>/
+        <split>/<name>-<split>.tfrecord-00000-of-00008[.gz]
+        classes.txt  stats.json  stats.pb  report.html  rejects.jsonl  index.parquet
+        transform_fn/  transformed_metadata/
+        manifest.json               # written last: a snapshot without it is not committed
+
+Both halves use this module: the offline job's shard writer and publisher (through Beam's
+FileSystems), nightly, and the training reader (through `tf.io.gfile`; it never imports Beam).
+The functions that look at files take a `Storage` (default `GFILE`), a four-method adapter,
+so the rule is written once whichever file system API reads it. Run ids are UTC timestamps
+(`new_run_id`), so sorting them orders snapshots oldest first.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import re
+from typing import NamedTuple, Protocol, Sequence
+
+from configs.checks import check_one_of
+from configs.schema import SPLITS
+
+__all__ = [
+    "SNAPSHOTS", "LATEST", "MANIFEST", "CLASSES", "STATS", "STATS_PB", "REPORT", "REJECTS",
+    "INDEX", "TRANSFORM_FN", "STAGING", "WORK_DIR",
+    "Snapshot", "Storage", "GfileStorage", "GFILE", "Selection",
+    "join", "new_run_id", "snapshot_dir", "staging_dir", "staging_root", "work_file",
+    "shard_name", "shard_glob", "parse_shard_name", "tfrecord_compression",
+    "committed_snapshots", "read_latest", "latest_snapshot", "parse_selection",
+    "select_snapshots", "list_shards", "list_split_shards",
+]
+
+SNAPSHOTS = "snapshots"          # OUTPUT/snapshots/<run_id>/
+LATEST = "LATEST"                # OUTPUT/LATEST
+MANIFEST = "manifest.json"       # the commit point of a snapshot
+CLASSES = "classes.txt"          # OUTPUT/classes.txt and snapshots/<run_id>/classes.txt
+STATS = "stats.json"
+STATS_PB = "stats.pb"
+REPORT = "report.html"
+REJECTS = "rejects.jsonl"
+INDEX = "index.parquet"
+TRANSFORM_FN = "transform_fn"    # TFT's exported transform, next to the shards
+STAGING = ".staging"             # OUTPUT/.staging/<run_id>/
+WORK_DIR = "_work"               # job-internal summaries inside the staging folder
+
+_SHARD = "{name}-{split}.tfrecord-{index:05d}-of-{count:05d}{suffix}"
+_GZIP_SUFFIX = ".gz"
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """One snapshot: `OUTPUT/snapshots/<run_id>/` at `path`.
+
+    A snapshot is identified by `run_id` and `path` (equality and hashing use only those).
+    The publisher also fills in what the run reported (`accounting`, `stats` and `manifest`,
+    for the CLI summary and tests); a snapshot found on disk by the reader leaves them None.
+    """
+    run_id: str
+    path: str
+    accounting: dict | None = dataclasses.field(default=None, compare=False, repr=False)
+    stats: dict | None = dataclasses.field(default=None, compare=False, repr=False)
+    manifest: dict | None = dataclasses.field(default=None, compare=False, repr=False)
+
+
+class Storage(Protocol):
+    """The four file operations the layout's rules need (paths as strings, any scheme the
+    implementation knows)."""
+
+    def glob(self, pattern: str) -> list[str]:
+        """Paths matching `pattern` (`*` within one folder level)."""
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or folder exists at `path`."""
+
+    def read_text(self, path: str) -> str:
+        """The whole file, decoded as UTF-8."""
+
+    def mtime(self, path: str) -> float:
+        """Last modification time (any unit, compared only with the same storage's)."""
+
+
+class GfileStorage:
+    """`Storage` through `tf.io.gfile`: local paths, gs:// and TensorFlow's other file systems.
+    TensorFlow is imported on first use, so importing the layout stays cheap."""
+
+    @staticmethod
+    def _gfile():
+        import tensorflow as tf
+        return tf.io.gfile
+
+    def glob(self, pattern: str) -> list[str]:
+        return list(self._gfile().glob(pattern))
+
+    def exists(self, path: str) -> bool:
+        return self._gfile().exists(path)
+
+    def read_text(self, path: str) -> str:
+        with self._gfile().GFile(path, "r") as handle:
+            return handle.read()
+
+    def mtime(self, path: str) -> float:
+        return self._gfile().stat(path).mtime_nsec
+
+
+GFILE = GfileStorage()
+
+
+def join(*parts: str) -> str:
+    """Joins path parts with "/" (local, gs:// and other URLs alike)."""
+    return "/".join(p.rstrip("/") for p in parts)
+
+
+def new_run_id(now: datetime.datetime | None = None) -> str:
+    """A run id: the UTC start time to the microsecond (`20260101T000000000000Z`); their
+    sort order is their time order."""
+    now = now or datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def snapshot_dir(output_dir: str, run_id: str) -> str:
+    return join(output_dir, SNAPSHOTS, run_id)
+
+
+def staging_root(output_dir: str) -> str:
+    return join(output_dir, STAGING)
+
+
+def staging_dir(output_dir: str, run_id: str) -> str:
+    return join(output_dir, STAGING, run_id)
+
+
+def work_file(staging: str, name: str) -> str:
+    """A job-internal file in a staging folder (`_work/<name>`, never published)."""
+    return join(staging, WORK_DIR, name)
+
+
+# ----------------------------------------------------------------------------- shards
+
+class ShardName(NamedTuple):
+    index: int
+    count: int
+    gzip: bool
+
+
+def shard_name(name: str, split: str, index: int, count: int, compression: str) -> str:
+    """A shard's path inside its snapshot: `<split>/<name>-<split>.tfrecord-NNNNN-of-NNNNN`,
+    `.gz` appended when `compression` is "gzip"."""
+    suffix = _GZIP_SUFFIX if compression == "gzip" else ""
+    return f"{split}/" + _SHARD.format(name=name, split=split, index=index, count=count,
+                                       suffix=suffix)
+
+
+def shard_glob(name: str, split: str) -> str:
+    """A glob for the shard files of a split (inside `<snapshot>/<split>/`)."""
+    return f"{name}-{split}.tfrecord-*"
+
+
+def parse_shard_name(filename: str, name: str, split: str) -> ShardName | None:
+    """(index, count, gzip) of a shard file name (the last path part), or None when the name
+    is not one of `shard_name`'s."""
+    pattern = rf"^{re.escape(name)}-{re.escape(split)}\.tfrecord-(\d+)-of-(\d+)(\.gz)?$"
+    match = re.match(pattern, filename.rstrip("/").rsplit("/", 1)[-1])
+    if match is None:
+        return None
+    return ShardName(int(match.group(1)), int(match.group(2)), match.group(3) is not None)
+
+
+def tfrecord_compression(path: str) -> str:
+    """The `tf.data.TFRecordDataset` compression type of a shard file: "GZIP" or ""."""
+    return "GZIP" if path.endswith(_GZIP_SUFFIX) else ""
+
+
+def list_shards(snapshot: Snapshot, split: str, name: str = "images",
+                storage: Storage = GFILE) -> list[str]:
+    """The shard files of one split, sorted: `<name>-<split>.tfrecord-00000-of-00008[.gz]`.
+
+    Raises if the split has no shards or if shards are missing from the `-of-N` series.
+    """
+    check_one_of("split", split, SPLITS)
+    directory = join(snapshot.path, split)
+    named = [(path, parse_shard_name(path, name, split))
+             for path in storage.glob(join(directory, shard_glob(name, split)))]
+    named = [(path, parsed) for path, parsed in named if parsed is not None]
+    if not named:
+        raise FileNotFoundError(
+            f"No shards for split {split!r} in snapshot {snapshot.run_id!r}: nothing matches "
+            f"{directory}/{name}-{split}.tfrecord-NNNNN-of-NNNNN[.gz]")
+    indices = {parsed.index for _, parsed in named}
+    totals = {parsed.count for _, parsed in named}
+    if len(totals) != 1 or indices != set(range(next(iter(totals)))):
+        raise ValueError(
+            f"Incomplete shard series for split {split!r} in {directory}: expected indices "
+            f"0..N-1 of one N. Received: indices {sorted(indices)}, N in {sorted(totals)}")
+    return sorted(path for path, _ in named)
+
+
+def list_split_shards(snapshots: Sequence[Snapshot], split: str, name: str = "images",
+                      storage: Storage = GFILE) -> list[str]:
+    """Shards of `split` over several snapshots, oldest snapshot first. One snapshot must have
+    the split; of several, one may have none of it (a small night), but not all of them."""
+    if len(snapshots) == 1:
+        return list_shards(snapshots[0], split, name, storage)
+    files = []
+    for snapshot in snapshots:
+        if storage.glob(join(snapshot.path, split, shard_glob(name, split))):
+            files += list_shards(snapshot, split, name, storage)
+    if not files:
+        raise FileNotFoundError(
+            f"No shards for split {split!r} in the {len(snapshots)} selected snapshots.")
+    return files
+
+
+# ----------------------------------------------------------------------------- snapshots
+
+def committed_snapshots(output_dir: str, storage: Storage = GFILE) -> list[Snapshot]:
+    """The committed snapshots (those with a manifest), oldest first. A folder without
+    `manifest.json` is a run still writing, or one that crashed: never read."""
+    manifests = storage.glob(join(output_dir, SNAPSHOTS, "*", MANIFEST))
+    run_ids = sorted({path.rstrip("/").rsplit("/", 2)[-2] for path in manifests})
+    return [Snapshot(run_id, snapshot_dir(output_dir, run_id)) for run_id in run_ids]
+
+
+def read_latest(output_dir: str, storage: Storage = GFILE) -> str | None:
+    """The run_id that `OUTPUT/LATEST` names, or None before the first committed run."""
+    path = join(output_dir, LATEST)
+    if not storage.exists(path):
+        return None
+    return storage.read_text(path).strip() or None
+
+
+def latest_snapshot(output_dir: str, storage: Storage = GFILE) -> Snapshot:
+    """The snapshot `LATEST` names; if `LATEST` is missing or names an uncommitted snapshot,
+    the committed one with the newest manifest (with a warning). Raises when none is
+    committed."""
+    committed = committed_snapshots(output_dir, storage)
+    if not committed:
+        raise FileNotFoundError(
+            f"No committed snapshot under {output_dir}/{SNAPSHOTS} (a snapshot is committed once "
+            f"its {MANIFEST} is written). Run `pixelmill preprocess` first.")
+    by_id = {s.run_id: s for s in committed}
+    pointer = join(output_dir, LATEST)
+    if storage.exists(pointer):
+        run_id = storage.read_text(pointer).strip()
+        if run_id in by_id:
+            return by_id[run_id]
+        logging.warning("%s names %r, which is not a committed snapshot; using the committed "
+                        "snapshot with the newest manifest instead", pointer, run_id)
+    else:
+        logging.warning("%s is missing; using the committed snapshot with the newest manifest",
+                        pointer)
+    return max(committed, key=lambda s: (storage.mtime(join(s.path, MANIFEST)), s.run_id))
+
+
+class Selection(NamedTuple):
+    """A parsed `snapshots` choice: kind "latest" | "all" | "last" | "mix", with the count N
+    ("last") or the newest snapshot's weight W ("mix"); 0 otherwise."""
+    kind: str
+    value: float
+
+    @property
+    def mix_weight(self) -> float | None:
+        return self.value if self.kind == "mix" else None
+
+
+def parse_selection(spec) -> Selection:
+    """The `snapshots` argument ("latest", "all", N, "last:N", "mix:W") as a `Selection`."""
+    if isinstance(spec, bool):
+        spec = str(spec)
+    if isinstance(spec, int):
+        spec = f"last:{spec}"
+    if spec in ("latest", "all"):
+        return Selection(spec, 0)
+    kind, _, value = str(spec).partition(":")
+    try:
+        number = float(value)
+    except ValueError:
+        number = None
+    if kind == "last" and number is not None and number >= 1 and number == int(number):
+        return Selection("last", int(number))
+    if kind == "mix" and number is not None and 0.0 < number < 1.0:
+        return Selection("mix", number)
+    raise ValueError(
+        "Unknown snapshots selection. Expected one of ('latest', 'all', N or 'last:N' with "
+        "N >= 1, 'mix:W' with 0 < W < 1 the share of the newest snapshot). "
+        f"Received: snapshots={spec!r}")
+
+
+def select_snapshots(output_dir: str, snapshots="latest",
+                     storage: Storage = GFILE) -> list[Snapshot]:
+    """The committed snapshots to read, oldest first.
+
+    `"latest"`: `latest_snapshot`. `"all"`: every committed snapshot. `N` or `"last:N"`: the
+    newest N. `"mix:W"`: all of them, the newest drawn with weight W against the archive (see
+    `pipelines.training_input.make_dataset`); needs at least two. Uncommitted snapshots are
+    never selected.
+    """
+    kind, value = parse_selection(snapshots)
+    if kind == "latest":
+        return [latest_snapshot(output_dir, storage)]
+    committed = committed_snapshots(output_dir, storage)
+    if not committed:
+        latest_snapshot(output_dir, storage)  # raises the "no committed snapshot" error
+    if kind == "last":
+        return committed[-value:]
+    if kind == "mix" and len(committed) < 2:
+        raise ValueError(
+            f"snapshots={snapshots!r} mixes the newest snapshot with the archive, but "
+            f"{output_dir} has {len(committed)} committed snapshot(s).")
+    return committed
