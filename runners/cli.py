@@ -7,6 +7,11 @@
     pixelmill bench preprocess|train [options]
 
 Each subcommand is also `python -m runners.<module>`.
+
+Exit codes: 0 done; 1 the run failed (the error is printed; nothing was published); 2 bad
+flags, config or inputs, found before any work (one line, no traceback); 75 another run holds
+the output folder's lock; `nightly` adds 3 (drift with --fail_on_drift). Never a signal: the
+process ends with `os._exit` whatever happened (see `console_main`).
 """
 from __future__ import annotations
 
@@ -14,12 +19,17 @@ import importlib
 import logging
 import os
 import sys
+import traceback
 
 from configs.schema import ConfigError
 from runners.errors import UsageError
 from runners.run_lock import LockHeld
 
-__all__ = ["main", "console_main", "SUBCOMMANDS"]
+__all__ = ["main", "console_main", "SUBCOMMANDS", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED"]
+
+EXIT_FAILED = 1   # the run failed; the error is printed, nothing was published
+EXIT_USAGE = 2    # bad flags, config or inputs, found before any work: one line
+EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds the output folder
 
 SUBCOMMANDS = {
     "preprocess": ("runners.preprocess", "raw images + CSV labels -> committed TFRecord snapshot"),
@@ -64,22 +74,37 @@ def main(argv=None) -> int:
         result = entry(rest)
     except (UsageError, ConfigError) as exc:
         print(f"pixelmill {command}: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except LockHeld as exc:
         print(f"pixelmill {command}: {exc}", file=sys.stderr)
-        return 75
+        return EXIT_LOCKED
+    except Exception as exc:  # noqa: BLE001 - a failed run: the error, then exit 1
+        traceback.print_exc()
+        print(f"pixelmill {command}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     return result if isinstance(result, int) else 0
 
 
 def console_main(argv=None) -> None:
-    """The `pixelmill` console script: `main()`, then a hard exit.
+    """The `pixelmill` console script: `main()`, then a hard exit, whatever happened.
 
     After a job that ran TensorFlow Transform, CPython's interpreter teardown can crash
     (SIGSEGV in protobuf's upb extension deallocating a repeated field after its module was
     torn down: protobuf 6 with TF 2.21 / TFT 1.21). Everything is written and flushed by then,
-    so exiting without the teardown keeps the exit code honest.
+    so exiting without the teardown keeps the exit code honest: also when `main` raises
+    (exit 1; a failed run exited 139 from the teardown) or is interrupted (130, as a shell
+    reports Ctrl-C).
     """
-    code = main(argv)
+    try:
+        code = main(argv)
+    except KeyboardInterrupt:
+        print("pixelmill: interrupted", file=sys.stderr)
+        code = 130
+    except SystemExit as exc:  # argparse's --help and usage errors
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except BaseException:  # noqa: BLE001 - report it, then still skip the teardown
+        traceback.print_exc()
+        code = EXIT_FAILED
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

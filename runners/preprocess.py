@@ -77,6 +77,22 @@ def _starting_class_table(output_dir: str, classes_file: str | None, config) -> 
     return existing + [name for name in given if name not in existing], True
 
 
+def _check_output_dir(output_dir: str) -> None:
+    """A local --output_dir must be (or be creatable as) a writable folder: said in one line
+    here, not as a traceback from the lock or the first write. Object stores are checked by
+    their first write."""
+    if "://" in output_dir:
+        return
+    path = os.path.abspath(output_dir)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        what = "is a file" if path == os.path.abspath(output_dir) else f"is below a file, {path}"
+        raise UsageError(f"--output_dir {output_dir} {what}; expected a folder.")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--output_dir {output_dir}: {path} is not writable.")
+
+
 def _check_header(parse_header_only):
     """Parses just the header line: a missing column stops the job before any work."""
     try:
@@ -94,6 +110,7 @@ def resolve_job(job_options: PreprocessOptions, staging_dir: str):
         if local_folder and not os.path.isdir(root):
             raise UsageError(f"--data_root {root}: no such folder.")
     output_dir = _require(job_options.output_dir, "--output_dir")
+    _check_output_dir(output_dir)
     try:
         config = load_config(job_options.config, job_options.config_overrides or ())
     except ConfigError as exc:
