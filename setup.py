@@ -22,7 +22,8 @@ setuptools.setup(
         "google-crc32c>=1.5",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3"],
+        # tensorflow-datasets: tests read snapshots with tfds.builder_from_directory.
+        "test": ["pytest>=8", "pytest-xdist>=3", "tensorflow-datasets>=4.9.10,<4.10"],
         # The nightly DAG in runners/airflow_dag.py; not needed to run pixelmill itself.
         "airflow": ["apache-airflow>=2.9"],
     },

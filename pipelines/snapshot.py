@@ -26,6 +26,7 @@ from transforms.offline import classes, quality_rules
 from transforms.reporting.report import render_report
 from transforms.reporting.stats import finalize_stats
 from transforms.reporting.stats_proto import to_statistics_proto
+from transforms.reporting.tfds_metadata import tfds_files
 from transforms.offline.tft_analysis import tft_summary
 from transforms.reporting.thumbnails import thumbnail_png
 from transforms import snapshot_layout as layout
@@ -205,6 +206,21 @@ def discard_staging(job: PreprocessJob) -> None:
     remove_tree(job.staging_dir)
 
 
+def _write_tfds_files(job: PreprocessJob, run_id: str, table: list) -> None:
+    """TFDS's dataset_info.json, features.json and class names into the staging folder, so the
+    snapshot is a TFDS dataset directory; none for gzip shards, which TFDS cannot read."""
+    output = job.config.output
+    if output.compression == "gzip":
+        return
+    staging = job.staging_dir
+    files = tfds_files(name=output.name, run_id=run_id,
+                       shards=read_json(work_file(staging, "shards.json")), class_table=table,
+                       meta_columns=read_json(work_file(staging, "meta_columns.json")),
+                       label_offset=output.label_offset)
+    for filename, data in files.items():
+        _write_bytes(FileSystems.join(staging, filename), data)
+
+
 def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: dict,
                      extra_stats: dict | None = None) -> Snapshot:
     """Checks the staged run and commits it as `snapshots/<run_id>/` (see module docstring).
@@ -220,6 +236,7 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
     html = render_report(stats, _thumbnails(job, stats), title=f"pixelmill snapshot {run_id}",
                          run_id=run_id)
     _write_bytes(FileSystems.join(staging, layout.REPORT), html.encode("utf-8"))
+    _write_tfds_files(job, run_id, table)
 
     shard_entries = {entry["path"]: entry for entry in read_json(work_file(staging, "shards.json"))}
     final = layout.snapshot_dir(output_dir, run_id)
@@ -237,6 +254,7 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
         "accounting": accounting,
         "splits": stats.get("by_split", {}),
         "num_classes": len(table),
+        "label_offset": job.config.output.label_offset,  # stored class ids = table ids + this
         "files": files,
         "config": config_to_dict(job.config),
         "versions": _versions(),

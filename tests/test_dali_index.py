@@ -19,6 +19,7 @@ import tensorflow as tf
 from tests.jobutil import shard_files
 from transforms import codec
 from transforms.offline import dali_index
+from transforms.snapshot_layout import dali_index_name
 
 
 def _masked_crc(data: bytes) -> int:
@@ -44,8 +45,7 @@ def _tfrecord2idx(data: bytes) -> str:
 
 
 def _index_path(snapshot, shard: str) -> str:
-    return os.path.join(snapshot.path, dali_index.index_name(os.path.relpath(shard,
-                                                                             snapshot.path)))
+    return os.path.join(snapshot.path, dali_index_name(os.path.relpath(shard, snapshot.path)))
 
 
 def test_every_shard_has_an_index_in_tfrecord2idx_format(demo_snapshot):
@@ -74,7 +74,7 @@ def test_index_builder_lines():
     for size in (30, 16, 1000):
         builder.add(size)
     assert builder.text() == b"0 30\n30 16\n46 1000\n"
-    assert dali_index.index_name("train/images-train.tfrecord-00000-of-00002") == (
+    assert dali_index_name("train/images-train.tfrecord-00000-of-00002") == (
         "train/dali_index/images-train.tfrecord-00000-of-00002.idx")
     with pytest.raises(ValueError, match="size > 0"):
         dali_index.index_line(0, 0)

@@ -8,7 +8,9 @@ snapshots are committed, latest or selected.
                                     # the job's internal summaries, never published
       snapshots/<run_id>/
         <split>/<name>-<split>.tfrecord-00000-of-00008[.gz]
+        <split>/dali_index/<name>-<split>.tfrecord-00000-of-00008.idx   # uncompressed shards
         classes.txt  stats.json  stats.pb  report.html  rejects.jsonl  index.parquet
+        dataset_info.json  features.json  *.labels.txt   # TFDS's (uncompressed shards only)
         transform_fn/  transformed_metadata/
         manifest.json               # written last: a snapshot without it is not committed
 
@@ -34,7 +36,8 @@ __all__ = [
     "INDEX", "TRANSFORM_FN", "STAGING", "WORK_DIR",
     "Snapshot", "Storage", "GfileStorage", "GFILE", "Selection",
     "join", "new_run_id", "snapshot_dir", "staging_dir", "staging_root", "work_file",
-    "shard_name", "shard_glob", "parse_shard_name", "tfrecord_compression",
+    "shard_name", "shard_glob", "parse_shard_name", "tfrecord_compression", "DALI_INDEX_DIR",
+    "dali_index_name",
     "committed_snapshots", "read_latest", "latest_snapshot", "parse_selection",
     "select_snapshots", "list_shards", "list_split_shards",
 ]
@@ -54,6 +57,7 @@ WORK_DIR = "_work"               # job-internal summaries inside the staging fol
 
 _SHARD = "{name}-{split}.tfrecord-{index:05d}-of-{count:05d}{suffix}"
 _GZIP_SUFFIX = ".gz"
+DALI_INDEX_DIR = "dali_index"    # <split>/dali_index/<shard>.idx
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +161,14 @@ def shard_name(name: str, split: str, index: int, count: int, compression: str) 
     suffix = _GZIP_SUFFIX if compression == "gzip" else ""
     return f"{split}/" + _SHARD.format(name=name, split=split, index=index, count=count,
                                        suffix=suffix)
+
+
+def dali_index_name(shard_rel: str) -> str:
+    """A shard's DALI index (path inside the snapshot): `<split>/dali_index/<shard>.idx`. In a
+    subfolder, so a glob for the shards (`<split>/<name>-<split>.tfrecord-*`, as tf.data users
+    write it) never takes an index for a TFRecord file."""
+    folder, _, filename = shard_rel.rpartition("/")
+    return "/".join(part for part in (folder, DALI_INDEX_DIR, f"{filename}.idx") if part)
 
 
 def shard_glob(name: str, split: str) -> str:

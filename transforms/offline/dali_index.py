@@ -7,25 +7,12 @@ CRC), exactly what DALI's `tools/tfrecord2idx` script prints. The shard writer k
 it writes, so the index costs no second read of the shard.
 
 Gzip shards get none: DALI reads only uncompressed TFRecords, and offsets into a gzip stream
-mean nothing to it (set `output.compression: none` for DALI).
+mean nothing to it (set `output.compression: none` for DALI). Where the index goes is the
+layout's (`transforms.snapshot_layout.dali_index_name`).
 """
 from __future__ import annotations
 
-import posixpath
-
-__all__ = ["INDEX_DIR", "INDEX_SUFFIX", "index_name", "index_line", "IndexBuilder"]
-
-INDEX_DIR = "dali_index"
-INDEX_SUFFIX = ".idx"
-
-
-def index_name(shard_rel: str) -> str:
-    """The index of a shard (path inside the snapshot): `<split>/dali_index/<shard>.idx`.
-
-    In a subfolder, so a glob for the shards (`<split>/<name>-<split>.tfrecord-*`, as tf.data
-    users write it) never picks an index up as a TFRecord file."""
-    folder, filename = posixpath.split(shard_rel)
-    return posixpath.join(folder, INDEX_DIR, filename + INDEX_SUFFIX)
+__all__ = ["index_line", "IndexBuilder"]
 
 
 def index_line(offset: int, size: int) -> str:

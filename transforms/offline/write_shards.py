@@ -25,9 +25,9 @@ from apache_beam.metrics import Metrics
 from configs.schema import OutputConfig
 from transforms import codec
 from transforms.offline import splits
-from transforms.offline.dali_index import IndexBuilder, index_name
+from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.index_table import record_row
-from transforms.snapshot_layout import shard_name
+from transforms.snapshot_layout import dali_index_name, shard_name
 
 __all__ = ["WriteShards", "MetaColumns", "shard_counts", "frame_record", "ShardFile",
            "FILES"]
@@ -133,7 +133,8 @@ class _WriteShardFn(beam.DoFn):
                 digest.update(tail)
                 size += len(tail)
         if compressor is None:
-            with FileSystems.create(FileSystems.join(self._staging_dir, index_name(rel_path)),
+            index_path = FileSystems.join(self._staging_dir, dali_index_name(rel_path))
+            with FileSystems.create(index_path,
                                     compression_type=CompressionTypes.UNCOMPRESSED) as handle:
                 handle.write(dali.text())
         yield beam.pvalue.TaggedOutput(
