@@ -163,11 +163,9 @@ def measure(image: np.ndarray) -> dict[str, float]:
 def judge(metrics: dict, config) -> tuple[str, str] | None:
     """The quality verdict: `(reason, detail)` for the first rule that fires, or None.
 
-    The rules and their order are `quality_rules.RULES` (today: low_information (contrast_std <
-    min_std, then entropy < min_entropy), too_dark (brightness_p99 < dark_p99_max), too_bright
-    (brightness_p01 > bright_p01_min), blurry (blur_laplacian_var < blur_min)). A threshold set
-    to None switches its rule off; `config.enabled` False switches them all off. `config` is a
-    `configs.schema.QualityConfig`.
+    The rules and their order are `quality_rules.RULES` (the README's quality-rule table shows
+    them). A threshold set to None switches its rule off; `config.enabled` False switches them
+    all off. `config` is a `configs.schema.QualityConfig`.
     """
     if not config.enabled:
         return None
