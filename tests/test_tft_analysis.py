@@ -20,7 +20,7 @@ from PIL import Image
 from runners.demo_data import photo_like
 from transforms import codec
 from transforms.offline import tft_analysis as ta
-from transforms.decode import decode_image, pick_jpeg_ratio
+from transforms.decode import decode_for_model, decode_image, pick_jpeg_ratio
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import make_row
 
@@ -175,9 +175,9 @@ def test_transform_image_equals_decode_resize_normalize_by_hand(analyzed):
         np.testing.assert_allclose(images[index], expected, atol=1e-5, err_msg=record.rel)
 
 
-def test_decode_and_resize_matches_the_jpeg_scaled_decoder(analyzed):
+def test_decode_for_model_matches_the_jpeg_scaled_decoder(analyzed):
     record, encoded = analyzed["records"][0], analyzed["encoded"][0]
-    image = ta.decode_and_resize(tf.constant(encoded), IMAGE_SIZE).numpy()
+    image = decode_for_model(tf.constant(encoded), IMAGE_SIZE).numpy()
     scaled = decode_image(tf.constant(encoded), jpeg_ratio=2)
     assert scaled.shape[:2] == (record.height // 2, record.width // 2)
     np.testing.assert_array_equal(image, tf.image.resize(scaled, IMAGE_SIZE).numpy() / 255.0)

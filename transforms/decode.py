@@ -8,13 +8,26 @@ is ever padded.
 `jpeg_ratio` (1, 2, 4 or 8) asks libjpeg for a DCT-scaled decode: every byte of the
 entropy-coded data is still Huffman-decoded (so truncation and corruption are still caught) but
 the inverse DCT and colour conversion run at 1/ratio size. The offline quality metrics use it
-because they only need a small copy.
+because they only need a small copy; the model's input uses it because it is resized down
+anyway.
+
+The scale rule (`JPEG_RATIOS`: the largest ratio that keeps a side at least the target) is
+written once, in two forms: `pick_jpeg_ratio` for Python ints (the offline inspection, which
+knows the header's size before decoding) and `jpeg_ratio_index` for tensors (inside a graph).
+
+Decode for the model: `decode_scaled` (uint8, at the DCT scale for a model input of
+`image_size`) and `decode_for_model` (that, bilinearly resized to `image_size`, float32 in
+[0, 1]). The training reader and the TFT `preprocessing_fn` (hence serving) both call them, so
+training and serving see the same pixels.
 """
 from __future__ import annotations
 
 import tensorflow as tf
 
-__all__ = ["decode_image", "pick_jpeg_ratio"]
+__all__ = ["JPEG_RATIOS", "decode_image", "pick_jpeg_ratio", "jpeg_ratio_index", "decode_scaled",
+           "decode_for_model"]
+
+JPEG_RATIOS = (1, 2, 4, 8)  # the DCT scales libjpeg offers
 
 
 def decode_image(contents: tf.Tensor, jpeg_ratio: int = 1, is_jpeg: bool | None = None
@@ -51,13 +64,56 @@ def _to_rgb(image: tf.Tensor) -> tf.Tensor:
 
 
 def pick_jpeg_ratio(width: int, height: int, target: int, side: str = "short") -> int:
-    """The largest DCT scale (1, 2, 4, 8) that keeps the `side` ("short" or "long") at least
-    `target` px: the short side for a training crop, the long side for an analysis copy that
-    must fit in `target` x `target`."""
+    """The largest DCT scale in `JPEG_RATIOS` that keeps the `side` ("short" or "long") at
+    least `target` px: the short side for a model input, the long side for an analysis copy
+    that must fit in `target` x `target`. The Python form of `jpeg_ratio_index`."""
     if side not in ("short", "long"):
         raise ValueError(f"Unknown side {side!r}. Expected one of ('short', 'long').")
     length = min(width, height) if side == "short" else max(width, height)
-    ratio = 1
-    while ratio < 8 and length // (ratio * 2) >= target:
-        ratio *= 2
-    return ratio
+    return max(ratio for ratio in JPEG_RATIOS if ratio == 1 or length // ratio >= target)
+
+
+def jpeg_ratio_index(height: tf.Tensor, width: tf.Tensor, target: int) -> tf.Tensor:
+    """int32 index into `JPEG_RATIOS` of the largest DCT scale that keeps the short side of a
+    `height` x `width` image at least `target` px (for `tf.switch_case`). The graph form of
+    `pick_jpeg_ratio(width, height, target)`."""
+    short_side = tf.minimum(height, width)
+    index = tf.constant(0, tf.int32)
+    for branch, ratio in enumerate(JPEG_RATIOS[1:], start=1):
+        index = tf.where(short_side // ratio >= target, branch, index)
+    return index
+
+
+def _stored_size(encoded: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(height, width) int64 from a JPEG header, (0, 0) for other formats (scale 1)."""
+    size = tf.cond(tf.io.is_jpeg(encoded),
+                   lambda: tf.io.extract_jpeg_shape(encoded, output_type=tf.int64)[:2],
+                   lambda: tf.zeros([2], tf.int64))
+    return size[0], size[1]
+
+
+def _scale_index(encoded: tf.Tensor, image_size: tuple[int, int], stored_size) -> tf.Tensor:
+    height, width = _stored_size(encoded) if stored_size is None else stored_size
+    return jpeg_ratio_index(height, width, min(image_size))
+
+
+def decode_scaled(encoded: tf.Tensor, image_size: tuple[int, int],
+                  stored_size: tuple[tf.Tensor, tf.Tensor] | None = None) -> tf.Tensor:
+    """uint8 [h, w, 3]: `decode_image` at the largest DCT scale that keeps a JPEG's short side
+    at least `min(image_size)` (other formats: full size). `stored_size` is the image's
+    (height, width) when the caller has it (a record's fields); otherwise a JPEG's comes from
+    its header (`tf.io.extract_jpeg_shape`), which is the same number."""
+    encoded = tf.convert_to_tensor(encoded, tf.string)
+    branches = [lambda r=r: decode_image(encoded, jpeg_ratio=r) for r in JPEG_RATIOS]
+    image = tf.switch_case(_scale_index(encoded, image_size, stored_size), branches)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def decode_for_model(encoded: tf.Tensor, image_size: tuple[int, int],
+                     stored_size: tuple[tf.Tensor, tf.Tensor] | None = None) -> tf.Tensor:
+    """float32 [height, width, 3] in [0, 1] at `image_size` (height, width): `decode_scaled`,
+    a bilinear resize, /255. What the model consumes, in training and in serving."""
+    image = tf.image.resize(decode_scaled(encoded, image_size, stored_size), image_size)
+    image.set_shape([*image_size, 3])
+    return tf.clip_by_value(image / 255.0, 0.0, 1.0)

@@ -17,10 +17,10 @@ over the whole dataset:
 `transform_fn/` and `transformed_metadata/` are written next to the shards. Its
 `preprocessing_fn` maps what a client has at serving time to what the model consumes:
 
-    image/encoded    (JPEG/PNG/... bytes) -> image  float32 [H, W, 3]: the shared decoder
-                     (`transforms.decode.decode_image`, DCT-scaled for large JPEGs exactly as the
-                     training reader does), bilinear resize to `image_size`, /255, then
-                     (x - mean) / std with the analyzed numbers
+    image/encoded    (JPEG/PNG/... bytes) -> image  float32 [H, W, 3]:
+                     `transforms.decode.decode_for_model` (the shared decoder, DCT-scaled for
+                     large JPEGs, bilinear resize to `image_size`, /255: the very function the
+                     training reader calls), then (x - mean) / std with the analyzed numbers
     image/class/text (class name)         -> label  int64: the id in the run's class table,
                                              -1 for a name outside it
 
@@ -63,7 +63,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from configs.online import image_size_pair
 from transforms import codec
-from transforms.decode import decode_image
+from transforms.decode import decode_for_model
 from transforms.offline.classes import class_name_problem
 from transforms.offline.image_record import ImageRecord
 
@@ -71,7 +71,7 @@ __all__ = [
     "PIXEL_COUNT", "CHANNEL_SUM", "CHANNEL_SQSUM", "WIDTH", "HEIGHT", "ANALYSIS_FEATURES",
     "RAW_FEATURE_SPEC", "IMAGE", "LABEL", "STATS_PREFIX", "CLASS_TABLE_ASSET",
     "CLASS_FREQUENCIES", "DEFAULT_SIZE_QUANTILES",
-    "raw_metadata", "raw_features", "decode_and_resize", "make_preprocessing_fn",
+    "raw_metadata", "raw_features", "make_preprocessing_fn",
     "AnalyzeAndWriteTransform", "tft_summary", "read_normalization",
 ]
 
@@ -110,7 +110,6 @@ CLASS_TABLE_ASSET = "pixelmill_class_table"
 CLASS_FREQUENCIES = "class_frequencies"
 DEFAULT_SIZE_QUANTILES = 10
 _QUANTILE_EPSILON = 0.001
-_JPEG_RATIOS = (1, 2, 4, 8)
 # Content of the class-table asset before analysis has produced the real one (TFT builds the
 # graph once with it); never in an exported transform.
 _TABLE_BEFORE_ANALYSIS = b"__class_table_before_analysis__"
@@ -187,31 +186,6 @@ def raw_features(item: ImageRecord | Mapping) -> dict:
         WIDTH: int(width),
         HEIGHT: int(height),
     }
-
-
-def decode_and_resize(encoded: tf.Tensor, image_size) -> tf.Tensor:
-    """Encoded bytes (scalar string) -> float32 [H, W, 3] in [0, 1] at `image_size`.
-
-    Exactly the training reader's decode (`pipelines.training_input`): the shared decoder with
-    the largest DCT scale (1, 2, 4, 8) that keeps a JPEG's short side at least
-    `min(image_size)`, a bilinear resize, /255. The reader takes the stored size from the
-    record; here it comes from the JPEG header (`tf.io.extract_jpeg_shape`), which is the same
-    number. Other formats ignore the scale.
-    """
-    size = image_size_pair(image_size)
-    encoded = tf.convert_to_tensor(encoded, tf.string)
-    stored = tf.cond(tf.io.is_jpeg(encoded),
-                     lambda: tf.io.extract_jpeg_shape(encoded, output_type=tf.int64)[:2],
-                     lambda: tf.zeros([2], tf.int64))
-    short_side = tf.reduce_min(stored)
-    index = tf.constant(0, tf.int32)
-    for branch, ratio in enumerate(_JPEG_RATIOS[1:], start=1):
-        index = tf.where(short_side // ratio >= min(size), branch, index)
-    branches = [lambda r=r: tf.image.resize(decode_image(encoded, jpeg_ratio=r), size)
-                for r in _JPEG_RATIOS]
-    image = tf.switch_case(index, branches)
-    image.set_shape([*size, 3])
-    return tf.clip_by_value(image / 255.0, 0.0, 1.0)
 
 
 class _WriteClassTableAsset(tft_beam.experimental.PTransformAnalyzer):
@@ -298,7 +272,7 @@ def make_preprocessing_fn(class_table, image_size,
         tft.annotate_asset(CLASS_TABLE_ASSET, CLASS_TABLE_ASSET)
         label = tft.apply_vocabulary(text, table_path, default_value=-1, name="label")
 
-        image = tf.map_fn(lambda contents: (decode_and_resize(contents, size) - mean32) / std32,
+        image = tf.map_fn(lambda contents: (decode_for_model(contents, size) - mean32) / std32,
                           encoded, fn_output_signature=tf.TensorSpec([*size, 3], tf.float32))
         return {
             IMAGE: image,

@@ -1,0 +1,59 @@
+"""The decode for the model (transforms.decode): one DCT-scale rule in its Python and graph forms,
+and decode_for_model taking the stored size from a record or from the JPEG header alike."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from runners.demo_data import photo_like
+from transforms.decode import (JPEG_RATIOS, decode_for_model, decode_image, decode_scaled,
+                               jpeg_ratio_index, pick_jpeg_ratio)
+
+
+def photo_bytes(seed: int, height: int, width: int, fmt: str = "JPEG") -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(photo_like(np.random.default_rng(seed), height, width, 0)).save(buffer, fmt)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("height,width,target,expected", [
+    (100, 100, 224, 1), (448, 600, 224, 2), (447, 600, 224, 1), (896, 900, 224, 4),
+    (2000, 3000, 224, 8), (4000, 9000, 100, 8), (16, 16, 16, 1), (32, 17, 8, 2),
+])
+def test_python_and_graph_rules_agree(height, width, target, expected):
+    assert pick_jpeg_ratio(width, height, target) == expected
+    index = jpeg_ratio_index(tf.constant(height, tf.int64), tf.constant(width, tf.int64), target)
+    assert JPEG_RATIOS[int(index)] == expected
+
+
+def test_long_side_rule_for_the_analysis_copy():
+    assert pick_jpeg_ratio(1024, 768, 256, side="long") == 4
+    assert pick_jpeg_ratio(1024, 768, 256, side="short") == 2
+    with pytest.raises(ValueError, match="Unknown side 'wide'"):
+        pick_jpeg_ratio(10, 10, 5, side="wide")
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_stored_size_from_record_or_header_gives_the_same_image(fmt):
+    encoded = tf.constant(photo_bytes(1, height=70, width=90, fmt=fmt))
+    from_header = decode_for_model(encoded, (16, 24)).numpy()
+    from_record = decode_for_model(encoded, (16, 24), (tf.constant(70, tf.int64),
+                                                       tf.constant(90, tf.int64))).numpy()
+    np.testing.assert_array_equal(from_header, from_record)
+    assert from_header.shape == (16, 24, 3) and from_header.dtype == np.float32
+    assert 0.0 <= from_header.min() and from_header.max() <= 1.0
+
+
+def test_jpeg_is_decoded_at_the_dct_scale_then_resized():
+    """70 x 90 for 16 px: ratio 4 (short side 17 >= 16; ratio 8 would give 8)."""
+    encoded = tf.constant(photo_bytes(2, height=70, width=90))
+    assert pick_jpeg_ratio(90, 70, 16) == 4
+    scaled = decode_scaled(encoded, (16, 16)).numpy()
+    np.testing.assert_array_equal(scaled, decode_image(encoded, jpeg_ratio=4).numpy())
+    assert scaled.shape == (18, 23, 3)                  # libjpeg rounds 70/4, 90/4 up
+    expected = tf.image.resize(scaled, (16, 16)).numpy() / 255.0
+    np.testing.assert_array_equal(decode_for_model(encoded, (16, 16)).numpy(), expected)
