@@ -41,17 +41,19 @@ from PIL import Image
 
 from configs.schema import SPLITS, Config, load_config
 from transforms import codec
+from transforms import snapshot_layout as layout
 
-__all__ = ["write_synthetic_snapshot", "measure_epochs", "run"]
+__all__ = ["synthetic_image", "write_corpus", "measure_epochs", "run"]
 
 _PALETTE = ((220, 60, 50), (60, 170, 70), (50, 90, 210), (230, 200, 40), (160, 70, 190),
             (40, 190, 200), (240, 130, 30), (120, 120, 120))
 
 
-def _synthetic_image(rng: np.random.Generator, size: int, label: int,
-                     boxes: Sequence[Sequence[float]]) -> np.ndarray:
+def synthetic_image(rng: np.random.Generator, size: int, label: int,
+                    boxes: Sequence[Sequence[float]] = ()) -> np.ndarray:
     """A photo-like picture: a smooth random background tinted by the class, a few textured
-    details, and a filled rectangle in the class colour for each (xmin, ymin, xmax, ymax) box."""
+    details, and a filled rectangle in the class colour for each (xmin, ymin, xmax, ymax) box
+    (the reader's tests draw boxes; the benchmark does not)."""
     coarse = rng.uniform(0, 255, size=(6, 6, 3)).astype(np.uint8)
     background = np.asarray(Image.fromarray(coarse).resize((size, size), Image.BICUBIC),
                             dtype=np.float32)
@@ -64,87 +66,48 @@ def _synthetic_image(rng: np.random.Generator, size: int, label: int,
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
-def _random_boxes(rng: np.random.Generator, count: int) -> list[tuple[float, ...]]:
-    boxes = []
-    for _ in range(count):
-        width, height = rng.uniform(0.2, 0.5, size=2)
-        xmin, ymin = rng.uniform(0.0, 1.0 - width), rng.uniform(0.0, 1.0 - height)
-        boxes.append((float(xmin), float(ymin), float(xmin + width), float(ymin + height)))
-    return boxes
+def write_corpus(output_dir: str, images: int, image_size: int, num_classes: int,
+                 num_shards: int, seed: int, run_id: str = "bench") -> str:
+    """Writes the benchmark's corpus as one committed snapshot and returns its folder.
 
-
-def write_synthetic_snapshot(output_dir: str, *, counts: dict | None = None,
-                             image_size: int = 32, num_classes: int = 3, num_shards: int = 2,
-                             max_boxes: int = 0, compression: str = "none", seed: int = 0,
-                             run_id: str = "synthetic", name: str = "images",
-                             commit: bool = True) -> str:
-    """Writes one snapshot in the offline job's layout and returns its folder.
-
-    `OUTPUT/snapshots/<run_id>/{classes.txt, <split>/<name>-<split>.tfrecord-0000i-of-0000n[.gz],
-    stats.json (pixel_stats on the 0-1 scale, by_split), manifest.json}`, plus `OUTPUT/LATEST`
-    and `OUTPUT/classes.txt`. Records are made with `transforms.codec.encode_example` from
-    seeded JPEGs; image i of a split has label `i % num_classes` and, when `max_boxes` > 0,
-    1..max_boxes boxes. `commit=False` leaves out manifest.json and LATEST (a crashed run).
+    `images` seeded JPEGs (`synthetic_image`, quality 90; image i has label
+    `i % num_classes` and lies in shard `i % num_shards`) in the train split, in the layout
+    `transforms.snapshot_layout` owns: shards, classes.txt and stats.json (the counts the reader
+    needs: by_split and boxes), then manifest.json (the commit point), classes.txt and LATEST.
     """
-    counts = {"train": 64} if counts is None else counts
     class_names = [f"class_{index}" for index in range(num_classes)]
-    snapshot = f"{output_dir}/snapshots/{run_id}"
-    suffix = ".gz" if compression == "gzip" else ""
-    options = tf.io.TFRecordOptions(compression_type="GZIP" if suffix else "")
-    pixel_sum, pixel_sq_sum, pixel_count = np.zeros(3), np.zeros(3), 0
-    images_with_boxes, num_boxes = 0, 0
-    files = []
-    for split_index, (split, count) in enumerate(sorted(counts.items())):
-        if split not in SPLITS:
-            raise ValueError(f"Unknown split {split!r}. Expected one of {SPLITS}.")
-        tf.io.gfile.makedirs(f"{snapshot}/{split}")
-        paths = [f"{snapshot}/{split}/{name}-{split}.tfrecord-{shard:05d}-of-{num_shards:05d}"
-                 f"{suffix}" for shard in range(num_shards)]
-        writers = [tf.io.TFRecordWriter(path, options) for path in paths]
-        for index in range(count):
-            rng = np.random.default_rng([seed, split_index, index])
-            label = index % num_classes
-            boxes = _random_boxes(rng, int(rng.integers(1, max_boxes + 1))) if max_boxes else []
-            pixels = _synthetic_image(rng, image_size, label, boxes)
-            images_with_boxes += bool(boxes)
-            num_boxes += len(boxes)
-            flat = pixels.reshape(-1, 3).astype(np.float64) / 255.0
-            pixel_sum += flat.sum(0)
-            pixel_sq_sum += (flat ** 2).sum(0)
-            pixel_count += pixels.shape[0] * pixels.shape[1]
-            buffer = io.BytesIO()
-            Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
-            encoded = buffer.getvalue()
-            box_labels = [(label + k) % num_classes for k in range(len(boxes))]
-            writers[index % num_shards].write(codec.encode_example(
-                encoded=encoded, image_format="jpeg", height=image_size, width=image_size,
-                filename=f"{split}/{class_names[label]}/{index:06d}.jpg",
-                sha256=hashlib.sha256(encoded).hexdigest(), label=label,
-                label_text=class_names[label], boxes=boxes, box_labels=box_labels,
-                box_texts=[class_names[k] for k in box_labels]))
-        for writer in writers:
-            writer.close()
-        files.extend(paths)
-    mean = pixel_sum / max(pixel_count, 1)
-    std = np.sqrt(np.maximum(pixel_sq_sum / max(pixel_count, 1) - mean ** 2, 1e-12))
-    table = "".join(f"{c}\n" for c in class_names)
-    _write_text(f"{snapshot}/classes.txt", table)
-    _write_text(f"{snapshot}/stats.json", json.dumps({
-        "pixel_stats": {"mean": mean.round(6).tolist(), "std": std.round(6).tolist(),
-                        "scale": "0-1"},
-        "by_split": {split: counts.get(split, 0) for split in SPLITS},
-        "boxes": {"images_with_boxes": images_with_boxes, "boxes": num_boxes}}, indent=2))
-    if commit:
-        _write_text(f"{snapshot}/manifest.json", json.dumps(
-            {"run_id": run_id, "files": sorted(files), "synthetic": True}, indent=2))
-        _write_text(f"{output_dir}/classes.txt", table)
-        _write_text(f"{output_dir}/LATEST", f"{run_id}\n")
+    snapshot = layout.snapshot_dir(output_dir, run_id)
+    paths = [layout.join(snapshot, layout.shard_name("images", "train", shard, num_shards, "none"))
+             for shard in range(num_shards)]
+    tf.io.gfile.makedirs(layout.join(snapshot, "train"))
+    writers = [tf.io.TFRecordWriter(path) for path in paths]
+    for index in range(images):
+        rng = np.random.default_rng([seed, 0, index])
+        label = index % num_classes
+        buffer = io.BytesIO()
+        Image.fromarray(synthetic_image(rng, image_size, label)).save(
+            buffer, format="JPEG", quality=90)
+        encoded = buffer.getvalue()
+        writers[index % num_shards].write(codec.encode_example(
+            encoded=encoded, image_format="jpeg", height=image_size, width=image_size,
+            filename=f"train/{class_names[label]}/{index:06d}.jpg",
+            sha256=hashlib.sha256(encoded).hexdigest(), label=label,
+            label_text=class_names[label]))
+    for writer in writers:
+        writer.close()
+    table = "".join(f"{name}\n" for name in class_names)
+    for path, text in (
+            (layout.join(snapshot, layout.CLASSES), table),
+            (layout.join(snapshot, layout.STATS), json.dumps({
+                "by_split": {split: images if split == "train" else 0 for split in SPLITS},
+                "boxes": {"images_with_boxes": 0, "boxes": 0}}, indent=2)),
+            (layout.join(snapshot, layout.MANIFEST), json.dumps(
+                {"run_id": run_id, "files": sorted(paths), "synthetic": True}, indent=2)),
+            (layout.join(output_dir, layout.CLASSES), table),
+            (layout.join(output_dir, layout.LATEST), f"{run_id}\n")):
+        with tf.io.gfile.GFile(path, "w") as handle:
+            handle.write(text)
     return snapshot
-
-
-def _write_text(path: str, text: str) -> None:
-    with tf.io.gfile.GFile(path, "w") as handle:
-        handle.write(text)
 
 
 def measure_epochs(dataset: tf.data.Dataset, steps_per_epoch: int, batch_size: int,
@@ -322,9 +285,8 @@ def _cpu_count() -> int:
 
 def _bench(args, config: Config, workdir: str) -> dict:
     started = time.perf_counter()
-    write_synthetic_snapshot(workdir, counts={"train": args.images},
-                             image_size=args.source_size, num_classes=8,
-                             num_shards=args.shards, seed=args.seed, run_id="bench")
+    write_corpus(workdir, images=args.images, image_size=args.source_size, num_classes=8,
+                 num_shards=args.shards, seed=args.seed)
     logging.info("corpus written in %.1f s", time.perf_counter() - started)
     results = _bench_cpu(args, config, workdir)
     print(_report(args, config, results), flush=True)  # before the GPU part can fail

@@ -8,7 +8,7 @@ from PIL import Image
 from configs.schema import load_config
 from pipelines.training_input import make_dataset
 from runners import preview
-from runners.bench_train import write_synthetic_snapshot
+from tests.fake_snapshot import write_synthetic_snapshot
 
 IDENTITY = ["online.geometry.enabled=false", "online.pixel.enabled=false",
             "online.mix.enabled=false"]

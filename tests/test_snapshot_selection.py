@@ -6,7 +6,7 @@ import pytest
 
 from configs.schema import load_config
 from pipelines import training_input
-from runners.bench_train import write_synthetic_snapshot
+from tests.fake_snapshot import write_synthetic_snapshot
 
 
 @pytest.fixture(scope="module")

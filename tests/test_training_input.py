@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from configs.schema import ConfigError, load_config
 from pipelines import training_input
-from runners.bench_train import write_synthetic_snapshot
+from tests.fake_snapshot import write_synthetic_snapshot
 from transforms import codec
 from transforms.online.augment import build_batch_augmenter
 
