@@ -28,7 +28,7 @@ from transforms.offline import classes, splits
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
 from transforms.offline.image_record import ImageRecord
-from transforms.offline.index_table import INDEX_SCHEMA, record_row
+from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
 from transforms.offline.inspect_image import InspectImages
 from transforms.offline.join_labels import (MATCHED, REJECTED, ROW_REJECTS, SKIPPED, PlanImages,
                                             ReadBoxRows, ReadLabelRows, resolve_labels)
@@ -148,7 +148,7 @@ def _read_archive(pipeline: beam.Pipeline, archive: tuple):
 
     def with_run_id(item):
         filename, row = item
-        return dict(row, run_id=run_ids[filename])
+        return dict(upgrade_row(row), run_id=run_ids[filename])  # older indexes too
 
     return (pipeline
             | "ArchiveIndexPaths" >> beam.Create(sorted(run_ids))

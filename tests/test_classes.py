@@ -79,7 +79,7 @@ def test_frozen_mode_rejects_new_classes(folders, tmp_path):
     run_job(folders, out, sets=FAST)
     _write(folders, "ant/0.jpg", 30, 2)
     second = run_job(folders, out, sets=FAST + ["classes.frozen=true"])
-    assert index_rows(second)["ant/0.jpg"]["outcome"] == "unknown_class"
+    assert index_rows(second)["ant/0.jpg"]["reason"] == "unknown_class"
     assert (out / "classes.txt").read_text().split() == ["cat", "dog"]
 
 

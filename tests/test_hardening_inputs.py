@@ -60,7 +60,7 @@ def test_a_box_label_with_a_line_separator_is_a_bad_label_row():
 
 
 def test_a_class_folder_with_a_line_breaking_character_is_a_bad_label():
-    record = ImageRecord(path="/r/ze\x1cbra/a.jpg", rel="ze\x1cbra/a.jpg", size=1,
+    record = ImageRecord(uri="/r/ze\x1cbra/a.jpg", path="ze\x1cbra/a.jpg", file_bytes=1,
                          sha256="ab", width=10, height=10)
     resolved = resolve_labels(record, Config(), folder_labels=True)
     assert resolved.reject.reason == "bad_label"
@@ -100,7 +100,7 @@ def test_bad_labels_never_reach_the_class_table_and_ids_never_move(tmp_path):
             rows["d.jpg"]["label_id"]) == (0, 1, 2)
     (bad,) = [r for r in rejects(second) if r["reason"] == "bad_label"]
     assert bad["path"] == "c.jpg" and "U+2028" in bad["detail"]
-    assert rows["c.jpg"]["outcome"] == "unlabeled"
+    assert rows["c.jpg"]["reason"] == "unlabeled"
     third = run_job(root, out, labels=[second_csv], sets=FAST)  # and the next run still works
     assert index_rows(third)["d.jpg"]["label_id"] == 2
 

@@ -119,10 +119,10 @@ def test_night_two_processes_only_what_is_new(three_nights):
 def test_night_two_rejects_copies_of_archived_images(three_nights):
     _, first, second, *_ = three_nights
     rows = index_rows(second.snapshot)
-    assert rows["copies/exact.jpg"]["outcome"] == "duplicate"
+    assert rows["copies/exact.jpg"]["reason"] == "duplicate"
     assert "'dog/1.jpg'" in rows["copies/exact.jpg"]["detail"]
     assert first.run_id in rows["copies/exact.jpg"]["detail"]
-    assert rows["copies/near.jpg"]["outcome"] == "near_duplicate"
+    assert rows["copies/near.jpg"]["reason"] == "near_duplicate"
     assert "'cat/2.jpg'" in rows["copies/near.jpg"]["detail"]
 
 

@@ -30,7 +30,7 @@ def snapshot(demo, tmp_path_factory):
 def test_every_image_reaches_its_expected_outcome(demo, snapshot):
     rows = index_rows(snapshot)
     assert set(rows) == set(demo.expected)
-    got = {path: ("accepted" if row["accepted"] else row["outcome"]) for path, row in rows.items()}
+    got = {path: ("accepted" if row["accepted"] else row["reason"]) for path, row in rows.items()}
     assert got == demo.expected
 
 

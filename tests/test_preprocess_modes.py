@@ -50,7 +50,7 @@ def test_folder_names_are_labels_without_a_csv(folder_dataset, tmp_path):
 def test_image_at_the_root_has_no_folder_label(folder_dataset, tmp_path):
     _write_jpeg(str(folder_dataset / "loose.jpg"), seed=40)
     snap = run_job(folder_dataset, tmp_path / "out", sets=["decode.isolation=inline"])
-    assert index_rows(snap)["loose.jpg"]["outcome"] == "unlabeled"
+    assert index_rows(snap)["loose.jpg"]["reason"] == "unlabeled"
 
 
 def test_gzip_shards_and_shard_count_from_target_size(folder_dataset, tmp_path):
@@ -82,9 +82,9 @@ class _FragileInspectFn(inspect_image.InspectImageFn):
     child process, which unpickles it by importing this module)."""
 
     def _inspect(self, record):
-        if record.rel == "cat/1.jpg":
+        if record.path == "cat/1.jpg":
             os._exit(139)
-        if record.rel == "dog/2.jpg":
+        if record.path == "dog/2.jpg":
             time.sleep(60)
         return super()._inspect(record)
 
@@ -96,9 +96,9 @@ def test_crashing_and_hanging_decoder_reject_one_file_each(folder_dataset, tmp_p
                    sets=["decode.isolation=subprocess", "decode.timeout_s=2",
                          "transform.enabled=false"])
     rows = index_rows(snap)
-    assert rows["cat/1.jpg"]["outcome"] == "decoder_crash"
+    assert rows["cat/1.jpg"]["reason"] == "decoder_crash"
     assert "died" in rows["cat/1.jpg"]["detail"]
-    assert rows["dog/2.jpg"]["outcome"] == "decoder_crash"
+    assert rows["dog/2.jpg"]["reason"] == "decoder_crash"
     assert "decode.timeout_s=2" in rows["dog/2.jpg"]["detail"]
     assert sum(row["accepted"] for row in rows.values()) == 4
     assert snap.accounting["ok"]

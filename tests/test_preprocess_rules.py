@@ -99,7 +99,7 @@ def dataset(tmp_path_factory):
 
 def _outcome(dataset, rel):
     row = dataset["rows"][rel]
-    return "accepted" if row["accepted"] else row["outcome"], row["detail"]
+    return "accepted" if row["accepted"] else row["reason"], row["detail"]
 
 
 @pytest.mark.parametrize("rel", ["a/ok_jpeg.jpg", "a/ok_gif.gif", "a/ok_bmp.bmp",

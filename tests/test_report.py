@@ -20,7 +20,8 @@ EVIL_LABEL = "<b>cat</b>"
 def _row(path, outcome, accepted, label=None, **values):
     channel = {f"{kind}_{c}": value for kind, value in (("mean", 0.25), ("sqmean", 0.0625))
                for c in "rgb"}
-    return make_row(path=path, outcome=outcome, accepted=accepted, label=label, bytes=2048,
+    return make_row(path=path, reason=None if accepted else outcome, accepted=accepted,
+                    label=label, bytes=2048,
                     format="jpeg" if accepted else "", split=outcome if accepted else None,
                     width=64 if accepted else None, height=48 if accepted else None,
                     num_boxes=0, **(channel if accepted else {}), **values)

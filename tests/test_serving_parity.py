@@ -64,7 +64,7 @@ def snapshot(tmp_path_factory):
         encoded, image_format, width, height, moments = _image(rng, index)
         label = CLASSES[index % len(CLASSES)]
         records.append(ImageRecord(
-            path=f"/data/{index}", rel=f"{index}.{image_format}", size=len(encoded),
+            uri=f"/data/{index}", path=f"{index}.{image_format}", file_bytes=len(encoded),
             format=image_format, width=width, height=height, moments=moments, label=label,
             label_id=CLASSES.index(label), split="train"))
         encoded_images.append(encoded)

@@ -21,14 +21,14 @@ def _accepted(path, split, label, width, height, *, image_format="jpeg", size=10
               means=(0.5, 0.5, 0.5), sqmeans=(0.3, 0.3, 0.3), **quality):
     return make_row(
         path=path, sha256="f" * 64, format=image_format, width=width, height=height,
-        bytes=size, outcome=split, accepted=True, detail="", label=label, split=split,
+        bytes=size, accepted=True, detail="", label=label, split=split,
         num_boxes=boxes, mean_r=means[0], mean_g=means[1], mean_b=means[2],
         sqmean_r=sqmeans[0], sqmean_g=sqmeans[1], sqmean_b=sqmeans[2],
         **{f"quality_{name}": value for name, value in quality.items()})
 
 
 def _rejected(path, reason, size=100, **quality):
-    return make_row(path=path, sha256="e" * 64, bytes=size, outcome=reason, accepted=False,
+    return make_row(path=path, sha256="e" * 64, bytes=size, reason=reason, accepted=False,
                     detail="why", **{f"quality_{name}": value for name, value in quality.items()})
 
 
@@ -216,12 +216,12 @@ def test_pixel_stats_without_accepted_images_are_none():
 
 
 def test_unknown_reject_reason_is_an_error():
-    with pytest.raises(ValueError, match="Unknown reject reason.*outcome='fuzzy'"):
+    with pytest.raises(ValueError, match="Unknown reject reason.*reason='fuzzy'"):
         _combine([_rejected("x.jpg", "fuzzy")])
 
 
 def test_accepted_row_without_split_is_an_error():
-    row = make_row(path="x.jpg", accepted=True, outcome="", width=8, height=8)
+    row = make_row(path="x.jpg", accepted=True, split="", width=8, height=8)
     with pytest.raises(ValueError, match="names no split"):
         _combine([row])
 

@@ -62,7 +62,7 @@ def analyzed(tmp_path_factory):
         encoded, image_format = _encode(pixels, index)
         moments = () if index == UNMEASURED else _moments(encoded)
         records.append(ImageRecord(
-            path=f"/data/{index}.img", rel=f"{index}.img", size=len(encoded),
+            uri=f"/data/{index}.img", path=f"{index}.img", file_bytes=len(encoded),
             sha256=f"{index:064x}", format=image_format, width=width, height=height, moments=moments, label=label,
             label_id=CLASS_TABLE.index(label), split="train"))
         encoded_images.append(encoded)
@@ -172,7 +172,7 @@ def test_transform_image_equals_decode_resize_normalize_by_hand(analyzed):
             assert ratio == 2                   # the DCT-scaled decode is exercised
         decoded = decode_image(tf.constant(encoded), jpeg_ratio=ratio)
         expected = (tf.image.resize(decoded, IMAGE_SIZE).numpy() / 255.0 - mean) / std
-        np.testing.assert_allclose(images[index], expected, atol=1e-5, err_msg=record.rel)
+        np.testing.assert_allclose(images[index], expected, atol=1e-5, err_msg=record.path)
 
 
 def test_decode_for_model_matches_the_jpeg_scaled_decoder(analyzed):
@@ -184,7 +184,7 @@ def test_decode_for_model_matches_the_jpeg_scaled_decoder(analyzed):
 
 
 def test_raw_features_from_record():
-    record = ImageRecord(path="/d/a.png", rel="a.png", size=10, width=4, height=5,
+    record = ImageRecord(uri="/d/a.png", path="a.png", file_bytes=10, width=4, height=5,
                          moments=(0.5, 0.25, 0.125, 0.3, 0.1, 0.05), label="dog")
     raw = ta.raw_features(record)
     assert raw[codec.IMAGE_ENCODED] == b""      # analysis never ships or decodes pixels
@@ -195,7 +195,7 @@ def test_raw_features_from_record():
 
 
 def test_raw_features_from_index_row_equal_those_from_record():
-    record = ImageRecord(path="/d/a.png", rel="a.png", size=10, width=4, height=5,
+    record = ImageRecord(uri="/d/a.png", path="a.png", file_bytes=10, width=4, height=5,
                          moments=(0.5, 0.25, 0.125, 0.3, 0.1, 0.05), label="dog")
     row = make_row(path="a.png", accepted=True, label="dog", width=4, height=5, mean_r=0.5,
                    mean_g=0.25, mean_b=0.125, sqmean_r=0.3, sqmean_g=0.1, sqmean_b=0.05)
@@ -206,21 +206,21 @@ def test_raw_features_from_index_row_equal_those_from_record():
 
 
 def test_raw_features_without_moments_have_no_pixel_weight():
-    record = ImageRecord(path="/d/a.png", rel="a.png", size=10, width=4, height=5, label="dog")
+    record = ImageRecord(uri="/d/a.png", path="a.png", file_bytes=10, width=4, height=5, label="dog")
     raw = ta.raw_features(record)
     assert raw[ta.PIXEL_COUNT] == 0
     np.testing.assert_array_equal(raw[ta.CHANNEL_SUM], np.zeros(3, np.float32))
 
 
 def test_raw_features_refuse_a_rejected_record():
-    record = ImageRecord(path="/d/a.png", rel="a.png", size=10, width=4, height=5,
+    record = ImageRecord(uri="/d/a.png", path="a.png", file_bytes=10, width=4, height=5,
                          label="dog").rejected("blurry", "too blurry")
     with pytest.raises(ValueError, match="Only accepted images.*'a.png'"):
         ta.raw_features(record)
 
 
 def test_raw_features_refuse_an_unlabelled_record():
-    record = ImageRecord(path="/d/a.png", rel="a.png", size=10, width=4, height=5)
+    record = ImageRecord(uri="/d/a.png", path="a.png", file_bytes=10, width=4, height=5)
     with pytest.raises(ValueError, match="needs a label.*label=None"):
         ta.raw_features(record)
 

@@ -22,7 +22,7 @@ __all__ = ["DropExactDuplicates", "DropNearDuplicates"]
 
 def _keep_lowest_path(item):
     _sha, grouped = item
-    ordered = sorted(grouped["records"], key=lambda r: r.rel)
+    ordered = sorted(grouped["records"], key=lambda r: r.path)
     archived = sorted(grouped["archive"])  # (run_id, rel) of earlier acceptances
     if archived:
         run_id, rel = archived[0]
@@ -34,7 +34,7 @@ def _keep_lowest_path(item):
         return
     yield ordered[0]
     for other in ordered[1:]:
-        yield other.rejected("duplicate", f"same sha256 as {ordered[0].rel!r} (kept)")
+        yield other.rejected("duplicate", f"same sha256 as {ordered[0].path!r} (kept)")
 
 
 class DropExactDuplicates(beam.PTransform):
@@ -95,7 +95,7 @@ class DropNearDuplicates(beam.PTransform):
 
     def expand(self, records):
         max_hamming = self._max_hamming
-        tonight = records | "TonightHashes" >> beam.Map(lambda r: (r.rel, r.phash, ""))
+        tonight = records | "TonightHashes" >> beam.Map(lambda r: (r.path, r.phash, ""))
         neighbours = (
             (tonight, self._archive)
             | "AllHashes" >> beam.Flatten()
@@ -103,7 +103,7 @@ class DropNearDuplicates(beam.PTransform):
                 (band, m) for band in quality.hash_bands(m[1], max_hamming)])
             | "GroupByBand" >> beam.GroupByKey()
             | "ClosePairs" >> beam.FlatMap(_close_pairs, max_hamming))
-        return ({"records": records | "KeyByPath" >> beam.Map(lambda r: (r.rel, r)),
+        return ({"records": records | "KeyByPath" >> beam.Map(lambda r: (r.path, r)),
                  "neighbours": neighbours}
                 | "JoinNeighbours" >> beam.CoGroupByKey()
                 | "MarkNearDuplicates" >> beam.FlatMap(_mark, max_hamming))

@@ -26,10 +26,11 @@ _GLOB_CHARS = "*?["
 
 @dataclasses.dataclass(frozen=True)
 class FileRef:
-    """A discovered file: full path for reading, root-relative posix path as its identity."""
+    """A discovered file: `uri` (full path or URL) for reading, `path` (root-relative, posix)
+    as its identity, `file_bytes` its size."""
+    uri: str
     path: str
-    rel: str
-    size: int
+    file_bytes: int
     mtime: float | None = None
 
 
@@ -61,16 +62,16 @@ class _ClassifyFileFn(beam.DoFn):
         except paths.UnsafePath as exc:
             shown = paths.printable(metadata.path)  # the raw name may not even be UTF-8
             yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
-                path=shown, rel=shown, size=int(metadata.size_in_bytes)
+                uri=shown, path=shown, file_bytes=int(metadata.size_in_bytes)
             ).rejected("unsafe_path", str(exc)))
             return
         escape = paths.escapes_root(self._root, metadata.path)
         if escape:
             yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
-                path=metadata.path, rel=rel, size=int(metadata.size_in_bytes)
+                uri=metadata.path, path=rel, file_bytes=int(metadata.size_in_bytes)
             ).rejected("unsafe_path", escape))
             return
-        yield FileRef(path=metadata.path, rel=rel, size=int(metadata.size_in_bytes),
+        yield FileRef(uri=metadata.path, path=rel, file_bytes=int(metadata.size_in_bytes),
                       mtime=getattr(metadata, "last_updated_in_seconds", None))
 
 
@@ -98,7 +99,7 @@ class DiscoverImages(beam.PTransform):
         grouped = (
             refs
             | "FlattenRefs" >> beam.Flatten()
-            | "KeyByRelPath" >> beam.Map(lambda ref: (ref.rel, ref))
+            | "KeyByRelPath" >> beam.Map(lambda ref: (ref.path, ref))
             | "GroupByRelPath" >> beam.GroupByKey()
             | "OnePerRelPath" >> beam.ParDo(_OnePerRelPathFn()).with_outputs(
                 UNSAFE_TAG, main="ok"))
@@ -116,10 +117,10 @@ class _OnePerRelPathFn(beam.DoFn):
 
     def process(self, item):
         rel, refs = item
-        unique = sorted({ref.path: ref for ref in refs}.values(), key=lambda r: r.path)
+        unique = sorted({ref.uri: ref for ref in refs}.values(), key=lambda r: r.uri)
         self._discovered.inc(len(unique))
         yield unique[0]
         for other in unique[1:]:
             yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
-                path=other.path, rel=other.path, size=other.size).rejected(
-                    "duplicate", f"same relative path {rel!r} as {unique[0].path} (kept)"))
+                uri=other.uri, path=other.uri, file_bytes=other.file_bytes).rejected(
+                    "duplicate", f"same relative path {rel!r} as {unique[0].uri} (kept)"))

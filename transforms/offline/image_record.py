@@ -15,9 +15,10 @@ __all__ = ["ImageRecord"]
 @dataclasses.dataclass(frozen=True)
 class ImageRecord:
     """Everything known about one discovered image as it moves through the job."""
-    path: str                      # full path (for reading)
-    rel: str                       # root-relative path (identity, CSV key, image/filename)
-    size: int
+    uri: str                       # where to read it: full path or URL (gs://...)
+    path: str                      # relative to the data root: identity, CSV key,
+                                   # image/filename, and `path` in rejects and the index
+    file_bytes: int                # size of the file (the index column `bytes`)
     mtime: float | None = None     # last modified (seconds), from the file system listing
     label_key: str = ""            # the labels the CSV rows give it (see join_labels.label_key)
     label_rows: tuple = ()         # its LabelRows, until labels are resolved
@@ -38,4 +39,4 @@ class ImageRecord:
 
     def rejected(self, reason: str, detail: str) -> "ImageRecord":
         return dataclasses.replace(self, reject=Reject(
-            path=self.rel, reason=reason, detail=detail, kind=IMAGE, sha256=self.sha256))
+            path=self.path, reason=reason, detail=detail, kind=IMAGE, sha256=self.sha256))

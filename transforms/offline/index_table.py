@@ -2,15 +2,19 @@
 
 Users query it with pandas/DuckDB/BigQuery to re-slice a dataset without re-reading images, and
 the nightly run reads it back as its memory of what was seen. The pipeline builds rows with
-`make_row` so every row has every column (None where unknown).
+`make_row` so every row has every column (None where unknown); `upgrade_row` reads a row of an
+index written by an older version.
 """
 from __future__ import annotations
+
+from typing import Mapping
 
 import pyarrow as pa
 
 from transforms.codec import QUALITY_METRICS
 
-__all__ = ["INDEX_SCHEMA", "INDEX_COLUMNS", "CHANNEL_COLUMNS", "make_row", "record_row"]
+__all__ = ["INDEX_SCHEMA", "INDEX_COLUMNS", "CHANNEL_COLUMNS", "make_row", "record_row",
+           "upgrade_row"]
 
 # Per-channel mean and mean of squares of pixel/255, measured on the analysis copy;
 # the dataset's normalization statistics are their pixel-count-weighted averages.
@@ -26,7 +30,7 @@ INDEX_SCHEMA = pa.schema(
         ("bytes", pa.int64()),
         ("mtime", pa.float64()),        # last modified (seconds) when it was seen
         ("label_key", pa.string()),     # the labels its CSV rows gave it ("" for none)
-        ("outcome", pa.string()),       # the split name when accepted, else the reject reason
+        ("reason", pa.string()),        # the reject reason; null when accepted (see `split`)
         ("accepted", pa.bool_()),
         ("detail", pa.string()),        # reject detail; "" when accepted
         ("label", pa.string()),         # class name; null when none
@@ -56,11 +60,24 @@ def record_row(record, shard: str | None = None) -> dict:
     metrics = dict(record.metrics)
     reject = record.reject
     return make_row(
-        path=record.rel, sha256=record.sha256, format=record.format, width=record.width,
-        height=record.height, bytes=record.size, mtime=record.mtime, label_key=record.label_key,
-        outcome=reject.reason if reject else record.split, accepted=reject is None,
+        path=record.path, sha256=record.sha256, format=record.format, width=record.width,
+        height=record.height, bytes=record.file_bytes, mtime=record.mtime,
+        label_key=record.label_key, reason=reject.reason if reject else None,
+        accepted=reject is None,
         detail=reject.detail if reject else "", label=record.label, label_id=record.label_id,
         split=None if reject else record.split, phash=record.phash, shard=shard,
         num_boxes=len(record.boxes),
         **{f"quality_{name}": metrics.get(name) for name in QUALITY_METRICS},
         **dict(zip(CHANNEL_COLUMNS, record.moments)))
+
+
+def upgrade_row(row: Mapping) -> dict:
+    """A row read back from an `index.parquet`, in the current columns. An index written
+    before `reason` replaced `outcome` (the split when accepted, else the reject reason) is
+    mapped: `reason` is the old `outcome` of a rejected row and None for an accepted one,
+    whose split is in `split` in both versions. Other columns are kept as read."""
+    row = dict(row)
+    if "outcome" in row and "reason" not in row:
+        outcome = row.pop("outcome")
+        row["reason"] = None if row.get("accepted") else outcome
+    return row

@@ -87,7 +87,7 @@ class _Tally:
 
 
 class InspectImageFn(beam.DoFn):
-    """ImageRecord (path, rel, size) -> ImageRecord measured, with `reject` set when a rule
+    """ImageRecord (uri, path, file_bytes) -> ImageRecord measured, with `reject` set when a rule
     fails. Expected failures become
     rejects here; anything that escapes (a crash, a hang) is the dead letter of the isolation."""
 
@@ -109,12 +109,12 @@ class InspectImageFn(beam.DoFn):
 
     def _inspect(self, record: ImageRecord) -> ImageRecord:
         try:
-            with FileSystems.open(record.path, compression_type="uncompressed") as handle:
+            with FileSystems.open(record.uri, compression_type="uncompressed") as handle:
                 data = handle.read()
         except OSError as exc:
             return record.rejected("unreadable", f"{type(exc).__name__}: {exc}")
         record = dataclasses.replace(record, sha256=hashlib.sha256(data).hexdigest(),
-                                     size=len(data))
+                                     file_bytes=len(data))
         try:
             header = image_header.read_header(data)
         except image_header.UnknownFormat as exc:

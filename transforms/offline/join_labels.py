@@ -28,7 +28,7 @@ from transforms.offline.image_record import ImageRecord
 from transforms.offline.rejects import BOX_ROW, LABEL_ROW, Reject
 
 __all__ = ["ReadLabelRows", "ReadBoxRows", "PlanImages", "resolve_labels", "label_key",
-           "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "RETRIED_OUTCOMES",
+           "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "RETRIED_REASONS",
            "read_csv_header"]
 
 ROW_REJECTS = "row_rejects"
@@ -36,7 +36,7 @@ MATCHED = "matched"
 SKIPPED = "skipped"
 REJECTED = "rejected"
 # Outcomes that say nothing about the content: such a file is inspected again even unchanged.
-RETRIED_OUTCOMES = ("unreadable", "decoder_crash")
+RETRIED_REASONS = ("unreadable", "decoder_crash")
 _KEY_SEPARATOR = "\x1f"
 
 
@@ -127,8 +127,8 @@ def resolve_labels(record: ImageRecord, config: Config, folder_labels: bool) -> 
         record = dataclasses.replace(record, label=labels[0],
                                      split=splits[0] if splits else None,
                                      meta=tuple(sorted(meta.items())))
-    elif folder_labels and _folder_label(record.rel):
-        folder = _folder_label(record.rel)
+    elif folder_labels and _folder_label(record.path):
+        folder = _folder_label(record.path)
         problem = class_name_problem(folder)
         if problem:
             return record.rejected("bad_label", f"the class folder name {problem}")
@@ -150,11 +150,11 @@ def resolve_labels(record: ImageRecord, config: Config, folder_labels: bool) -> 
 
 def _unchanged(ref, prior: dict | None, key: str) -> bool:
     return (prior is not None
-            and prior["bytes"] == ref.size
+            and prior["bytes"] == ref.file_bytes
             and prior["mtime"] is not None and ref.mtime is not None
             and abs(prior["mtime"] - ref.mtime) < 1e-3
             and (prior["label_key"] or "") == key
-            and prior["outcome"] not in RETRIED_OUTCOMES)
+            and prior["reason"] not in RETRIED_REASONS)
 
 
 class _PlanFn(beam.DoFn):
@@ -189,7 +189,8 @@ class _PlanFn(beam.DoFn):
             if _unchanged(ref, priors[-1] if priors else None, key):
                 yield beam.pvalue.TaggedOutput(SKIPPED, (rel, priors[-1]["run_id"]))
                 continue
-            yield ImageRecord(path=ref.path, rel=ref.rel, size=ref.size, mtime=ref.mtime,
+            yield ImageRecord(uri=ref.uri, path=ref.path, file_bytes=ref.file_bytes,
+                              mtime=ref.mtime,
                               label_key=key, label_rows=label_rows, box_rows=box_rows)
 
 
@@ -210,8 +211,8 @@ class PlanImages(beam.PTransform):
     def expand(self, inputs):
         refs, rejected, label_rows, box_rows, prior_rows = inputs
         keyed = {
-            "refs": refs | "KeyRefs" >> beam.Map(lambda r: (r.rel, r)),
-            "rejected": rejected | "KeyRejected" >> beam.Map(lambda r: (r.rel, r)),
+            "refs": refs | "KeyRefs" >> beam.Map(lambda r: (r.path, r)),
+            "rejected": rejected | "KeyRejected" >> beam.Map(lambda r: (r.path, r)),
             "labels": label_rows | "KeyLabelRows" >> beam.Map(lambda r: (r.path, r)),
             "boxes": box_rows | "KeyBoxRows" >> beam.Map(lambda r: (r.path, r)),
             "prior": prior_rows | "KeyPriorRows" >> beam.Map(lambda r: (r["path"], r)),

@@ -160,7 +160,7 @@ def raw_features(item: ImageRecord | Mapping) -> dict:
     the size quantiles but adds nothing to the pixel mean/std.
     """
     if isinstance(item, ImageRecord):
-        rel, accepted = item.rel, item.reject is None
+        rel, accepted = item.path, item.reject is None
         label, width, height, moments = item.label, item.width, item.height, item.moments
     elif isinstance(item, Mapping):
         rel, accepted = item.get("path"), item.get("accepted")

@@ -77,7 +77,7 @@ class MetaColumns(beam.PTransform):
 def _encode(record, data: bytes, class_ids: dict, columns, label_offset: int) -> bytes:
     return codec.encode_example(
         encoded=data, image_format=record.format, height=record.height, width=record.width,
-        filename=record.rel, sha256=record.sha256, label=record.label_id,
+        filename=record.path, sha256=record.sha256, label=record.label_id,
         label_text=record.label,
         boxes=[box[:4] for box in record.boxes],
         box_labels=[class_ids[box[4]] for box in record.boxes],
@@ -114,12 +114,12 @@ class _WriteShardFn(beam.DoFn):
                 size += len(chunk)
 
             for record in records:
-                with FileSystems.open(record.path,
+                with FileSystems.open(record.uri,
                                       compression_type=CompressionTypes.UNCOMPRESSED) as source:
                     data = source.read()
                 if hashlib.sha256(data).hexdigest() != record.sha256:
                     raise RuntimeError(
-                        f"{record.path} changed while the job ran (sha256 differs from the one "
+                        f"{record.uri} changed while the job ran (sha256 differs from the one "
                         f"validated); rerun the job on a stable input.")
                 framed = frame_record(_encode(record, data, class_ids, columns,
                                               self._output.label_offset))
@@ -158,7 +158,7 @@ class WriteShards(beam.PTransform):
         output = self._output
         counts = beam.pvalue.AsSingleton(
             records
-            | "BytesPerSplit" >> beam.Map(lambda r: (r.split, r.size))
+            | "BytesPerSplit" >> beam.Map(lambda r: (r.split, r.file_bytes))
             | "SumBytes" >> beam.CombinePerKey(sum)
             | "AllSplits" >> beam.combiners.ToDict()
             | "ShardCounts" >> beam.Map(shard_counts, output))

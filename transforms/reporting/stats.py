@@ -229,20 +229,20 @@ class SummarizeIndexFn(beam.CombineFn):
             if value is not None:
                 accumulator.quality_all[name].add(value)
         if not row["accepted"]:
-            reason = row["outcome"]
+            reason = row["reason"]
             if reason not in REASONS:
                 raise ValueError(
                     f"Unknown reject reason in index row for path {row['path']!r}. Expected "
-                    f"one of {tuple(REASONS)}. Received: outcome={reason!r}")
+                    f"one of {tuple(REASONS)}. Received: reason={reason!r}")
             accumulator.by_reason[reason] += 1
             examples = accumulator.reject_examples[reason]
             accumulator.reject_examples[reason] = _keep_smallest(examples, [row["path"]])
             return accumulator
-        split = row["outcome"]
+        split = row["split"]
         if not split:
             raise ValueError(
                 f"Accepted index row for path {row['path']!r} names no split. Expected one of "
-                f"{SPLITS}. Received: outcome={split!r}")
+                f"{SPLITS}. Received: split={split!r}")
         accumulator.accepted += 1
         accumulator.bytes_accepted += row["bytes"] or 0
         accumulator.by_split[split] += 1
