@@ -22,9 +22,10 @@ import tensorflow as tf
 from PIL import Image, ImageDraw, ImageFont
 
 from configs.schema import SPLITS, Config, load_config
-from pipelines.training_input import (augment_batch, make_dataset, read_class_names,
-                                      select_snapshots)
+from pipelines.reader_metadata import read_class_names
+from pipelines.training_input import augment_batch, make_dataset
 from transforms.online.augment import build_batch_augmenter
+from transforms.snapshot_layout import select_snapshots
 
 __all__ = ["Preview", "build_preview", "run"]
 

@@ -251,6 +251,15 @@ def test_xla_batches_are_reproducible_and_match_the_uncompiled_ops(output_dir, c
         np.testing.assert_allclose(a[1], eager[1], atol=1e-6)
 
 
+def test_read_dataset_with_a_spec_equals_make_dataset(output_dir, config, epoch0):
+    spec = training_input.ReaderSpec.from_config(config, batch_size=BATCH, seed=SEED, epoch=0,
+                                                 **EAGER)
+    batches = _batches(training_input.read_dataset(output_dir, spec))
+    assert len(batches) == len(epoch0)
+    for expected, actual in zip(epoch0, batches):
+        _assert_same(expected, actual)
+
+
 def test_different_epoch_gives_different_batches(epoch0, epoch1):
     assert _differs(epoch0[0], epoch1[0])
 
@@ -394,6 +403,20 @@ def test_skipped_steps_are_not_decoded(tmp_path, config):
     with pytest.raises(tf.errors.InvalidArgumentError):
         _batches(training_input.make_dataset(root, batch_size=2, config=config, start_step=0,
                                              **PLAIN))
+
+
+@pytest.mark.parametrize("max_boxes,expected", [(0, False), (2, True)])
+def test_boxes_are_found_in_the_records_without_box_counts(tmp_path, config, max_boxes,
+                                                           expected):
+    """stats.json without `boxes`: the first records decide; empty box lists are no boxes."""
+    root = str(tmp_path / "out")
+    write_synthetic_snapshot(str(tmp_path / "source"), counts={"train": 2}, num_shards=1,
+                             max_boxes=max_boxes)
+    shard = f"{tmp_path}/source/snapshots/synthetic/train/images-train.tfrecord-00000-of-00001"
+    _write_snapshot_by_hand(root, [r.numpy() for r in tf.data.TFRecordDataset(shard)])
+    batch = _batches(training_input.make_dataset(root, batch_size=2, config=config,
+                                                 max_boxes=2, **PLAIN))[0]
+    assert isinstance(batch, dict) == expected
 
 
 def test_label_outside_the_class_table_is_an_error(tmp_path, config):

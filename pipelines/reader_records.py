@@ -1,0 +1,91 @@
+"""The training reader's record steps: shard files -> one epoch of serialized records.
+
+    file order (seed, epoch) -> this replica's files -> interleave -> block shuffle (seed, epoch)
+    [-> mix: fresh snapshot vs repeated archive, drawn per record]
+
+Every order is a stateless function of the epoch's seed (`transforms.online.seeds`), folded
+with a step name, so two readers with the same (seed, epoch) read the same records in the same
+order, and nothing here reads TensorFlow's global seed. Records stay encoded: skipping records
+to resume is cheap.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+
+from transforms.online.seeds import fold_in_name
+from transforms.snapshot_layout import tfrecord_compression
+
+__all__ = ["permutation", "file_order", "interleave_files", "block_shuffle", "read_records",
+           "mix_records"]
+
+
+def permutation(size: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """A stateless random permutation of range(size) (philox, stable argsort)."""
+    keys = tf.random.stateless_uniform(tf.reshape(size, [1]), seed=seed, alg="philox")
+    return tf.argsort(keys, stable=True)
+
+
+def file_order(files: Sequence[str], seed: tf.Tensor | None) -> tuple[tf.Tensor, tf.Tensor]:
+    """(paths, compression types) of the shard files: permuted with `seed`, or as given
+    (sorted) when `seed` is None."""
+    paths = tf.constant(list(files))
+    kinds = tf.constant([tfrecord_compression(f) for f in files])
+    if seed is None:
+        return paths, kinds
+    order = permutation(tf.size(paths), seed)
+    return tf.gather(paths, order), tf.gather(kinds, order)
+
+
+def interleave_files(paths: tf.Tensor, kinds: tf.Tensor, num_files: int, cycle_length: int,
+                     pipeline_id: int = 0, num_pipelines: int = 1) -> tf.data.Dataset:
+    """The records of this input pipeline's files (every `num_pipelines`-th file from
+    `pipeline_id`: replicas read disjoint files), `cycle_length` files at once, one record from
+    each in turn, deterministically."""
+    per_pipeline = len(range(pipeline_id, num_files, num_pipelines))
+    return tf.data.Dataset.from_tensor_slices((paths, kinds)).shard(
+        num_pipelines, pipeline_id).interleave(
+            lambda path, kind: tf.data.TFRecordDataset(path, kind),
+            cycle_length=min(cycle_length, per_pipeline), block_length=1,
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def block_shuffle(records: tf.data.Dataset, block_size: int,
+                  seed: tf.Tensor) -> tf.data.Dataset:
+    """Permutes consecutive blocks of `block_size` records, block i with the sub-seed
+    `fold_in(seed, i)`: a stateless shuffle (no RNG state, unaffected by the global seed)."""
+    def permute(block_index, block):
+        block_seed = tf.random.experimental.stateless_fold_in(seed, block_index, alg="philox")
+        return tf.gather(block, permutation(tf.size(block), block_seed))
+    return records.batch(block_size).enumerate().map(permute).unbatch()
+
+
+def read_records(files: Sequence[str], epoch_seed: tf.Tensor, *, shuffle: bool,
+                 shuffle_buffer: int, cycle_length: int, pipeline_id: int = 0,
+                 num_pipelines: int = 1, tag: str = "") -> tf.data.Dataset:
+    """One epoch of records of `files`: file order -> interleave -> block shuffle. `tag` names
+    the group in the seeds ("/fresh", "/archive"), so groups get independent orders."""
+    order_seed = fold_in_name(epoch_seed, f"reader/file_order{tag}") if shuffle else None
+    paths, kinds = file_order(files, order_seed)
+    records = interleave_files(paths, kinds, len(files), cycle_length, pipeline_id,
+                               num_pipelines)
+    if shuffle:
+        records = block_shuffle(records, shuffle_buffer,
+                                fold_in_name(epoch_seed, f"reader/record_order{tag}"))
+    return records
+
+
+def mix_records(archive: tf.data.Dataset, fresh: tf.data.Dataset, epoch_seed: tf.Tensor,
+                weight: float) -> tf.data.Dataset:
+    """Each record drawn from `fresh` with probability `weight`, else from the repeated
+    `archive`; the epoch ends when `fresh` is used up, so it sees every fresh record once and
+    about (1 - weight) / weight as many archived ones. The draws are stateless functions of
+    (epoch seed, record index)."""
+    mix_seed = fold_in_name(epoch_seed, "reader/mix")
+    choices = tf.data.Dataset.range(tf.int64.max).map(
+        lambda i: tf.cast(tf.random.stateless_uniform(
+            [], seed=tf.random.experimental.stateless_fold_in(mix_seed, i),
+            alg="philox") < weight, tf.int64))
+    return tf.data.Dataset.choose_from_datasets(
+        [archive.repeat(), fresh], choices, stop_on_empty_dataset=True)
