@@ -8,7 +8,8 @@ It reads as the data flow in the README, one named composite per phase:
     AssignClasses     extend the append-only class table, give every record its class id
     Dedup             exact (sha256) then near (perceptual hash), tonight and against the archive
     AssignSplits      split from the CSV or the sha256
-    WriteSnapshot     shards + index rows, TFT analysis, class table, shard list
+    WriteSnapshot     shards + index rows (+ DALI indexes, per-split TFDV statistics), TFT
+                      analysis, class table, shard list
     WriteLedgers      rejects.jsonl, index.parquet, the index summary for stats
     Accounting        every count, combined per key, for the job's own accounting check
 
@@ -35,7 +36,8 @@ from transforms.offline.join_labels import (MATCHED, REJECTED, ROW_REJECTS, SKIP
 from transforms.offline.outputs import CountInto, WriteJson, WriteRejectsLedger
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
-from transforms.offline.write_shards import FILES, MetaColumns, WriteShards
+from transforms.offline.write_shards import FEATURES, FILES, MetaColumns, WriteShards
+from transforms.reporting.feature_stats import WriteFeatureStatistics
 from transforms.reporting.stats import SummarizeIndexFn
 from transforms.snapshot_layout import work_file
 
@@ -261,6 +263,7 @@ class WriteSnapshot(beam.PTransform):
              | "AnalyzeAndWriteTransform" >> AnalyzeAndWriteTransform(
                  staging, class_table, config.online.image_size, work_file(staging, "tft_tmp"),
                  size_quantiles=config.transform.size_quantiles))
+        written[FEATURES] | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging)
         (written[FILES]
          | "AllShardFiles" >> beam.combiners.ToList()
          | "SortShardFiles" >> beam.Map(lambda files: sorted(

@@ -11,6 +11,7 @@ snapshots are committed, latest or selected.
         <split>/dali_index/<name>-<split>.tfrecord-00000-of-00008.idx   # uncompressed shards
         classes.txt  stats.json  stats.pb  report.html  rejects.jsonl  index.parquet
         dataset_info.json  features.json  *.labels.txt   # TFDS's (uncompressed shards only)
+        Split-<split>/FeatureStats.pb   # TFDV statistics of the split's records, TFX's layout
         transform_fn/  transformed_metadata/
         manifest.json               # written last: a snapshot without it is not committed
 
@@ -37,7 +38,7 @@ __all__ = [
     "Snapshot", "Storage", "GfileStorage", "GFILE", "Selection",
     "join", "new_run_id", "snapshot_dir", "staging_dir", "staging_root", "work_file",
     "shard_name", "shard_glob", "parse_shard_name", "tfrecord_compression", "DALI_INDEX_DIR",
-    "dali_index_name",
+    "dali_index_name", "FEATURE_STATS", "feature_stats_name",
     "committed_snapshots", "read_latest", "latest_snapshot", "parse_selection",
     "select_snapshots", "list_shards", "list_split_shards",
 ]
@@ -58,6 +59,12 @@ WORK_DIR = "_work"               # job-internal summaries inside the staging fol
 _SHARD = "{name}-{split}.tfrecord-{index:05d}-of-{count:05d}{suffix}"
 _GZIP_SUFFIX = ".gz"
 DALI_INDEX_DIR = "dali_index"    # <split>/dali_index/<shard>.idx
+FEATURE_STATS = "FeatureStats.pb"  # Split-<split>/FeatureStats.pb, as TFX's StatisticsGen
+
+
+def feature_stats_name(split: str) -> str:
+    """A split's TFDV statistics inside the snapshot: `Split-<split>/FeatureStats.pb`."""
+    return f"Split-{split}/{FEATURE_STATS}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,12 +27,14 @@ from transforms import codec
 from transforms.offline import splits
 from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.index_table import record_row
+from transforms.reporting.feature_stats import record_features
 from transforms.snapshot_layout import dali_index_name, shard_name
 
 __all__ = ["WriteShards", "MetaColumns", "shard_counts", "frame_record", "ShardFile",
-           "FILES"]
+           "FILES", "FEATURES"]
 
 FILES = "files"
+FEATURES = "features"  # (split, reporting.feature_stats.record_features) per written record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,12 +123,13 @@ class _WriteShardFn(beam.DoFn):
                     raise RuntimeError(
                         f"{record.uri} changed while the job ran (sha256 differs from the one "
                         f"validated); rerun the job on a stable input.")
-                framed = frame_record(_encode(record, data, class_ids, columns,
-                                              self._output.label_offset))
+                example = _encode(record, data, class_ids, columns, self._output.label_offset)
+                framed = frame_record(example)
                 dali.add(len(framed))
                 write(framed)
                 self._written.inc()
                 yield record_row(record, rel_path)
+                yield beam.pvalue.TaggedOutput(FEATURES, (split, record_features(example)))
             if compressor is not None:
                 tail = compressor.flush()
                 handle.write(tail)
@@ -144,8 +147,9 @@ class _WriteShardFn(beam.DoFn):
 
 class WriteShards(beam.PTransform):
     """Accepted ImageRecords (with split and label_id) -> index rows; tagged `files` output:
-    one ShardFile per written shard. `class_table` and `meta_columns` (`MetaColumns` of the
-    records: every record gets these columns) are singleton side inputs (lists of names)."""
+    one ShardFile per written shard; tagged `features`: (split, each record's features) for
+    the TFDV-style statistics. `class_table` and `meta_columns` (`MetaColumns` of the records:
+    every record gets these columns) are singleton side inputs (lists of names)."""
 
     def __init__(self, staging_dir: str, output: OutputConfig, class_table, meta_columns):
         super().__init__()
@@ -178,4 +182,4 @@ class WriteShards(beam.PTransform):
                     _WriteShardFn(self._staging_dir, output), counts,
                     beam.pvalue.AsSingleton(self._class_table),
                     beam.pvalue.AsSingleton(self._meta_columns)
-                ).with_outputs(FILES, main="index"))
+                ).with_outputs(FILES, FEATURES, main="index"))
