@@ -1,7 +1,17 @@
-"""Suite-wide pytest settings.
+"""Suite-wide pytest settings and the fixtures several test modules share.
 
-A process that ran a TensorFlow Transform analysis can crash in CPython's interpreter teardown
-(protobuf's upb extension frees a repeated field after its module is gone; see
+Fixtures: `demo` (the generated demo dataset, every bad-input kind once) and `demo_snapshot`
+(the real job run on it, with the TFT analysis); `folder_images` (six photo-like JPEGs in class
+folders, fresh for each test, which may change them) and `folder_snapshot` (the real job run
+once on a read-only copy of them plus one image outside any class folder). The session-scoped
+ones are built once per test process and must not be modified.
+
+Scheduling: with `-n 2` (pytest-xdist), tests that use the same module- or session-scoped
+fixture of this suite are sent to one worker (`tests/xdist_groups.py`), so a job that several
+tests read runs once, not once per worker.
+
+Exit: a process that ran a TensorFlow Transform analysis can crash in CPython's interpreter
+teardown (protobuf's upb extension frees a repeated field after its module is gone; see
 `runners.cli.console_main`). The tests have all run and reported by then, so the run ends with
 a hard exit carrying pytest's own exit status. pytest-xdist workers are left alone: the
 controller collects their results before they exit.
@@ -10,7 +20,17 @@ from __future__ import annotations
 
 import logging
 import os
+import pathlib
 import sys
+import types
+
+import pytest
+
+from tests.imageutil import write_photo
+from tests.jobutil import run_job
+from tests.xdist_groups import (  # noqa: F401  (hooks)
+    pytest_collection_modifyitems, pytest_configure_node, pytest_xdist_make_scheduler,
+    remove_groups_file)
 
 _EXIT_STATUS = {}
 
@@ -20,9 +40,56 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_unconfigure(config):
+    remove_groups_file()
     if hasattr(config, "workerinput") or "status" not in _EXIT_STATUS:
         return
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_EXIT_STATUS["status"])
+
+
+# ---------------------------------------------------------------- image corpora
+
+FOLDER_IMAGES = {f"{'cat' if i % 2 else 'dog'}/{i}.jpg": 10 + i for i in range(6)}
+"""The folder corpus: root-relative path -> seed (cat/1, cat/3, cat/5, dog/0, dog/2, dog/4)."""
+
+
+def write_folder_images(root) -> str:
+    """Six 96x128 photo-like JPEGs (quality 92) in `cat/` and `dog/` folders under `root`."""
+    for rel, seed in FOLDER_IMAGES.items():
+        write_photo(os.path.join(root, rel), seed, class_index=seed % 2)
+    return str(root)
+
+
+@pytest.fixture()
+def folder_images(tmp_path):
+    """A fresh folder corpus for one test (it may add or change files): its root path."""
+    return pathlib.Path(write_folder_images(tmp_path / "images"))
+
+
+@pytest.fixture(scope="session")
+def folder_snapshot(tmp_path_factory):
+    """The job (inline decoding, no TFT) run once on the folder corpus plus `loose.jpg` at the
+    root (no folder, so no label). Read-only: `.root`, `.out`, `.snapshot`. A test that runs
+    the job again into it copies `.out` first (`jobutil.copy_output`)."""
+    base = tmp_path_factory.mktemp("folder_snapshot")
+    root = write_folder_images(base / "images")
+    write_photo(os.path.join(root, "loose.jpg"), 40)
+    out = base / "out"
+    return types.SimpleNamespace(root=root, out=out, snapshot=run_job(root, out))
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory):
+    """The demo dataset (runners.demo_data, seed 3, 5 good images per class)."""
+    from runners.demo_data import generate_demo
+    return generate_demo(str(tmp_path_factory.mktemp("demo")), seed=3, images_per_class=5)
+
+
+@pytest.fixture(scope="session")
+def demo_snapshot(demo, tmp_path_factory):
+    """The job run once on the demo with its labels, class table and boxes, with the TFT
+    analysis (inline decoding; `test_preprocess_job` compares it with an isolated run)."""
+    return run_job(demo.root, tmp_path_factory.mktemp("demo_out"), labels=[demo.labels_csv],
+                   classes=demo.classes_txt, boxes=[demo.boxes_csv], tft=True)

@@ -1,9 +1,11 @@
-"""Helpers shared by the offline-job tests: run the job, read back what it wrote."""
+"""Helpers shared by the offline-job tests: run the job (fast by default), read back what it
+wrote."""
 from __future__ import annotations
 
 import glob
 import json
 import os
+import shutil
 
 import pyarrow.parquet as pq
 import tensorflow as tf
@@ -12,7 +14,9 @@ from runners import preprocess
 from transforms import codec
 
 
-def run_job(data_root, output_dir, labels=(), classes=None, boxes=(), sets=(), extra=()):
+def job_argv(data_root, output_dir, labels=(), classes=None, boxes=(), sets=(), extra=(),
+             isolation: str = "inline", tft: bool = False) -> list[str]:
+    """The `pixelmill preprocess` flags for `run_job`."""
     argv = ["--data_root", str(data_root), "--output_dir", str(output_dir)]
     for path in labels:
         argv += ["--labels", str(path)]
@@ -20,9 +24,29 @@ def run_job(data_root, output_dir, labels=(), classes=None, boxes=(), sets=(), e
         argv += ["--boxes", str(path)]
     if classes:
         argv += ["--classes", str(classes)]
-    for item in sets:
+    for item in [f"decode.isolation={isolation}",
+                 f"transform.enabled={'true' if tft else 'false'}", *sets]:
         argv += ["--set", item]
-    return preprocess.run(argv + list(extra))
+    return argv + list(extra)
+
+
+def run_job(data_root, output_dir, labels=(), classes=None, boxes=(), sets=(), extra=(),
+            isolation: str = "inline", tft: bool = False):
+    """Runs the offline job in this process and returns its committed Snapshot.
+
+    Decoding is inline and the TFT analysis off unless a test is about them
+    (`isolation="subprocess"`, `tft=True`): on a 6-image job they are ~15 s of ~20 s (the
+    decoder child imports TensorFlow; TFT traces and saves a graph). `sets` come after these
+    two, so a `--set` there wins."""
+    return preprocess.run(job_argv(data_root, output_dir, labels, classes, boxes, sets, extra,
+                                   isolation, tft))
+
+
+def copy_output(source, destination) -> str:
+    """A copy of a job's output folder (LATEST, classes.txt, snapshots/), file times kept, for
+    a test that runs the job again on top of a shared run."""
+    shutil.copytree(source, destination)
+    return str(destination)
 
 
 def index_rows(snapshot) -> dict:

@@ -1,4 +1,7 @@
-"""End to end: the offline job on the generated demo dataset (every bad-input kind once)."""
+"""End to end: the offline job on the generated demo dataset (every bad-input kind once).
+
+One run (conftest `demo_snapshot`, with TFT) is read by every test; one more run checks that
+another runner mode and isolated decoding give the same bytes."""
 from __future__ import annotations
 
 import hashlib
@@ -9,22 +12,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from runners.demo_data import generate_demo
 from tests.jobutil import index_rows, read_records, rejects, run_job, shard_files
 from transforms import codec
 from transforms.decode import decode_image
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    return generate_demo(str(tmp_path_factory.mktemp("demo")), seed=3, images_per_class=5)
-
-
-@pytest.fixture(scope="module")
-def snapshot(demo, tmp_path_factory):
-    out = tmp_path_factory.mktemp("out")
-    return run_job(demo.root, out, labels=[demo.labels_csv], classes=demo.classes_txt,
-                   boxes=[demo.boxes_csv])
+@pytest.fixture()
+def snapshot(demo_snapshot):
+    """The demo's snapshot (conftest: one job run, with TFT, shared by the whole suite)."""
+    return demo_snapshot
 
 
 def test_every_image_reaches_its_expected_outcome(demo, snapshot):
@@ -122,24 +118,21 @@ def test_report_and_stats_are_written(snapshot):
     assert stats["images"]["accepted"] == snapshot.accounting["images"]["accepted"]
 
 
-def test_rerun_gives_byte_identical_shards(demo, snapshot, tmp_path):
+def test_rerun_in_two_worker_processes_with_isolated_decoding_gives_identical_outputs(
+        demo, snapshot, tmp_path):
+    """Same inputs, another runner mode (two local worker processes), decoding in isolating
+    child processes instead of inline, no TFT: byte-identical shards and rejects ledger."""
     again = run_job(demo.root, tmp_path, labels=[demo.labels_csv], classes=demo.classes_txt,
-                    boxes=[demo.boxes_csv], sets=["decode.isolation=inline"])
+                    boxes=[demo.boxes_csv], isolation="subprocess",
+                    extra=["--direct_running_mode=multi_processing", "--direct_num_workers=2"])
+    assert again.accounting == snapshot.accounting
     first = {os.path.relpath(p, snapshot.path): open(p, "rb").read()
              for p in shard_files(snapshot)}
     second = {os.path.relpath(p, again.path): open(p, "rb").read() for p in shard_files(again)}
     assert first == second
-
-
-def test_two_local_worker_processes_give_the_same_shards(demo, snapshot, tmp_path):
-    multi = run_job(demo.root, tmp_path, labels=[demo.labels_csv], classes=demo.classes_txt,
-                    boxes=[demo.boxes_csv], extra=["--direct_running_mode=multi_processing",
-                                                   "--direct_num_workers=2"])
-    assert multi.accounting == snapshot.accounting
-    first = {os.path.relpath(p, snapshot.path): open(p, "rb").read()
-             for p in shard_files(snapshot)}
-    second = {os.path.relpath(p, multi.path): open(p, "rb").read() for p in shard_files(multi)}
-    assert first == second
+    for name in ("rejects.jsonl", "classes.txt"):
+        assert open(os.path.join(again.path, name), "rb").read() == open(
+            os.path.join(snapshot.path, name), "rb").read()
 
 
 def test_tft_transform_is_written_and_agrees_with_the_stats(snapshot):
