@@ -1,15 +1,11 @@
 """The class table: ids never change across runs; frozen tables; explicit renames."""
 from __future__ import annotations
 
-import io
-
-import numpy as np
 import pytest
-from PIL import Image
 
 from runners import cli
-from runners.demo_data import photo_like
-from tests.jobutil import index_rows, run_job
+from tests.imageutil import write_photo
+from tests.jobutil import copy_output, index_rows, run_job
 from transforms.offline import classes
 
 
@@ -40,62 +36,51 @@ def test_rename_onto_an_existing_name_is_an_error():
         classes.apply_renames(["cat", "dog"], {"dog": "cat"})
 
 
-def _write(root, rel, seed, class_index):
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    Image.fromarray(photo_like(np.random.default_rng(seed), 64, 80, class_index)).save(
-        buffer, "JPEG", quality=90)
-    path.write_bytes(buffer.getvalue())
+DOGS = ("dog/0.jpg", "dog/2.jpg", "dog/4.jpg")  # in conftest's folder corpus
 
 
 @pytest.fixture()
-def folders(tmp_path):
-    root = tmp_path / "images"
-    for i in range(3):
-        _write(root, f"dog/{i}.jpg", 10 + i, 1)
-        _write(root, f"cat/{i}.jpg", 20 + i, 0)
-    return root
+def first_run(folder_snapshot, folder_images, tmp_path):
+    """(images, out): a fresh folder corpus and a copy of the job's output on it (conftest
+    `folder_snapshot`: classes.txt is cat, dog), for a second run on top."""
+    copy_output(folder_snapshot.out, tmp_path / "out")
+    return folder_images, tmp_path / "out"
 
 
-FAST = ["decode.isolation=inline", "transform.enabled=false"]
+def _write_ant(images, index: int) -> None:
+    write_photo(images / "ant" / f"{index}.jpg", 30 + index, 64, 80, class_index=2, quality=90)
 
 
-def test_ids_survive_a_rerun_with_new_classes(folders, tmp_path):
-    out = tmp_path / "out"
-    run_job(folders, out, sets=FAST)
+def test_ids_survive_a_rerun_with_new_classes(first_run):
+    folders, out = first_run
     assert (out / "classes.txt").read_text().split() == ["cat", "dog"]
     for i in range(3):
-        _write(folders, f"ant/{i}.jpg", 30 + i, 2)
-    second = run_job(folders, out, sets=FAST)
+        _write_ant(folders, i)
+    second = run_job(folders, out)
     assert (out / "classes.txt").read_text().split() == ["cat", "dog", "ant"]  # ant is new: last
     rows = index_rows(second)
-    assert {rows[f"dog/{i}.jpg"]["label_id"] for i in range(3)} == {1}
+    assert {rows[path]["label_id"] for path in DOGS} == {1}
     assert {rows[f"ant/{i}.jpg"]["label_id"] for i in range(3)} == {2}
 
 
-def test_frozen_mode_rejects_new_classes(folders, tmp_path):
-    out = tmp_path / "out"
-    run_job(folders, out, sets=FAST)
-    _write(folders, "ant/0.jpg", 30, 2)
-    second = run_job(folders, out, sets=FAST + ["classes.frozen=true"])
+def test_frozen_mode_rejects_new_classes(first_run):
+    folders, out = first_run
+    _write_ant(folders, 0)
+    second = run_job(folders, out, sets=["classes.frozen=true"])
     assert index_rows(second)["ant/0.jpg"]["reason"] == "unknown_class"
     assert (out / "classes.txt").read_text().split() == ["cat", "dog"]
 
 
-def test_rename_from_the_config_keeps_the_id(folders, tmp_path):
-    out = tmp_path / "out"
-    run_job(folders, out, sets=FAST)
-    second = run_job(folders, out, sets=FAST + ["classes.renames={dog: canine}"])
+def test_rename_from_the_config_keeps_the_id(first_run):
+    folders, out = first_run
+    second = run_job(folders, out, sets=["classes.renames={dog: canine}"])
     assert (out / "classes.txt").read_text().split() == ["cat", "canine"]
     rows = index_rows(second)
-    assert {(rows[f"dog/{i}.jpg"]["label"], rows[f"dog/{i}.jpg"]["label_id"])
-            for i in range(3)} == {("canine", 1)}
+    assert {(rows[path]["label"], rows[path]["label_id"]) for path in DOGS} == {("canine", 1)}
 
 
-def test_classes_file_that_reorders_existing_ids_is_refused(folders, tmp_path, capsys):
-    out = tmp_path / "out"
-    run_job(folders, out, sets=FAST)
+def test_classes_file_that_reorders_existing_ids_is_refused(first_run, tmp_path, capsys):
+    folders, out = first_run
     reordered = tmp_path / "classes.txt"
     reordered.write_text("dog\ncat\n")
     code = cli.main(["preprocess", "--data_root", str(folders), "--output_dir", str(out),
