@@ -1,0 +1,93 @@
+"""DropExactDuplicates and DropNearDuplicates as Beam steps: a few inline records, exact outputs."""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.testing.util import assert_that, equal_to
+
+from tests.beamutil import fn_api_pipeline
+from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
+from transforms.offline.image_record import ImageRecord
+
+
+def _record(path: str, sha256: str = "", phash: str | None = None) -> ImageRecord:
+    return ImageRecord(uri=f"/data/{path}", path=path, file_bytes=100, sha256=sha256,
+                       phash=phash)
+
+
+def test_exact_duplicates_keep_the_lowest_path_and_name_it():
+    records = [_record("b/x.jpg", "aa"), _record("a/x.jpg", "aa"), _record("c/x.jpg", "aa"),
+               _record("d.jpg", "bb")]
+    with fn_api_pipeline() as pipeline:
+        archived = pipeline | "Archive" >> beam.Create([])
+        kept = (pipeline | "Tonight" >> beam.Create(records)
+                | DropExactDuplicates(archived))
+        assert_that(kept, equal_to([
+            _record("a/x.jpg", "aa"),
+            _record("b/x.jpg", "aa").rejected("duplicate", "same sha256 as 'a/x.jpg' (kept)"),
+            _record("c/x.jpg", "aa").rejected("duplicate", "same sha256 as 'a/x.jpg' (kept)"),
+            _record("d.jpg", "bb"),
+        ]))
+
+
+def test_content_accepted_in_an_earlier_snapshot_rejects_every_copy_tonight():
+    records = [_record("a.jpg", "cc"), _record("b.jpg", "cc"), _record("e.jpg", "ee")]
+    archive = [("cc", ("run2", "old/a.jpg")), ("cc", ("run1", "z.jpg")),
+               ("dd", ("run1", "only_archived.jpg"))]
+    detail = "same sha256 as 'z.jpg', accepted in snapshot run1"
+    with fn_api_pipeline() as pipeline:
+        archived = pipeline | "Archive" >> beam.Create(archive)
+        kept = (pipeline | "Tonight" >> beam.Create(records)
+                | DropExactDuplicates(archived))
+        assert_that(kept, equal_to([
+            _record("a.jpg", "cc").rejected("duplicate", detail),
+            _record("b.jpg", "cc").rejected("duplicate", detail),
+            _record("e.jpg", "ee"),
+        ]))
+
+
+def _near_detail(distance: int, who: str) -> str:
+    return (f"perceptual hash {distance} bit(s) from {who} (<= dedup.max_hamming=4; the earlier "
+            f"or lower path is kept)")
+
+
+def test_near_duplicates_against_tonight_and_the_archive():
+    records = [
+        _record("a.jpg", "1", "0000000000000000"),
+        _record("b.jpg", "2", "0000000000000007"),  # 3 bits from a.jpg
+        _record("c.jpg", "3", "ffffffffffffffff"),  # 1 bit from an archived image
+        _record("d.jpg", "4", "00000000ffffffff"),  # 32 bits from everything
+        _record("e.jpg", "5", "000000000000000f"),  # 1 from b, 4 from a, 4 from the archive
+    ]
+    archive = [("old/c.jpg", "fffffffffffffffe", "run1"),
+               ("old/e.jpg", "00000000000000ff", "run1")]  # 5 from b.jpg, 8 from a.jpg
+    with fn_api_pipeline() as pipeline:
+        archived = pipeline | "Archive" >> beam.Create(archive)
+        kept = (pipeline | "Tonight" >> beam.Create(records)
+                | DropNearDuplicates(4, archived))
+        assert_that(kept, equal_to([
+            records[0],
+            records[1].rejected("near_duplicate", _near_detail(3, "'a.jpg'")),
+            records[2].rejected("near_duplicate",
+                                _near_detail(1, "'old/c.jpg' in snapshot run1")),
+            records[3],
+            # an archived neighbour outranks a closer one of tonight
+            records[4].rejected("near_duplicate",
+                                _near_detail(4, "'old/e.jpg' in snapshot run1")),
+        ]))
+
+
+def test_near_duplicate_threshold_is_inclusive_and_zero_means_identical_hashes_only():
+    records = [_record("a.jpg", "1", "0000000000000000"),
+               _record("b.jpg", "2", "0000000000000000"),
+               _record("c.jpg", "3", "0000000000000001")]
+    with fn_api_pipeline() as pipeline:
+        archived = pipeline | "Archive" >> beam.Create([])
+        kept = (pipeline | "Tonight" >> beam.Create(records)
+                | DropNearDuplicates(0, archived))
+        assert_that(kept, equal_to([
+            records[0],
+            records[1].rejected("near_duplicate",
+                                "perceptual hash 0 bit(s) from 'a.jpg' (<= dedup.max_hamming=0; "
+                                "the earlier or lower path is kept)"),
+            records[2],
+        ]))

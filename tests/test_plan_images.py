@@ -1,0 +1,103 @@
+"""PlanImages as a Beam step: files, discovery rejects, label and box rows and remembered index
+rows joined by path; every output checked exactly."""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from configs.schema import load_config
+from tests.beamutil import assert_outputs, fn_api_pipeline
+from transforms.offline.boxes import BoxRow
+from transforms.offline.discover import FileRef
+from transforms.offline.image_record import ImageRecord
+from transforms.offline.join_labels import (MATCHED, REJECTED, ROW_REJECTS, SKIPPED,
+                                            PlanImages)
+from transforms.offline.labels import LabelRow
+from transforms.offline.rejects import BOX_ROW, LABEL_ROW, Reject
+
+CONFIG = load_config(overrides=["classes.renames={dog: canine}"])
+
+
+def _ref(path: str, file_bytes: int = 10, mtime: float = 1000.0) -> FileRef:
+    return FileRef(uri=f"/data/{path}", path=path, file_bytes=file_bytes, mtime=mtime)
+
+
+def _label(path: str, label: str, line: int, split: str | None = None) -> LabelRow:
+    return LabelRow(path=path, label=label, split=split, meta=(), source=f"labels.csv:{line}")
+
+
+def _prior(path: str, run_id: str, label_key: str, reason: str | None = None,
+           file_bytes: int = 10, mtime: float = 1000.0) -> dict:
+    """The index columns PlanImages reads from an earlier snapshot's row."""
+    return {"path": path, "run_id": run_id, "bytes": file_bytes, "mtime": mtime,
+            "label_key": label_key, "reason": reason}
+
+
+def _plan(pipeline, refs, rejected, labels, boxes, priors, folder_labels=True) -> dict:
+    """PlanImages' outputs by name: `images` and its tagged outputs."""
+    inputs = tuple(pipeline | name >> beam.Create(values) for name, values in (
+        ("Refs", refs), ("Rejected", rejected), ("Labels", labels), ("Boxes", boxes),
+        ("Priors", priors)))
+    planned = inputs | PlanImages(CONFIG, folder_labels)
+    return {"images": planned.images,
+            **{tag: planned[tag] for tag in (REJECTED, SKIPPED, ROW_REJECTS, MATCHED)}}
+
+
+def test_files_get_their_rows_and_a_label_key_from_the_csv_or_the_folder():
+    cat_row, box = _label("a/1.jpg", "cat", 2), BoxRow("a/1.jpg", 1, 2, 3, 4, "cat", "boxes.csv:2")
+    dog_rows = (_label("b/2.jpg", "dog", 3, "test"), _label("b/2.jpg", "dog", 4))
+    with fn_api_pipeline() as pipeline:
+        planned = _plan(
+            pipeline, [_ref("a/1.jpg"), _ref("b/2.jpg"), _ref("dog/3.jpg"), _ref("loose.jpg")],
+            [], [cat_row, dog_rows[1], dog_rows[0]], [box], [])
+        assert_outputs(planned, {"images": [
+            ImageRecord(uri="/data/a/1.jpg", path="a/1.jpg", file_bytes=10, mtime=1000.0,
+                        label_key="cat", label_rows=(cat_row,), box_rows=(box,)),
+            # renamed by classes.renames; rows in source order
+            ImageRecord(uri="/data/b/2.jpg", path="b/2.jpg", file_bytes=10, mtime=1000.0,
+                        label_key="canine|test", label_rows=dog_rows),
+            ImageRecord(uri="/data/dog/3.jpg", path="dog/3.jpg", file_bytes=10, mtime=1000.0,
+                        label_key="canine"),  # the folder's name, renamed
+            ImageRecord(uri="/data/loose.jpg", path="loose.jpg", file_bytes=10, mtime=1000.0),
+        ], MATCHED: [(LABEL_ROW, 1), (BOX_ROW, 1), (LABEL_ROW, 2)]})
+
+
+def test_without_folder_labels_a_file_without_rows_has_an_empty_label_key():
+    with fn_api_pipeline() as pipeline:
+        planned = _plan(pipeline, [_ref("dog/3.jpg")], [], [], [], [], folder_labels=False)
+        assert_outputs(planned, {"images": [
+            ImageRecord(uri="/data/dog/3.jpg", path="dog/3.jpg", file_bytes=10, mtime=1000.0)]})
+
+
+def test_rows_naming_no_discovered_file_are_missing_file_and_discovery_rejects_pass_through():
+    unsafe = ImageRecord(uri="/data/link.jpg", path="link.jpg", file_bytes=7).rejected(
+        "unsafe_path", "symlink resolves outside the data root: /etc/secret")
+    label_rows = [_label("gone.jpg", "cat", 5), _label("link.jpg", "cat", 6)]
+    box = BoxRow("gone.jpg", 1, 2, 3, 4, "cat", "boxes.csv:9")
+    with fn_api_pipeline() as pipeline:
+        planned = _plan(pipeline, [], [unsafe], label_rows, [box], [])
+        assert_outputs(planned, {ROW_REJECTS: [
+            Reject(path="gone.jpg", reason="missing_file", kind=LABEL_ROW,
+                   detail="labels.csv:5: no image 'gone.jpg' was discovered under the data root"),
+            Reject(path="gone.jpg", reason="missing_file", kind=BOX_ROW,
+                   detail="boxes.csv:9: no image 'gone.jpg' was discovered under the data root"),
+        ], REJECTED: [unsafe], MATCHED: [(LABEL_ROW, 1)]})
+
+
+def test_unchanged_files_are_skipped_and_changed_or_retried_ones_are_inspected_again():
+    names = ["same.jpg", "bigger.jpg", "touched.jpg", "relabelled.jpg", "crashed.jpg"]
+    rows = [_label(name, "bird" if name == "relabelled.jpg" else "cat", line)
+            for line, name in enumerate(names, start=2)]
+    priors = [_prior("same.jpg", "run1", "cat"), _prior("same.jpg", "run2", "cat"),
+              _prior("bigger.jpg", "run1", "cat", file_bytes=9),
+              _prior("touched.jpg", "run1", "cat", mtime=999.0),
+              _prior("relabelled.jpg", "run1", "cat"),
+              _prior("crashed.jpg", "run1", "cat", reason="decoder_crash"),
+              _prior("gone_since.jpg", "run1", "cat")]
+    with fn_api_pipeline() as pipeline:
+        planned = _plan(pipeline, [_ref(name) for name in names], [], rows, [], priors,
+                        folder_labels=False)
+        assert_outputs(planned, {SKIPPED: [("same.jpg", "run2")], MATCHED: [(LABEL_ROW, 1)] * 5,
+                                 "images": [
+            ImageRecord(uri=f"/data/{row.path}", path=row.path, file_bytes=10, mtime=1000.0,
+                        label_key=row.label, label_rows=(row,))
+            for row in rows[1:]]})

@@ -1,0 +1,129 @@
+"""WriteShards as a Beam step: three records, their index rows, the shard files and their bytes."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+
+import apache_beam as beam
+import pytest
+import tensorflow as tf
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.testing import test_pipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from configs.schema import OutputConfig
+from transforms import codec
+from transforms.offline import splits
+from transforms.offline.image_record import ImageRecord
+from transforms.offline.index_table import record_row
+from transforms.offline.write_shards import FILES, ShardFile, WriteShards, shard_counts
+
+CLASSES = ["cat", "dog"]
+
+
+def _record(folder, name: str, data: bytes, split: str, label: str, boxes=()) -> ImageRecord:
+    uri = os.path.join(str(folder), name)
+    with open(uri, "wb") as handle:
+        handle.write(data)
+    return ImageRecord(uri=uri, path=name, file_bytes=len(data),
+                       sha256=hashlib.sha256(data).hexdigest(), format="png", width=4, height=3,
+                       metrics=(("brightness_p01", 12.5),), label=label,
+                       label_id=CLASSES.index(label), split=split, meta=(("source", "cam1"),),
+                       boxes=boxes)
+
+
+def _side_inputs(pipeline):
+    """WriteShards' singleton side inputs: the class table and the run's meta columns."""
+    return (pipeline | "ClassTable" >> beam.Create([CLASSES]),
+            pipeline | "MetaColumns" >> beam.Create([["source"]]))
+
+
+def _shard(split: str, index: int, count: int) -> str:
+    return f"{split}/images-{split}.tfrecord-{index:05d}-of-{count:05d}"
+
+
+def _files_on_disk(staging, expected_records: dict):
+    """A matcher for the `files` output: one ShardFile per shard in `expected_records`
+    (rel -> record count), its size and sha256 those of the file written."""
+    def check(files):
+        expected = []
+        for rel, count in expected_records.items():
+            with open(os.path.join(str(staging), rel), "rb") as handle:
+                data = handle.read()
+            expected.append(ShardFile(path=rel, bytes=len(data),
+                                      sha256=hashlib.sha256(data).hexdigest(), records=count))
+        equal_to(expected)(files)
+    return check
+
+
+def test_records_go_to_the_shard_of_their_hash_and_every_shard_is_written(tmp_path):
+    images, staging = tmp_path / "images", tmp_path / "staging"
+    images.mkdir()
+    records = [_record(images, "a.png", b"first image", "train", "cat"),
+               _record(images, "b.png", b"second image", "train", "dog",
+                       boxes=((0.1, 0.2, 0.5, 0.6, "cat"),)),
+               _record(images, "c.png", b"third image", "validation", "dog")]
+    shard_of = {r.path: _shard(r.split, splits.shard_index(r.sha256, 2), 2) for r in records}
+    every_shard = [_shard(split, i, 2) for split in ("train", "validation") for i in range(2)]
+    per_shard = {rel: sum(shard == rel for shard in shard_of.values()) for rel in every_shard}
+    assert sorted(per_shard.values()) == [0, 1, 1, 1]  # one shard gets no record
+    with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+        written = (pipeline | "Records" >> beam.Create(records)
+                   | WriteShards(str(staging), OutputConfig(num_shards=2),
+                                 *_side_inputs(pipeline)))
+        assert_that(written.index,
+                    equal_to([record_row(r, shard_of[r.path]) for r in records]), label="Index")
+        assert_that(written[FILES], _files_on_disk(staging, per_shard), label="Files")
+    assert sorted(os.path.relpath(path, staging) for path in
+                  glob.glob(os.path.join(staging, "*", "*.tfrecord-*"))) == every_shard
+    for rel in every_shard:
+        parsed = [tf.io.parse_single_example(s, codec.feature_spec(meta_columns=("source",)))
+                  for s in tf.data.TFRecordDataset(os.path.join(staging, rel))]
+        expected = sorted((r for r in records if shard_of[r.path] == rel), key=lambda r: r.sha256)
+        assert [p[codec.IMAGE_FILENAME].numpy().decode() for p in parsed] == [
+            r.path for r in expected]
+        for example, record in zip(parsed, expected):
+            assert example[codec.IMAGE_ENCODED].numpy() == open(record.uri, "rb").read()
+            assert int(example[codec.CLASS_LABEL]) == record.label_id
+            assert example[codec.META_PREFIX + "source"].numpy() == b"cam1"
+            box_labels = tf.sparse.to_dense(example[codec.BOX_CLASS_LABEL]).numpy().tolist()
+            assert box_labels == [CLASSES.index(box[4]) for box in record.boxes]
+
+
+def test_records_in_a_gzip_shard_are_ordered_by_sha256(tmp_path):
+    images, staging = tmp_path / "images", tmp_path / "staging"
+    images.mkdir()
+    records = [_record(images, f"{i}.png", bytes([i]) * (10 + i), "train", "cat")
+               for i in range(4)]
+    rel = _shard("train", 0, 1) + ".gz"
+    with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+        written = (pipeline | "Records" >> beam.Create(records)
+                   | WriteShards(str(staging), OutputConfig(num_shards=1, compression="gzip"),
+                                 *_side_inputs(pipeline)))
+        assert_that(written[FILES], _files_on_disk(staging, {rel: 4}))
+    filenames = [tf.io.parse_single_example(s, codec.feature_spec())[codec.IMAGE_FILENAME]
+                 .numpy().decode()
+                 for s in tf.data.TFRecordDataset(os.path.join(staging, rel), "GZIP")]
+    assert filenames == [r.path for r in sorted(records, key=lambda r: r.sha256)]
+
+
+def test_shard_count_comes_from_the_split_bytes_and_the_target_size():
+    output = OutputConfig(target_shard_mb=1.0)
+    assert shard_counts({"train": 3 * 1024 * 1024 + 1, "test": 10}, output) == {
+        "train": 4, "test": 1}
+    assert shard_counts({"train": 3 * 1024 * 1024 + 1}, OutputConfig(num_shards=8)) == {
+        "train": 8}
+
+
+def test_a_file_that_changed_since_it_was_validated_fails_the_job(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    record = _record(images, "a.png", b"validated bytes", "train", "cat")
+    with open(record.uri, "wb") as handle:
+        handle.write(b"changed bytes")
+    with pytest.raises(Exception, match="changed while the job ran"):
+        with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+            _ = (pipeline | "Records" >> beam.Create([record])
+                 | WriteShards(str(tmp_path / "staging"), OutputConfig(num_shards=1),
+                               *_side_inputs(pipeline)))
