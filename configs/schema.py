@@ -4,11 +4,11 @@ Every section is a frozen dataclass that checks its own values in `__post_init__
 checks key names and types against the field annotations. Errors name the full key, the allowed
 values and what was received, and are raised before any work starts:
 
-    ConfigError: Unknown key 'quality.blurr'. Expected one of (blur_min, ...). Received: blurr=30
+    ConfigError: Unknown key 'quality.blurr'. Expected one of (min_std, ...). Received: blurr=0.1
 
 A preset (e.g. `configs/satellite.yaml`) names its parent with `extends: base.yaml` and overrides
 only what differs (`configs/yaml_files.py` reads and merges the files). Command-line overrides
-use dotted keys: `--set quality.blur_min=15`. The basic checks live in `configs/checks.py`.
+use dotted keys: `--set quality.blur_fine_min=0.1`. The basic checks live in `configs/checks.py`.
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ class QualityConfig:
     """Quality filter thresholds, all measured on 8-bit luma of a copy at most `analysis_size` px.
 
     Besides `enabled` and `analysis_size`, one threshold per rule of the quality rule table
-    (`transforms/offline/quality_rules.RULES`: its `config_key`, e.g. `blur_min`), which owns
+    (`transforms/offline/quality_rules.RULES`: its `config_key`, e.g. `blur_fine_min`), which owns
     their defaults, meaning and valid range. Set a threshold to null to switch that rule off.
     """
     enabled: bool = True

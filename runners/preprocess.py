@@ -4,7 +4,7 @@ Locally (default in-process runner, no download):
 
     pixelmill preprocess --data_root ./images --labels labels.csv --classes classes.txt \\
         --output_dir ./out [--boxes boxes.csv] [--config configs/base.yaml] \\
-        [--set quality.blur_min=15]
+        [--set quality.blur_fine_min=0.1]
 
 With two local worker processes:
 

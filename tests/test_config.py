@@ -48,7 +48,7 @@ def _nested(key: str, value) -> dict:
 
 def test_every_float_key_is_found():
     keys = set(_float_keys())
-    assert {"split.train", "quality.blur_min", "decode.timeout_s",
+    assert {"split.train", "quality.blur_fine_min", "decode.timeout_s",
             "online.geometry.rotation_degrees"} <= keys
 
 
@@ -77,8 +77,9 @@ def test_nan_split_from_the_command_line_is_refused():
 
 
 def test_nan_quality_threshold_does_not_switch_the_rule_off():
-    with pytest.raises(ConfigError, match=r"quality\.blur_min.*Received: quality\.blur_min=nan"):
-        load_config(overrides=["quality.blur_min=.nan"])
+    with pytest.raises(ConfigError,
+                       match=r"quality\.blur_fine_min.*Received: quality\.blur_fine_min=nan"):
+        load_config(overrides=["quality.blur_fine_min=.nan"])
 
 
 def test_infinite_decode_timeout_is_refused():
@@ -120,10 +121,10 @@ def test_a_config_extending_itself_is_a_loop(tmp_path):
 
 def test_extends_chain_of_presets_still_merges(tmp_path):
     _write(tmp_path / "mid.yaml", f"extends: {os.path.abspath('configs/base.yaml')}\n"
-                                  "quality: {blur_min: 12.0}\n")
+                                  "quality: {blur_fine_min: 0.2}\n")
     child = _write(tmp_path / "child.yaml", "extends: mid.yaml\ndedup: {max_hamming: 2}\n")
     config = load_config(child)
-    assert config.quality.blur_min == 12.0 and config.dedup.max_hamming == 2
+    assert config.quality.blur_fine_min == 0.2 and config.dedup.max_hamming == 2
     assert config.online == OnlineConfig()
 
 
@@ -165,5 +166,5 @@ def test_an_oversized_config_file_is_refused_without_reading_it_all(tmp_path):
 
 def test_an_override_that_is_not_yaml_is_a_config_error():
     with pytest.raises(ConfigError, match=r"Override value is not valid YAML\. Received: "
-                                          r"'quality\.blur_min=\['"):
-        load_config(overrides=["quality.blur_min=["])
+                                          r"'quality\.blur_fine_min=\['"):
+        load_config(overrides=["quality.blur_fine_min=["])

@@ -37,14 +37,17 @@ def test_measure_returns_exactly_the_codec_metrics_as_python_floats():
 def test_measure_constant_image_is_flat():
     assert quality.measure(_grey(np.full((6, 9), 77))) == {
         "brightness_mean": 77.0, "brightness_p01": 77.0, "brightness_p99": 77.0,
-        "contrast_std": 0.0, "entropy": 0.0, "blur_laplacian_var": 0.0}
+        "contrast_std": 0.0, "entropy": 0.0, "blur_laplacian_var": 0.0, "blur_fine_share": 0.0,
+        "blur_laplacian_ratio": 0.0}
 
 
 def test_measure_two_level_checkerboard_has_one_bit_of_entropy():
-    # Every valid Laplacian is 4 * (255 - 0) with alternating sign: variance 1020**2.
+    # Every valid Laplacian is 4 * (255 - 0) with alternating sign: variance 1020**2, 64 times
+    # the luma variance; the 2x2 means are all 127.5, so all the detail is at the finest scale.
     assert quality.measure(_checkerboard(8, 0, 255)) == {
         "brightness_mean": 127.5, "brightness_p01": 0.0, "brightness_p99": 255.0,
-        "contrast_std": 127.5, "entropy": 1.0, "blur_laplacian_var": 1040400.0}
+        "contrast_std": 127.5, "entropy": 1.0, "blur_laplacian_var": 1040400.0,
+        "blur_fine_share": 1.0, "blur_laplacian_ratio": 64.0}
 
 
 def test_measure_ramp_of_all_256_levels():
@@ -52,7 +55,8 @@ def test_measure_ramp_of_all_256_levels():
     ramp = _grey(np.arange(256).reshape(16, 16))
     assert quality.measure(ramp) == {
         "brightness_mean": 127.5, "brightness_p01": 2.55, "brightness_p99": 252.45,
-        "contrast_std": 73.9003, "entropy": 8.0, "blur_laplacian_var": 0.0}
+        "contrast_std": 73.9003, "entropy": 8.0, "blur_laplacian_var": 0.0,
+        "blur_fine_share": 0.0, "blur_laplacian_ratio": 0.0}
 
 
 def test_measure_laplacian_uses_the_valid_region_only():
@@ -91,7 +95,8 @@ def test_measure_rejects_arrays_that_are_not_uint8_rgb(bad):
 # ---------------------------------------------------------------- judge
 
 _GOOD = {"brightness_mean": 120.0, "brightness_p01": 20.0, "brightness_p99": 220.0,
-         "contrast_std": 40.0, "entropy": 7.0, "blur_laplacian_var": 500.0}
+         "contrast_std": 40.0, "entropy": 7.0, "blur_laplacian_var": 500.0,
+         "blur_fine_share": 0.4, "blur_laplacian_ratio": 0.3}
 
 
 def _with(**changes) -> dict:
@@ -103,8 +108,8 @@ def test_judge_accepts_good_metrics():
 
 
 def test_judge_low_std_is_low_information():
-    assert quality.judge(_with(contrast_std=5.9), QualityConfig()) == (
-        "low_information", "contrast_std=5.9 < min_std=6.0")
+    assert quality.judge(_with(contrast_std=0.9), QualityConfig()) == (
+        "low_information", "contrast_std=0.9 < min_std=1.0")
 
 
 def test_judge_low_entropy_is_low_information():
@@ -119,45 +124,64 @@ def test_judge_dim_p99_is_too_dark():
 
 def test_judge_glaring_p01_is_too_bright():
     assert quality.judge(_with(brightness_p01=240.5, brightness_p99=255.0), QualityConfig()) == (
-        "too_bright", "brightness_p01=240.5 > bright_p01_min=230.0")
+        "too_bright", "brightness_p01=240.5 > bright_p01_min=210.0")
 
 
-def test_judge_low_laplacian_variance_is_blurry():
-    assert quality.judge(_with(blur_laplacian_var=10.0), QualityConfig()) == (
-        "blurry", "blur_laplacian_var=10.0 < blur_min=25.0")
+def test_judge_little_fine_detail_is_blurry():
+    assert quality.judge(_with(blur_fine_share=0.1), QualityConfig()) == (
+        "blurry", "blur_fine_share=0.1 < blur_fine_min=0.12")
+
+
+def test_judge_low_laplacian_ratio_is_blurry():
+    assert quality.judge(_with(blur_laplacian_ratio=0.01), QualityConfig()) == (
+        "blurry", "blur_laplacian_ratio=0.01 < blur_ratio_min=0.015")
+
+
+def test_judge_no_longer_uses_the_absolute_laplacian_variance():
+    # It moves with contrast: a washed-out or soft photo has a small one and is still sharp.
+    assert quality.judge(_with(blur_laplacian_var=1.0), QualityConfig()) is None
 
 
 def test_judge_value_equal_to_threshold_passes():
-    at_thresholds = _with(contrast_std=6.0, entropy=2.5, brightness_p99=40.0,
-                          brightness_p01=230.0, blur_laplacian_var=25.0)
+    at_thresholds = _with(contrast_std=1.0, entropy=2.5, brightness_p99=40.0,
+                          brightness_p01=210.0, blur_fine_share=0.12,
+                          blur_laplacian_ratio=0.015)
     assert quality.judge(at_thresholds, QualityConfig()) is None
 
 
 def test_judge_checks_std_before_entropy():
-    assert quality.judge(_with(contrast_std=1.0, entropy=1.0), QualityConfig())[1] == (
-        "contrast_std=1.0 < min_std=6.0")
+    assert quality.judge(_with(contrast_std=0.5, entropy=1.0), QualityConfig())[1] == (
+        "contrast_std=0.5 < min_std=1.0")
 
 
-def test_judge_checks_low_information_before_dark():
-    verdict = quality.judge(_with(contrast_std=1.0, brightness_p99=10.0), QualityConfig())
+def test_judge_checks_flatness_before_dark():
+    verdict = quality.judge(_with(contrast_std=0.5, brightness_p99=10.0), QualityConfig())
     assert verdict[0] == "low_information"
 
 
+def test_judge_checks_exposure_before_entropy():
+    # A darkened or washed-out photo keeps some contrast but little entropy: its own reason.
+    dark = _with(contrast_std=2.0, entropy=1.5, brightness_p99=15.0)
+    assert quality.judge(dark, QualityConfig())[0] == "too_dark"
+    washed = _with(contrast_std=4.0, entropy=2.0, brightness_p01=220.0, brightness_p99=250.0)
+    assert quality.judge(washed, QualityConfig())[0] == "too_bright"
+
+
 def test_judge_checks_dark_before_blurry():
-    verdict = quality.judge(_with(brightness_p99=10.0, blur_laplacian_var=1.0), QualityConfig())
+    verdict = quality.judge(_with(brightness_p99=10.0, blur_fine_share=0.01), QualityConfig())
     assert verdict[0] == "too_dark"
 
 
 def test_judge_checks_bright_before_blurry():
     verdict = quality.judge(_with(brightness_p01=250.0, brightness_p99=255.0,
-                                  blur_laplacian_var=1.0), QualityConfig())
+                                  blur_fine_share=0.01), QualityConfig())
     assert verdict[0] == "too_bright"
 
 
 def test_judge_none_threshold_switches_only_its_rule_off():
     config = QualityConfig(dark_p99_max=None)
     assert quality.judge(_with(brightness_p99=10.0), config) is None
-    assert quality.judge(_with(brightness_p99=10.0, blur_laplacian_var=1.0), config)[0] == "blurry"
+    assert quality.judge(_with(brightness_p99=10.0, blur_fine_share=0.01), config)[0] == "blurry"
 
 
 def test_judge_none_min_std_still_checks_entropy():
@@ -168,20 +192,20 @@ def test_judge_none_min_std_still_checks_entropy():
 
 
 def test_judge_disabled_config_accepts_everything():
-    awful = _with(contrast_std=0.0, entropy=0.0, brightness_p99=0.0, blur_laplacian_var=0.0)
+    awful = _with(contrast_std=0.0, entropy=0.0, brightness_p99=0.0, blur_fine_share=0.0)
     assert quality.judge(awful, QualityConfig(enabled=False)) is None
 
 
 def test_judge_names_a_missing_metric():
     metrics = dict(_GOOD)
-    del metrics["blur_laplacian_var"]
-    with pytest.raises(ValueError, match="'blur_laplacian_var' needed by quality.blur_min"):
+    del metrics["blur_fine_share"]
+    with pytest.raises(ValueError, match="'blur_fine_share' needed by quality.blur_fine_min"):
         quality.judge(metrics, QualityConfig())
 
 
 def test_judge_of_a_measured_blank_image_is_low_information():
     assert quality.judge(quality.measure(_grey(np.full((40, 40), 128))), QualityConfig()) == (
-        "low_information", "contrast_std=0.0 < min_std=6.0")
+        "low_information", "contrast_std=0.0 < min_std=1.0")
 
 
 # ---------------------------------------------------------------- small_copy
@@ -356,3 +380,53 @@ def test_channel_moments_mean_of_squares_is_not_square_of_mean():
     image[0, :, 0] = 255                                     # red: half 0, half 1
     means, square_means = quality.channel_moments(image)
     assert (means[0], square_means[0]) == (0.5, 0.5)
+
+
+# ---------------------------------------------------------------- blur, whatever the exposure
+
+def _photo_in_steps_of_4(size: int = 128) -> np.ndarray:
+    """A photo-like image whose values are multiples of 4, so that x0.25 and x0.5 are exact."""
+    image = photo_like(np.random.default_rng(5), size, size, 1)
+    return (image // 4 * 4).astype(np.uint8)
+
+
+@pytest.mark.parametrize("scale, shift", [(0.5, 0), (0.5, 100), (0.25, 10), (0.25, 180)])
+def test_blur_scores_do_not_move_with_brightness_and_contrast(scale, shift):
+    image = _photo_in_steps_of_4()
+    changed = (image.astype(np.int32) * 4 // int(4 / scale) + shift).astype(np.uint8)
+    before, after = quality.measure(image), quality.measure(changed)
+    for name in ("blur_fine_share", "blur_laplacian_ratio"):
+        assert after[name] == pytest.approx(before[name], rel=1e-3), name
+    # the absolute Laplacian variance (no longer judged) moves with the contrast squared
+    assert after["blur_laplacian_var"] == pytest.approx(before["blur_laplacian_var"] * scale ** 2,
+                                                        rel=1e-3)
+
+
+def _gaussian(image: np.ndarray, sigma: float) -> np.ndarray:
+    from PIL import ImageFilter
+    return np.asarray(Image.fromarray(image).filter(ImageFilter.GaussianBlur(sigma)))
+
+
+@pytest.mark.parametrize("sigma", [0.0, 0.5])
+def test_sharp_photo_is_not_blurry(sigma):
+    image = photo_like(np.random.default_rng(2), 256, 256, 2)
+    image = _gaussian(image, sigma) if sigma else image
+    assert quality.judge(quality.measure(image), QualityConfig()) is None
+
+
+@pytest.mark.parametrize("sigma, metric", [(1.5, "blur_fine_share"),
+                                           (3.0, "blur_laplacian_ratio"),
+                                           (12.0, "blur_laplacian_ratio")])
+def test_blurred_photo_is_blurry_by_the_rule_for_its_strength(sigma, metric):
+    # Strong blur leaves only 8-bit rounding noise at the finest scale, whose share rises
+    # again: the ratio to the luma variance catches it.
+    photo = photo_like(np.random.default_rng(2), 256, 256, 2)
+    metrics = quality.measure(_gaussian(photo, sigma))
+    reason, detail = quality.judge(metrics, QualityConfig())
+    assert reason == "blurry" and detail.startswith(metric)
+
+
+def test_darkened_or_dimmed_blurry_photo_is_still_blurry_not_flat():
+    blurred = _gaussian(photo_like(np.random.default_rng(4), 256, 256, 0), 3.0)
+    dim = (blurred.astype(np.float32) * 0.3 + 0.5).astype(np.uint8)
+    assert quality.judge(quality.measure(dim), QualityConfig())[0] == "blurry"

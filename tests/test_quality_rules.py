@@ -21,7 +21,8 @@ from transforms.reporting.stats import HISTOGRAM_EDGES
 _README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 # Values that pass every default rule by a wide margin.
 _GOOD = {"brightness_mean": 120.0, "brightness_p01": 10.0, "brightness_p99": 240.0,
-         "contrast_std": 50.0, "entropy": 7.0, "blur_laplacian_var": 500.0}
+         "contrast_std": 50.0, "entropy": 7.0, "blur_laplacian_var": 500.0,
+         "blur_fine_share": 0.4, "blur_laplacian_ratio": 0.2}
 
 
 def _readme_lines() -> list[str]:
@@ -47,9 +48,12 @@ def test_table_is_consistent():
 
 
 def test_verdict_order_is_pinned():
+    # Flat first (whatever the exposure), then exposure, so a dark or washed-out photo is not
+    # called low_information; blur last (issue 12).
     assert [(rule.reason, rule.config_key) for rule in RULES] == [
-        ("low_information", "min_std"), ("low_information", "min_entropy"),
-        ("too_dark", "dark_p99_max"), ("too_bright", "bright_p01_min"), ("blurry", "blur_min")]
+        ("low_information", "min_std"), ("too_dark", "dark_p99_max"),
+        ("too_bright", "bright_p01_min"), ("low_information", "min_entropy"),
+        ("blurry", "blur_fine_min"), ("blurry", "blur_ratio_min")]
 
 
 _BROKEN = [
@@ -143,10 +147,11 @@ def test_judge_applies_each_rule_of_the_table(rule):
 
 def test_report_thresholds_are_the_switched_on_rules():
     assert quality_rules.thresholds(QualityConfig()) == {
-        "brightness_p99": 40.0, "brightness_p01": 230.0, "contrast_std": 6.0, "entropy": 2.5,
-        "blur_laplacian_var": 25.0}
-    assert quality_rules.thresholds(QualityConfig(blur_min=None, min_std=3.0)) == {
-        "brightness_p99": 40.0, "brightness_p01": 230.0, "contrast_std": 3.0, "entropy": 2.5}
+        "brightness_p99": 40.0, "brightness_p01": 210.0, "contrast_std": 1.0, "entropy": 2.5,
+        "blur_fine_share": 0.12, "blur_laplacian_ratio": 0.015}
+    assert quality_rules.thresholds(QualityConfig(blur_fine_min=None, min_std=3.0)) == {
+        "brightness_p99": 40.0, "brightness_p01": 210.0, "contrast_std": 3.0, "entropy": 2.5,
+        "blur_laplacian_ratio": 0.015}
 
 
 # ---------------------------------------------------------------- the README

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from transforms.codec import QUALITY_METRICS
 from transforms.offline.index_table import make_row
 from transforms.offline.rejects import REASONS
 from transforms.reporting.report import render_report
@@ -97,7 +98,7 @@ def test_report_shows_class_counts_per_split():
 def test_report_draws_svg_charts():
     page = _render()
     # one class chart, three size histograms, one histogram per quality metric
-    assert page.count("<svg") == 1 + 3 + 6
+    assert page.count("<svg") == 1 + 3 + len(QUALITY_METRICS)
     assert "<title>all decoded [5, 10): 1</title>" in page
 
 
@@ -178,5 +179,5 @@ def test_report_lists_accounting_checks_images_first():
 
 def test_report_marks_histogram_without_values():
     page = _render()
-    # _stats() measures only blur_laplacian_var: the other five quality charts have no values
-    assert page.count('fill="#888">no values</text>') == 5
+    # _stats() measures only blur_laplacian_var: the other quality charts have no values
+    assert page.count('fill="#888">no values</text>') == len(QUALITY_METRICS) - 1

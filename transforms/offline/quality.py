@@ -133,7 +133,13 @@ def measure(image: np.ndarray) -> dict[str, float]:
     - entropy: Shannon entropy in bits of the 256-bin histogram of luma rounded to integers;
     - blur_laplacian_var: variance of the 4-neighbour Laplacian [[0,1,0],[1,-4,1],[0,1,0]] of
       the float luma over the valid region (no padding). An image with a side below 3 px has no
-      valid region and measures 0.0 (nothing sharp can be seen in it).
+      valid region and measures 0.0 (nothing sharp can be seen in it);
+    - blur_fine_share: blur_laplacian_var / (blur_laplacian_var + the same of the half-size
+      copy made of 2x2 luma means): how much of the detail sits at the finest scale. Natural
+      photos have about as much at each scale (0.2-0.6); blur empties the finest first. 0.0
+      when both are 0 or the half-size copy has a side below 3 px;
+    - blur_laplacian_ratio: blur_laplacian_var / luma variance (0.0 for a flat image).
+    Both ratios are unchanged when luma is scaled and shifted (brightness, contrast).
     """
     image = _check_rgb(image)
     luma_1000 = _luma_per_mille(image)
@@ -143,21 +149,40 @@ def measure(image: np.ndarray) -> dict[str, float]:
     counts = np.bincount(levels.ravel(), minlength=256)
     probabilities = counts[counts > 0] / luma.size
     entropy = float(-(probabilities * np.log2(probabilities)).sum()) + 0.0  # no "-0.0"
-    if luma.shape[0] >= 3 and luma.shape[1] >= 3:
-        laplacian = (luma[:-2, 1:-1] + luma[2:, 1:-1] + luma[1:-1, :-2] + luma[1:-1, 2:]
-                     - 4.0 * luma[1:-1, 1:-1])
-        blur = float(laplacian.var())
-    else:
-        blur = 0.0
+    blur = _laplacian_var(luma)
+    half = _half_size(luma_1000)
+    coarse = _laplacian_var(half)
+    contrast = float(luma.std())
     values = {
         "brightness_mean": float(luma.mean()),
         "brightness_p01": float(p01),
         "brightness_p99": float(p99),
-        "contrast_std": float(luma.std()),
+        "contrast_std": contrast,
         "entropy": entropy,
         "blur_laplacian_var": blur,
+        "blur_fine_share": (blur / (blur + coarse) if min(half.shape) >= 3 and blur + coarse
+                            else 0.0),
+        "blur_laplacian_ratio": blur / (contrast * contrast) if contrast > 0.0 else 0.0,
     }
     return {name: round(values[name], 4) for name in quality_rules.metric_names()}
+
+
+def _laplacian_var(luma: np.ndarray) -> float:
+    """Variance of the 4-neighbour Laplacian over the valid region; 0.0 below 3 px a side."""
+    if luma.shape[0] < 3 or luma.shape[1] < 3:
+        return 0.0
+    laplacian = (luma[:-2, 1:-1] + luma[2:, 1:-1] + luma[1:-1, :-2] + luma[1:-1, 2:]
+                 - 4.0 * luma[1:-1, 1:-1])
+    return float(laplacian.var())
+
+
+def _half_size(luma_1000: np.ndarray) -> np.ndarray:
+    """Float luma of the half-size copy: means of 2x2 blocks (an odd last row or column is
+    left out), summed exactly in integers."""
+    height, width = luma_1000.shape[0] // 2 * 2, luma_1000.shape[1] // 2 * 2
+    even = luma_1000[:height, :width]
+    blocks = even[0::2, 0::2] + even[1::2, 0::2] + even[0::2, 1::2] + even[1::2, 1::2]
+    return blocks / 4000.0
 
 
 def judge(metrics: dict, config) -> tuple[str, str] | None:

@@ -81,16 +81,38 @@ METRICS = (
     Metric("blur_laplacian_var", "variance of the 4-neighbour Laplacian of luma",
            (0, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000),
            (0.0, None)),
+    Metric("blur_fine_share", "share of the finest scale in the Laplacian variance: "
+           "var(L) / (var(L) + var(L of the 2x2-mean half-size copy)); unchanged by brightness "
+           "and contrast",
+           (0, 0.04, 0.08, 0.1, 0.12, 0.14, 0.16, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0),
+           (0.0, 1.0)),
+    Metric("blur_laplacian_ratio", "variance of the Laplacian over the luma variance; "
+           "unchanged by brightness and contrast",
+           (0, 0.002, 0.005, 0.01, 0.015, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 64),
+           (0.0, None)),
 )
 
-# In the order the rules are checked: the first that fires is the verdict. Defaults follow
-# cleanvision/fastdup practice.
+# In the order the rules are checked: the first that fires is the verdict. Defaults are
+# calibrated with `pixelmill bench quality` (photo-like corpus and real photos, README):
+# - min_std 1.0 first: a flat fill (noise std 1) measures 0.3-0.7 whatever its exposure, a
+#   photo darkened to x0.08 or washed out 85% toward white still 1.1-11, so those reach the
+#   exposure rules (a contrast floor judged first called every dark image low_information);
+# - dark_p99_max 40: x0.08 puts any photo's 99th percentile at <= 20.4, x0.5 keeps ours >= 71;
+# - bright_p01_min 210: 85% toward white puts the 1st percentile at >= 216.75 (230 missed
+#   most); good photos measured <= 90;
+# - min_entropy 2.5 after exposure: posterized or nearly blank content; photos at x0.5
+#   measured >= 3.2 bits;
+# - blur: fine detail below 0.12 of the Laplacian variance (Gaussian blur sigma >= 1.5 px at
+#   the analysis size measures 0.08-0.12, sharp photos 0.2-0.6, a soft microscopy photo 0.13),
+#   or a Laplacian variance below 0.015 of the luma variance (strong blur, where 8-bit noise
+#   fills the finest scale and the share rises again).
 RULES = (
-    Rule("low_information", "contrast_std", "min_std", "min", 6.0),
-    Rule("low_information", "entropy", "min_entropy", "min", 2.5),
+    Rule("low_information", "contrast_std", "min_std", "min", 1.0),
     Rule("too_dark", "brightness_p99", "dark_p99_max", "min", 40.0),
-    Rule("too_bright", "brightness_p01", "bright_p01_min", "max", 230.0),
-    Rule("blurry", "blur_laplacian_var", "blur_min", "min", 25.0),
+    Rule("too_bright", "brightness_p01", "bright_p01_min", "max", 210.0),
+    Rule("low_information", "entropy", "min_entropy", "min", 2.5),
+    Rule("blurry", "blur_fine_share", "blur_fine_min", "min", 0.12),
+    Rule("blurry", "blur_laplacian_ratio", "blur_ratio_min", "min", 0.015),
 )
 
 # The rejects-ledger meaning of each reason the rules give (part of rejects.REASONS).
@@ -99,7 +121,9 @@ REASON_MEANINGS = types.MappingProxyType({
     "too_bright": "1st luma percentile above quality.bright_p01_min",
     "low_information": "nearly flat: luma std below quality.min_std or entropy below "
                        "quality.min_entropy (e.g. blank)",
-    "blurry": "variance of the Laplacian below quality.blur_min",
+    "blurry": "little fine detail: the share of the finest scale in the Laplacian variance below "
+              "quality.blur_fine_min, or the Laplacian variance below quality.blur_ratio_min "
+              "of the luma variance",
 })
 
 
