@@ -1,56 +1,40 @@
 """The offline job's modes and failure behaviour: isolation, publishing, config, file systems."""
 from __future__ import annotations
 
-import io
 import os
 import shutil
 import sys
 import time
 
-import numpy as np
 import pytest
 import tensorflow as tf
 from apache_beam.io.localfilesystem import LocalFileSystem
-from PIL import Image
 
 from pipelines import snapshot as snapshot_module
 from runners import cli
-from runners.demo_data import photo_like
-from tests.jobutil import index_rows, read_records, run_job, shard_files
+from tests.imageutil import write_photo
+from tests.jobutil import copy_output, index_rows, read_records, run_job, shard_files
 from transforms import snapshot_layout as layout
 from transforms.offline import inspect_image
 
 
-def _write_jpeg(path, seed, size=(96, 128)):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    buffer = io.BytesIO()
-    Image.fromarray(photo_like(np.random.default_rng(seed), *size, seed % 2)).save(
-        buffer, "JPEG", quality=92)
-    with open(path, "wb") as handle:
-        handle.write(buffer.getvalue())
-
-
 @pytest.fixture()
-def folder_dataset(tmp_path):
-    """Six images in class folders (folder labels), no CSV."""
-    root = tmp_path / "images"
-    for i in range(6):
-        _write_jpeg(str(root / ("cat" if i % 2 else "dog") / f"{i}.jpg"), seed=10 + i)
-    return root
+def folder_dataset(folder_images):
+    """Six images in class folders (folder labels), no CSV (conftest `folder_images`)."""
+    return folder_images
 
 
-def test_folder_names_are_labels_without_a_csv(folder_dataset, tmp_path):
-    snap = run_job(folder_dataset, tmp_path / "out", sets=["decode.isolation=inline"])
+def test_folder_names_are_labels_without_a_csv(folder_snapshot):
+    snap = folder_snapshot.snapshot
     rows = index_rows(snap)
     assert {path: row["label"] for path, row in rows.items()} == {
-        f"{'cat' if i % 2 else 'dog'}/{i}.jpg": ("cat" if i % 2 else "dog") for i in range(6)}
+        **{f"{'cat' if i % 2 else 'dog'}/{i}.jpg": ("cat" if i % 2 else "dog") for i in range(6)},
+        "loose.jpg": None}
     assert snap.stats["classes"] == ["cat", "dog"]
 
 
-def test_image_at_the_root_has_no_folder_label(folder_dataset, tmp_path):
-    _write_jpeg(str(folder_dataset / "loose.jpg"), seed=40)
-    snap = run_job(folder_dataset, tmp_path / "out", sets=["decode.isolation=inline"])
-    assert index_rows(snap)["loose.jpg"]["reason"] == "unlabeled"
+def test_image_at_the_root_has_no_folder_label(folder_snapshot):
+    assert index_rows(folder_snapshot.snapshot)["loose.jpg"]["reason"] == "unlabeled"
 
 
 def test_gzip_shards_and_shard_count_from_target_size(folder_dataset, tmp_path):
@@ -59,8 +43,7 @@ def test_gzip_shards_and_shard_count_from_target_size(folder_dataset, tmp_path):
     target_mb = total / 3.5 / (1024 * 1024)  # ~3-4 shards for the whole set
     snap = run_job(folder_dataset, tmp_path / "out", sets=[
         "output.compression=gzip", f"output.target_shard_mb={target_mb}",
-        "split.train=1.0", "split.validation=0.0", "split.test=0.0",
-        "decode.isolation=inline"])
+        "split.train=1.0", "split.validation=0.0", "split.test=0.0"])
     names = [os.path.basename(p) for p in shard_files(snap)]
     count = len(names)
     assert count >= 3
@@ -70,8 +53,7 @@ def test_gzip_shards_and_shard_count_from_target_size(folder_dataset, tmp_path):
 
 def test_fixed_shard_count_writes_every_shard_even_empty_ones(folder_dataset, tmp_path):
     snap = run_job(folder_dataset, tmp_path / "out", sets=[
-        "output.num_shards=8", "split.train=1.0", "split.validation=0.0", "split.test=0.0",
-        "decode.isolation=inline"])
+        "output.num_shards=8", "split.train=1.0", "split.validation=0.0", "split.test=0.0"])
     names = [os.path.basename(p) for p in shard_files(snap)]
     assert names == [f"images-train.tfrecord-{i:05d}-of-00008" for i in range(8)]
     assert len(read_records(snap)) == 6
@@ -93,8 +75,7 @@ def test_crashing_and_hanging_decoder_reject_one_file_each(folder_dataset, tmp_p
                                                            monkeypatch):
     monkeypatch.setattr(inspect_image, "InspectImageFn", _FragileInspectFn)
     snap = run_job(folder_dataset, tmp_path / "out",
-                   sets=["decode.isolation=subprocess", "decode.timeout_s=2",
-                         "transform.enabled=false"])
+                   isolation="subprocess", sets=["decode.timeout_s=2"])
     rows = index_rows(snap)
     assert rows["cat/1.jpg"]["reason"] == "decoder_crash"
     assert "died" in rows["cat/1.jpg"]["detail"]
@@ -104,18 +85,20 @@ def test_crashing_and_hanging_decoder_reject_one_file_each(folder_dataset, tmp_p
     assert snap.accounting["ok"]
 
 
-def test_failed_run_publishes_nothing_and_keeps_the_previous_snapshot(folder_dataset, tmp_path,
+def test_failed_run_publishes_nothing_and_keeps_the_previous_snapshot(folder_snapshot,
+                                                                      folder_dataset, tmp_path,
                                                                       monkeypatch):
-    out = tmp_path / "out"
-    first = run_job(folder_dataset, out, sets=["decode.isolation=inline"])
-    _write_jpeg(str(folder_dataset / "cat" / "new.jpg"), seed=77)
+    out = copy_output(folder_snapshot.out, tmp_path / "out")  # one committed run
+    first = layout.latest_snapshot(out)
+    assert first.run_id == folder_snapshot.snapshot.run_id
+    write_photo(folder_dataset / "cat" / "new.jpg", 77, class_index=1)
 
     def broken_publish(*args, **kwargs):
         raise snapshot_module.AccountingError("simulated crash before the manifest")
 
     monkeypatch.setattr("runners.preprocess.publish_snapshot", broken_publish)
     with pytest.raises(snapshot_module.AccountingError):
-        run_job(folder_dataset, out, sets=["decode.isolation=inline"])
+        run_job(folder_dataset, out)
     assert layout.read_latest(str(out)) == first.run_id
     assert [s.run_id for s in layout.committed_snapshots(str(out))] == [first.run_id]
     assert len(read_records(first)) == 6
@@ -131,7 +114,7 @@ def test_accounting_mismatch_fails_the_job(folder_dataset, tmp_path, monkeypatch
 
     monkeypatch.setattr(snapshot_module, "check_accounting", lossy)
     with pytest.raises(snapshot_module.AccountingError, match="not all accounted"):
-        run_job(folder_dataset, tmp_path / "out", sets=["decode.isolation=inline"])
+        run_job(folder_dataset, tmp_path / "out")
     assert layout.read_latest(str(tmp_path / "out")) is None
 
 
@@ -230,9 +213,9 @@ def test_remote_style_paths_go_through_beam_file_systems(folder_dataset, tmp_pat
     bucket = tmp_path / "bucket"
     shutil.copytree(folder_dataset, bucket / "images")
     _FakeGcs.base = str(bucket)
-    # TFT writes through tf.io.gfile, which knows gs:// but not this test-only scheme.
-    snap = run_job("fakegs://images", "fakegs://out",
-                   sets=["decode.isolation=inline", "transform.enabled=false"])
+    # TFT (off by default in run_job) writes through tf.io.gfile, which knows gs:// but not
+    # this test-only scheme.
+    snap = run_job("fakegs://images", "fakegs://out")
     assert snap.accounting["images"] == {"discovered": 6, "accepted": 6, "rejected": 0, "skipped": 0,
                                          "ok": True}
     assert snap.path == f"fakegs://out/snapshots/{snap.run_id}"
