@@ -1,5 +1,6 @@
 """What the training reader learns from a snapshot's small files before it reads a shard:
-the class table, the record counts, whether there are boxes, and the normalization numbers.
+the class table, the record counts, whether there are boxes, the normalization numbers and
+the label offset the class ids were stored with.
 
 `normalization` is the one place that decides which numbers the reader normalizes with (the
 newest snapshot's TFT transform, the snapshots' `stats.json` pixel stats, the config's fixed
@@ -17,11 +18,12 @@ from configs.checks import check_one_of
 from configs.online import NormalizeConfig
 from configs.schema import SPLITS
 from transforms import codec
-from transforms.snapshot_layout import (CLASSES, GFILE, STATS, TRANSFORM_FN, Snapshot, join,
+from transforms.snapshot_layout import (CLASSES, GFILE, MANIFEST, STATS, TRANSFORM_FN,
+                                        Snapshot, join,
                                         select_snapshots, tfrecord_compression)
 
 __all__ = ["read_class_names", "read_stats", "read_pixel_stats", "normalization",
-           "count_examples", "has_boxes", "batches_per_epoch"]
+           "count_examples", "has_boxes", "batches_per_epoch", "read_label_offset"]
 
 _PEEK_RECORDS = 256
 
@@ -152,3 +154,23 @@ def batches_per_epoch(snapshots: Sequence[Snapshot], split: str, batch_size: int
         return None
     total = sum(counts)
     return total // batch_size if drop_remainder else -(-total // batch_size)
+
+
+def read_label_offset(snapshots: Sequence[Snapshot]) -> int:
+    """The `output.label_offset` the snapshots stored class ids with (`manifest.json`
+    `label_offset`; 0 for snapshots written before it was recorded). Records of several
+    snapshots are read together, so they must agree."""
+    offsets = {}
+    for snapshot in snapshots:
+        manifest = json.loads(GFILE.read_text(join(snapshot.path, MANIFEST)))
+        offset = manifest.get("label_offset", 0)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"{snapshot.path}/{MANIFEST}: label_offset must be an integer "
+                             f">= 0. Received: label_offset={offset!r}")
+        offsets[snapshot.run_id] = offset
+    if len(set(offsets.values())) > 1:
+        raise ValueError(
+            "The selected snapshots stored class ids with different label offsets "
+            f"(output.label_offset), so their labels cannot be read together. Received: "
+            f"{offsets}")
+    return next(iter(offsets.values()))

@@ -83,9 +83,11 @@ def _padded_boxes(parsed: dict, max_boxes: int) -> dict:
 
 
 def parse_sample(serialized: tf.Tensor, *, image_size: tuple[int, int], num_classes: int,
-                 with_boxes: bool, max_boxes: int, to_canvas: bool = False) -> dict:
-    """One record -> {labels, images | (source, source_size), [boxes, box_labels, num_boxes]}."""
-    parsed = codec.parse_example(serialized, with_boxes=with_boxes)
+                 with_boxes: bool, max_boxes: int, to_canvas: bool = False,
+                 label_offset: int = 0) -> dict:
+    """One record -> {labels, images | (source, source_size), [boxes, box_labels, num_boxes]}.
+    `label_offset` is taken off the stored class ids (the snapshot's `output.label_offset`)."""
+    parsed = codec.parse_example(serialized, with_boxes=with_boxes, label_offset=label_offset)
     sample = {"labels": _one_hot_labels(parsed, num_classes)}
     encoded = parsed[codec.IMAGE_ENCODED]
     height, width = parsed[codec.IMAGE_HEIGHT], parsed[codec.IMAGE_WIDTH]

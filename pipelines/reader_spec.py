@@ -55,7 +55,11 @@ class ReaderSpec:
       with_boxes: emit the boxes dict (default None: when the snapshot's shards carry boxes).
       max_boxes: padded box rows per image; an image with more boxes fails the pipeline with
         an InvalidArgumentError naming max_boxes (nothing is dropped silently).
-      num_classes: width of the labels (default None and minimum: the class table's length).
+      num_classes: width of the labels (default None and minimum: the class table's length,
+        plus the label offset when `keep_label_offset`).
+      keep_label_offset: keep the snapshot's `output.label_offset` on the class ids (labels
+        and box_labels as stored, e.g. 1-based for a detection model that reserves 0);
+        default False: ids are class-table ids whatever the offset.
       image_size: overrides `online.image_size`: an int (square) or (height, width); stored as
         the (height, width) pair.
       shuffle_buffer: records per shuffled block.
@@ -89,6 +93,7 @@ class ReaderSpec:
     with_boxes: bool | None = None
     max_boxes: int = 100
     num_classes: int | None = None
+    keep_label_offset: bool = False
     image_size: object = None
     shuffle_buffer: int = 1024
     cycle_length: int = 8

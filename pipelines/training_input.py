@@ -69,7 +69,8 @@ import tensorflow as tf
 
 from configs.schema import Config, load_config
 from pipelines.reader_metadata import (batches_per_epoch, count_examples, has_boxes,
-                                       normalization, read_class_names, read_pixel_stats)
+                                       normalization, read_class_names, read_label_offset,
+                                       read_pixel_stats)
 from pipelines.reader_records import mix_records, read_records
 from pipelines.reader_samples import batch_samples, parse_sample, select_output
 from pipelines.reader_spec import ReaderSpec
@@ -99,7 +100,8 @@ class ReadPlan:
     """What the reader resolved from the snapshots for one `ReaderSpec`, before any graph:
     the selected snapshots, the shard files (one group, or archive and fresh for a mix), the
     label width, whether there are boxes, the normalization numbers, this input pipeline's
-    place among the replicas, and the batch augmenter (None without augmentation)."""
+    place among the replicas, the batch augmenter (None without augmentation), and the label
+    offset the parse takes off the stored class ids (0 with `keep_label_offset`)."""
     spec: ReaderSpec
     snapshots: tuple
     file_groups: tuple
@@ -109,6 +111,7 @@ class ReadPlan:
     pipeline_id: int
     num_pipelines: int
     augmenter: BatchAugmenter | None
+    label_offset: int = 0
 
     @property
     def to_canvas(self) -> bool:
@@ -116,12 +119,14 @@ class ReadPlan:
         return self.augmenter is not None and self.augmenter.takes_source
 
 
-def _num_classes(class_names: list, requested: int | None) -> int:
+def _num_classes(class_names: list, requested: int | None, kept_offset: int = 0) -> int:
+    needed = len(class_names) + kept_offset
     if requested is None:
-        return len(class_names)
-    if requested < len(class_names):
+        return needed
+    if requested < needed:
+        kept = f" plus the kept label offset {kept_offset}" if kept_offset else ""
         raise ValueError(
-            f"num_classes must be at least the class table's length {len(class_names)}. "
+            f"num_classes must be at least the class table's length {len(class_names)}{kept}. "
             f"Received: num_classes={requested}")
     return requested
 
@@ -133,7 +138,9 @@ def plan_reading(output_dir: str, spec: ReaderSpec,
     first records); raises before any graph is built."""
     selected = select_snapshots(output_dir, spec.snapshots)
     files = list_split_shards(selected, spec.split, spec.shard_name)
-    num_classes = _num_classes(read_class_names(selected), spec.num_classes)
+    stored_offset = read_label_offset(selected)
+    kept_offset = stored_offset if spec.keep_label_offset else 0
+    num_classes = _num_classes(read_class_names(selected), spec.num_classes, kept_offset)
     with_boxes = has_boxes(selected, files) if spec.with_boxes is None else spec.with_boxes
     numbers = normalization(spec.online.normalize, selected, spec.normalize)
     pipeline_id, num_pipelines = 0, 1
@@ -155,7 +162,7 @@ def plan_reading(output_dir: str, spec: ReaderSpec,
             spec.online, num_classes, jit_compile=spec.jit_compile,
             image_size=spec.image_size if spec.resample_once else None)
     return ReadPlan(spec, tuple(selected), groups, num_classes, with_boxes, numbers,
-                    pipeline_id, num_pipelines, augmenter)
+                    pipeline_id, num_pipelines, augmenter, stored_offset - kept_offset)
 
 
 def augment_batch(augmenter, batch: dict, seed: int, epoch, step, replica=0) -> dict:
@@ -186,7 +193,8 @@ def _one_epoch(plan: ReadPlan, epoch_index: tf.Tensor) -> tf.data.Dataset:
                           tf.constant(0, tf.int64))
     parse = functools.partial(parse_sample, image_size=spec.image_size,
                               num_classes=plan.num_classes, with_boxes=plan.with_boxes,
-                              max_boxes=spec.max_boxes, to_canvas=plan.to_canvas)
+                              max_boxes=spec.max_boxes, to_canvas=plan.to_canvas,
+                              label_offset=plan.label_offset)
     samples = records.skip(first_step * spec.batch_size).map(
         parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     batches = batch_samples(samples, spec.batch_size, spec.drop_remainder, spec.image_size,
@@ -242,7 +250,8 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
                  max_boxes: int = 100, num_classes: int | None = None,
                  image_size: int | tuple[int, int] | None = None, shuffle_buffer: int = 1024,
                  cycle_length: int = 8, jit_compile: bool = True,
-                 resample_once: bool = True) -> tf.data.Dataset:
+                 resample_once: bool = True, keep_label_offset: bool = False
+                 ) -> tf.data.Dataset:
     """Batches of one split of the committed snapshot, reproducible from `(seed, epoch, step)`.
 
     Args:
@@ -261,5 +270,6 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
         normalize=normalize, shuffle=shuffle, drop_remainder=drop_remainder,
         with_boxes=with_boxes, max_boxes=max_boxes, num_classes=num_classes,
         image_size=image_size, shuffle_buffer=shuffle_buffer, cycle_length=cycle_length,
-        jit_compile=jit_compile, resample_once=resample_once)
+        jit_compile=jit_compile, resample_once=resample_once,
+        keep_label_offset=keep_label_offset)
     return read_dataset(output_dir, spec, input_context)
