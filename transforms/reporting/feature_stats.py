@@ -16,8 +16,11 @@ Per feature, like TFDV's basic statistics generator:
             equal count); NaN and infinities count as `num_nan` and stay out of the numbers
   STRING    unique, avg_length (bytes), top 20 values and a rank histogram (1000 ranks)
   BYTES     (values that are not UTF-8, e.g. image/encoded) unique, avg/min/max num_bytes
-Quantiles, unique counts and top values are exact on small data and within about 1% (the
-sketches' error) on large data; the STANDARD histogram is read off a 1000-point quantile curve.
+Mean and std_dev come from exact sums, so they are the same however a runner splits and
+merges the work. Quantiles, unique counts and top values are exact on small data; on large
+data they are within about 1% (the sketches' error) and may differ in the last digits between
+runs that merge in another order. The STANDARD histogram is read off a 1000-point quantile
+curve.
 """
 from __future__ import annotations
 
@@ -332,26 +335,26 @@ def _quantiles_histogram(histogram, quantiles: _Quantiles, count: int) -> None:
 
 def _standard_histogram(histogram, quantiles: _Quantiles, low: float, high: float,
                         count: int) -> None:
-    """10 equal-width buckets over [low, high] (the last one closed), counted off the
-    quantile curve: values below an edge = cumulative count of the last curve point below."""
+    """10 equal-width buckets over [low, high] (the last one closed; one bucket when all
+    values are equal), counted off the quantile curve: the values below an edge are the
+    cumulative count at the last curve point below it."""
     histogram.type = statistics_pb2.Histogram.STANDARD
+    if high == low:
+        histogram.buckets.add(low_value=low, high_value=high, sample_count=float(count))
+        return
     values, cumulative = quantiles.curve(_CURVE_POINTS)
-    width = (high - low) / _HISTOGRAM_BUCKETS
 
     def below(edge: float) -> float:
         return max((c for v, c in zip(values, cumulative) if v < edge), default=0.0)
 
+    width = (high - low) / _HISTOGRAM_BUCKETS
     edges = [low + width * i for i in range(_HISTOGRAM_BUCKETS)] + [high]
     before = 0.0
     for index in range(_HISTOGRAM_BUCKETS):
-        last = index == _HISTOGRAM_BUCKETS - 1
-        upto = float(count) if last else below(edges[index + 1])
+        upto = float(count) if index == _HISTOGRAM_BUCKETS - 1 else below(edges[index + 1])
         histogram.buckets.add(low_value=edges[index], high_value=edges[index + 1],
                               sample_count=upto - before)
         before = upto
-        if width == 0:  # one value: everything in one bucket
-            histogram.buckets[-1].sample_count = float(count)
-            break
 
 
 def _numeric_proto(numeric, feature: _Feature, examples: int) -> None:
