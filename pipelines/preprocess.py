@@ -6,7 +6,8 @@ It reads as the data flow in the README, one named composite per phase:
     InspectAndLabel   plan (join rows and the archive by path; skip unchanged files) -> inspect
                       (read, sha256, header, decode, validate, quality) -> resolve labels/boxes
     AssignClasses     extend the append-only class table, give every record its class id
-    Dedup             exact (sha256) then near (perceptual hash), tonight and against the archive
+    Dedup             exact (sha256; quality rejects too, so a copy is always `duplicate`) then
+                      near (perceptual hash; optionally a crop's), tonight and against the archive
     AssignSplits      split from the CSV or the sha256
     WriteSnapshot     shards + index rows (+ DALI indexes, per-split TFDV statistics), TFT
                       analysis, class table, shard list
@@ -25,7 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import ReadAllFromParquet, WriteToParquet
 
 from configs.schema import Config
-from transforms.offline import classes, splits
+from transforms.offline import classes, quality_rules, splits
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
 from transforms.offline.image_record import ImageRecord
@@ -46,6 +47,8 @@ __all__ = ["PreprocessJob", "build_preprocess", "ReadInputs",
            "Accounting"]
 
 _ROW_COUNT = {LABEL_ROW: "label_rows", BOX_ROW: "box_rows"}
+_QUALITY = "quality"
+_QUALITY_REASONS = frozenset(rule.reason for rule in quality_rules.RULES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +72,13 @@ class PreprocessJob:
 def _route(record: ImageRecord):
     if record.reject is not None:
         yield beam.pvalue.TaggedOutput(REJECTED, record)
+    else:
+        yield record
+
+
+def _route_quality(record: ImageRecord):
+    if record.reject.reason in _QUALITY_REASONS:
+        yield beam.pvalue.TaggedOutput(_QUALITY, record)
     else:
         yield record
 
@@ -160,7 +170,9 @@ def _read_archive(pipeline: beam.Pipeline, archive: tuple):
 
 class InspectAndLabel(beam.PTransform):
     """ReadInputs' dict -> dict: `labelled` (inspected records with their label and boxes),
-    `rejected` (records rejected so far), and PlanImages' `row_rejects`, `skipped`, `matched`."""
+    `quality_rejected` (rejected by a quality rule: exact dedup still looks at them, so that a
+    copy of a blurry image is a `duplicate` too), `rejected` (the other records rejected so
+    far), and PlanImages' `row_rejects`, `skipped`, `matched`."""
 
     def __init__(self, job: PreprocessJob):
         super().__init__()
@@ -178,7 +190,9 @@ class InspectAndLabel(beam.PTransform):
             | "AllImages" >> beam.Flatten()
             | "ResolveLabels" >> beam.Map(resolve_labels, config, folder_labels)
             | "RouteLabelled" >> _Route())
-        return {"labelled": labelled, "rejected": rejected,
+        split = rejected | "SplitQualityRejects" >> beam.FlatMap(_route_quality).with_outputs(
+            _QUALITY, main="other")
+        return {"labelled": labelled, "rejected": split.other, "quality_rejected": split[_QUALITY],
                 "row_rejects": planned[ROW_REJECTS], "skipped": planned[SKIPPED],
                 "matched": planned[MATCHED]}
 
@@ -209,19 +223,23 @@ class AssignClasses(beam.PTransform):
 
 
 class Dedup(beam.PTransform):
-    """(records, archive's accepted rows) -> (unique records, [rejected PCollections]): exact
-    duplicates by sha256, then (when `dedup.near_duplicates`) near duplicates by perceptual hash,
-    both tonight and against the archive."""
+    """(records, quality-rejected records, archive's accepted rows) -> (unique records,
+    [rejected PCollections]): exact duplicates by sha256 among the records and the quality
+    rejects (the lowest path of a group keeps its own outcome, every other copy is `duplicate`:
+    copies share their quality verdict, so a copy is never named blurry instead), then (when
+    `dedup.near_duplicates`) near duplicates by perceptual hash among the records, both tonight
+    and against the archive."""
 
     def __init__(self, config: Config):
         super().__init__()
         self._config = config
 
     def expand(self, inputs):
-        records, archive_accepted = inputs
+        records, quality_rejected, archive_accepted = inputs
         archive_shas = archive_accepted | "ArchiveShas" >> beam.Map(
             lambda r: (r["sha256"], (r["run_id"], r["path"])))
-        unique, rejected_exact = (records
+        unique, rejected_exact = ((records, quality_rejected)
+                                  | "ExactCandidates" >> beam.Flatten()
                                   | "DropExactDuplicates" >> DropExactDuplicates(archive_shas)
                                   | "RouteExact" >> _Route())
         rejected = [rejected_exact]
@@ -342,7 +360,8 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     inspected = inputs | "InspectAndLabel" >> InspectAndLabel(job)
     class_table, with_ids, rejected_class = inspected["labelled"] | "AssignClasses" >> (
         AssignClasses(job.class_table, job.frozen_classes))
-    unique, rejected_dedup = (with_ids, archive_accepted) | "Dedup" >> Dedup(config)
+    unique, rejected_dedup = ((with_ids, inspected["quality_rejected"], archive_accepted)
+                              | "Dedup" >> Dedup(config))
     accepted = unique | "AssignSplits" >> beam.Map(_assign_split, config.split)
     written = (accepted, archive_accepted, class_table) | "WriteSnapshot" >> WriteSnapshot(job)
 
