@@ -6,18 +6,35 @@ rows of committed `index.parquet` tables) is rejected as `duplicate` naming that
 
 Near: 64-bit perceptual hashes are cut into `max_hamming + 1` bands; two hashes within
 `max_hamming` bits must agree on at least one band (pigeonhole), so only images sharing a band
-are compared (bucketed, never all-pairs). An image is a `near_duplicate` when an archived image
-or a lower-path image of tonight is within `max_hamming` bits; the detail names the closest
-archived one, else the lowest such path. The rule is order-free, so any runner gives the same
-answer.
+are compared (bucketed, never all-pairs), and inside a bucket `near_search.search_bucket`
+compares them vectorized, each close pair once, equal hashes once. An image is a
+`near_duplicate` when an archived image or a lower-path image of tonight is within
+`max_hamming` bits; the detail names the closest archived one, else the closest (then lowest)
+path. The rule is order-free, so any runner gives the same answer.
+
+A bucket larger than `hot_bucket_size` members (a hot cluster: product shots on white, burst
+photos) is not searched by the one worker that grouped it: its members are dealt into
+`ceil(size / hot_bucket_size)` parts by a hash of their path, and each pair of parts is an
+explicit sub-key searched on its own, so no worker compares more than two parts. The best
+neighbour of each image is then combined with `min` per path (constant memory per path).
 """
 from __future__ import annotations
 
+import zlib
+
 import apache_beam as beam
+from apache_beam.metrics import Metrics
 
 from transforms.offline import quality
+from transforms.offline.near_search import search_bucket
 
-__all__ = ["DropExactDuplicates", "DropNearDuplicates"]
+__all__ = ["DropExactDuplicates", "DropNearDuplicates", "HOT_BUCKET_SIZE"]
+
+# Members of one band bucket searched by one worker; above it the bucket is searched in parts.
+# A bucket's expected size is images / 8192 (13-bit bands at max_hamming 4): 12k at 100M, so
+# only true hot clusters are split; a part pair costs at most ~2 s at this size (bench scale).
+HOT_BUCKET_SIZE = 20_000
+_HOT = "hot"
 
 
 def _keep_lowest_path(item):
@@ -52,22 +69,73 @@ class DropExactDuplicates(beam.PTransform):
                 | "KeepLowestPath" >> beam.FlatMap(_keep_lowest_path))
 
 
-def _close_pairs(item, max_hamming: int):
-    """Members are (rel, phash, run_id); run_id is "" for tonight's images. Yields
-    (tonight's rel, (rank, distance, neighbour description)) for each close neighbour that
-    outranks it: any archived image, or a lower path of tonight."""
-    _band, members = item
-    tonight = sorted({(rel, phash) for rel, phash, run_id in members if not run_id})
-    archived = sorted({(run_id, rel, phash) for rel, phash, run_id in members if run_id})
-    for i, (rel, phash) in enumerate(tonight):
-        for run_id, old_rel, old_hash in archived:
-            distance = quality.hamming(phash, old_hash)
-            if distance <= max_hamming:
-                yield rel, (0, distance, f"{old_rel!r} in snapshot {run_id}")
-        for low_rel, low_hash in tonight[:i]:
-            distance = quality.hamming(phash, low_hash)
-            if distance <= max_hamming:
-                yield rel, (1, distance, f"{low_rel!r}")
+def _band_keys(member, max_hamming: int):
+    return [(band, member) for band in quality.hash_bands(member[1], max_hamming)]
+
+
+def _sides(members):
+    """(rel, phash, run_id) members -> tonight's (rel, phash), archived (run_id, rel, phash)."""
+    tonight, archived = [], []
+    for rel, phash, run_id in members:
+        if run_id:
+            archived.append((run_id, rel, phash))
+        else:
+            tonight.append((rel, phash))
+    return tonight, archived
+
+
+def _part(member, parts: int) -> int:
+    rel, _phash, run_id = member
+    return zlib.crc32(f"{run_id}\x1f{rel}".encode("utf-8", "surrogatepass")) % parts
+
+
+class _SearchBucketFn(beam.DoFn):
+    """((band, value), members) -> (tonight's rel, best neighbour here); a hot bucket goes out
+    tagged `hot` instead, each member once per sub-key (pair of parts) that holds its part."""
+
+    def __init__(self, max_hamming: int, hot_bucket_size: int | None):
+        self._max_hamming = max_hamming
+        self._hot_size = hot_bucket_size
+        self._compared = Metrics.counter("pixelmill", "near_dup_comparisons")
+        self._hot = Metrics.counter("pixelmill", "near_dup_hot_buckets")
+
+    def process(self, item):
+        (band, value), members = item
+        members = list(members)
+        if self._hot_size and len(members) > self._hot_size:
+            self._hot.inc()
+            parts = -(-len(members) // self._hot_size)
+            for member in members:
+                mine = _part(member, parts)
+                for other in range(parts):
+                    sub_key = (band, value, min(mine, other), max(mine, other))
+                    yield beam.pvalue.TaggedOutput(_HOT, (sub_key, (mine, member)))
+            return
+        tonight, archived = _sides(members)
+        found, compared = search_bucket(tonight, tonight, archived, self._max_hamming, band)
+        self._compared.inc(compared)
+        yield from found
+
+
+class _SearchPartsFn(beam.DoFn):
+    """((band, value, p, q), [(part, member)]) -> best neighbours of part p's images among
+    part q's and of q's among p's (p's among p's when p == q)."""
+
+    def __init__(self, max_hamming: int):
+        self._max_hamming = max_hamming
+        self._compared = Metrics.counter("pixelmill", "near_dup_comparisons")
+
+    def process(self, item):
+        (band, _value, p, q), tagged = item
+        by_part = {p: [], q: []}
+        for part, member in tagged:
+            by_part[part].append(member)
+        sides = {part: _sides(members) for part, members in by_part.items()}
+        for mine, other in ([(p, p)] if p == q else [(p, q), (q, p)]):
+            found, compared = search_bucket(sides[mine][0], *sides[other], self._max_hamming,
+                                            band)
+            self._compared.inc(compared)
+            yield from found
 
 
 def _mark(item, max_hamming: int):
@@ -86,23 +154,37 @@ def _mark(item, max_hamming: int):
 
 class DropNearDuplicates(beam.PTransform):
     """ImageRecords -> ImageRecords (near duplicates rejected). `archive`: PCollection of
-    (rel, phash, run_id) accepted earlier."""
+    (rel, phash, run_id) accepted earlier. `hot_bucket_size`: members above which a band
+    bucket is searched in parts (None: never split; the answers are the same either way)."""
 
-    def __init__(self, max_hamming: int, archive):
+    def __init__(self, max_hamming: int, archive, hot_bucket_size: int | None = HOT_BUCKET_SIZE):
         super().__init__()
+        if hot_bucket_size is not None and (isinstance(hot_bucket_size, bool)
+                                            or not isinstance(hot_bucket_size, int)
+                                            or hot_bucket_size < 1):
+            raise ValueError(f"hot_bucket_size must be a positive integer or None. "
+                             f"Received: hot_bucket_size={hot_bucket_size!r}")
         self._max_hamming = max_hamming
         self._archive = archive
+        self._hot_bucket_size = hot_bucket_size
 
     def expand(self, records):
         max_hamming = self._max_hamming
         tonight = records | "TonightHashes" >> beam.Map(lambda r: (r.path, r.phash, ""))
-        neighbours = (
+        searched = (
             (tonight, self._archive)
             | "AllHashes" >> beam.Flatten()
-            | "HashBands" >> beam.FlatMap(lambda m: [
-                (band, m) for band in quality.hash_bands(m[1], max_hamming)])
+            | "HashBands" >> beam.FlatMap(_band_keys, max_hamming)
             | "GroupByBand" >> beam.GroupByKey()
-            | "ClosePairs" >> beam.FlatMap(_close_pairs, max_hamming))
+            | "SearchBuckets" >> beam.ParDo(
+                _SearchBucketFn(max_hamming, self._hot_bucket_size)).with_outputs(
+                    _HOT, main="found"))
+        in_parts = (searched[_HOT]
+                    | "GroupHotParts" >> beam.GroupByKey()
+                    | "SearchHotParts" >> beam.ParDo(_SearchPartsFn(max_hamming)))
+        neighbours = ((searched.found, in_parts)
+                      | "AllFound" >> beam.Flatten()
+                      | "ClosestNeighbour" >> beam.CombinePerKey(min))
         return ({"records": records | "KeyByPath" >> beam.Map(lambda r: (r.path, r)),
                  "neighbours": neighbours}
                 | "JoinNeighbours" >> beam.CoGroupByKey()
