@@ -4,7 +4,7 @@
     pixelmill nightly --data_root DIR --labels CSV --output_dir OUT [--fail_on_drift]
     pixelmill demo [--workdir DIR]
     pixelmill preview --output_dir OUT --out grid.png
-    pixelmill bench preprocess|train [options]
+    pixelmill bench preprocess|train|quality|scale [options]
 
 Each subcommand is also `python -m runners.<module>`.
 
@@ -36,9 +36,11 @@ SUBCOMMANDS = {
     "nightly": ("runners.nightly", "incremental rerun: only new data, cross-run dedup, drift"),
     "demo": ("runners.demo", "generate demo data, run the job on it, print the summary"),
     "preview": ("runners.preview", "PNG grid of augmented training samples with boxes"),
-    "bench": (None, "benchmarks: `bench preprocess` or `bench train`"),
+    "bench": (None, "benchmarks: `bench preprocess`, `bench train`, `bench quality` or "
+                    "`bench scale`"),
 }
-_BENCHES = {"preprocess": "runners.bench_preprocess", "train": "runners.bench_train"}
+_BENCHES = {"preprocess": "runners.bench_preprocess", "train": "runners.bench_train",
+            "quality": "runners.bench_quality", "scale": "runners.bench_scale"}
 
 
 def _usage() -> str:
