@@ -1,16 +1,24 @@
-"""Small single-file outputs of the job: the rejects ledger and JSON summaries.
+"""Single-file outputs of the job: the rejects ledger and JSON summaries.
 
-Each is gathered to one element and written once, sorted, so the files are identical across
-runners and reruns.
+The JSON summaries are small (one combined element each). The rejects ledger grows with the
+data, so it is never gathered into one list: it is written sorted in ranges, in parallel, and
+the ranges are then joined in order into the one file. Both are sorted, so the files are
+identical across runners and reruns.
 """
 from __future__ import annotations
 
+import bisect
 import json
+import math
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-__all__ = ["WriteRejectsLedger", "WriteJson", "CountInto"]
+__all__ = ["WriteRejectsLedger", "WriteJson", "CountInto", "LEDGER_PART_LINES"]
+
+LEDGER_PART_LINES = 200_000   # lines per sorted range of the ledger (~40 MB on one worker)
+_LEDGER_SAMPLE = 1024         # keys sampled to cut the ranges (at most this many ranges)
+_COPY_CHUNK = 1 << 20
 
 
 def _write_text(path: str, text: str) -> str:
@@ -19,20 +27,70 @@ def _write_text(path: str, text: str) -> str:
     return path
 
 
-class WriteRejectsLedger(beam.PTransform):
-    """Rejects -> `rejects.jsonl`, one JSON object per line, sorted by (kind, path, reason)."""
+def _ledger_line(reject):
+    return (reject.kind, reject.path, reject.reason, reject.detail), reject.to_json() + "\n"
 
-    def __init__(self, path: str):
+
+def _range_bounds(sample, count: int, part_lines: int) -> list:
+    """Sort keys that cut `count` lines into ranges of about `part_lines` (from a sample)."""
+    parts = min(len(sample), math.ceil(count / part_lines)) if count else 0
+    ordered = sorted(sample)
+    return sorted({ordered[len(ordered) * k // parts] for k in range(1, parts)})
+
+
+def _write_range(item, parts_dir: str) -> tuple:
+    index, lines = item
+    path = FileSystems.join(parts_dir, f"part-{index:05d}")
+    _write_text(path, "".join(line for _key, line in sorted(lines)))
+    return index, path
+
+
+def _join_ranges(ranges, path: str, parts_dir: str) -> str:
+    """Concatenates the written ranges in order into `path` (streamed), then removes them."""
+    with FileSystems.create(path) as out:
+        for _index, part in sorted(ranges):
+            with FileSystems.open(part, compression_type="uncompressed") as handle:
+                while chunk := handle.read(_COPY_CHUNK):
+                    out.write(chunk)
+    if ranges:
+        FileSystems.delete([part for _index, part in ranges])
+        if FileSystems.exists(parts_dir):  # a local folder, now empty
+            FileSystems.delete([parts_dir])
+    return path
+
+
+class WriteRejectsLedger(beam.PTransform):
+    """Rejects -> `rejects.jsonl`, one JSON object per line, sorted by (kind, path, reason,
+    detail) (then by the line, so equal keys have one order too).
+
+    Without gathering the ledger anywhere: the sort keys are range-partitioned at boundaries
+    cut from a fixed-size sample (so each range holds about `part_lines` lines), each range
+    is sorted and written on its own under `<path>.parts/`, and the ranges are concatenated in
+    order. Where the boundaries fall changes nothing in the file."""
+
+    def __init__(self, path: str, part_lines: int = LEDGER_PART_LINES):
         super().__init__()
         self._path = path
+        self._part_lines = part_lines
 
     def expand(self, rejects):
-        path = self._path
-        return (rejects
-                | "AllRejects" >> beam.combiners.ToList()
-                | "WriteLedger" >> beam.Map(lambda items: _write_text(path, "".join(
-                    r.to_json() + "\n" for r in sorted(
-                        items, key=lambda r: (r.kind, r.path, r.reason, r.detail))))))
+        path, part_lines = self._path, self._part_lines
+        parts_dir = path + ".parts"
+        lines = rejects | "LedgerLines" >> beam.Map(_ledger_line)
+        count = lines | "CountLines" >> beam.combiners.Count.Globally()
+        bounds = (lines
+                  | "SortKeys" >> beam.Keys()
+                  | "SampleKeys" >> beam.combiners.Sample.FixedSizeGlobally(_LEDGER_SAMPLE)
+                  | "RangeBounds" >> beam.Map(_range_bounds, beam.pvalue.AsSingleton(count),
+                                              part_lines))
+        return (lines
+                | "KeyByRange" >> beam.Map(
+                    lambda kv, cuts: (bisect.bisect_right(cuts, kv[0]), kv),
+                    beam.pvalue.AsSingleton(bounds))
+                | "GroupByRange" >> beam.GroupByKey()
+                | "WriteRange" >> beam.Map(_write_range, parts_dir)
+                | "AllRanges" >> beam.combiners.ToList()   # one (index, path) per range
+                | "JoinRanges" >> beam.Map(_join_ranges, path, parts_dir))
 
 
 class WriteJson(beam.PTransform):

@@ -1,0 +1,49 @@
+"""WriteRejectsLedger: one sorted rejects.jsonl written in ranges, never gathered in one list;
+the file is the same whatever the range size."""
+from __future__ import annotations
+
+import os
+import random
+
+import apache_beam as beam
+import pytest
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+from transforms.offline.outputs import WriteRejectsLedger
+from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
+
+
+def _rejects(n: int, seed: int = 0) -> list[Reject]:
+    rng = random.Random(seed)
+    kinds = [(IMAGE, "blurry"), (IMAGE, "duplicate"), (LABEL_ROW, "bad_csv_row"),
+             (BOX_ROW, "missing_file")]
+    out = []
+    for i in range(n):
+        kind, reason = rng.choice(kinds)
+        path = f"{rng.choice(['a', 'b', 'é', 'z'])}/{rng.randint(0, n // 3):05d}.jpg"
+        out.append(Reject(path=path, reason=reason, detail=f"d{rng.randint(0, 2)}", kind=kind,
+                          sha256=f"{i:064x}" if kind == IMAGE else ""))
+    return out
+
+
+def _write(tmp_path, rejects, part_lines, name) -> str:
+    path = os.path.join(tmp_path, name, "rejects.jsonl")
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    (pipeline | beam.Create(rejects) | WriteRejectsLedger(path, part_lines=part_lines))
+    pipeline.run().wait_until_finish()
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    assert os.listdir(os.path.dirname(path)) == ["rejects.jsonl"]  # no range left behind
+    return text
+
+
+@pytest.mark.parametrize("part_lines", [7, 100_000])
+def test_ledger_is_sorted_and_the_same_whatever_the_range_size(tmp_path, part_lines):
+    rejects = _rejects(300)
+    expected = "".join(r.to_json() + "\n" for r in sorted(
+        rejects, key=lambda r: ((r.kind, r.path, r.reason, r.detail), r.to_json())))
+    assert _write(tmp_path, rejects, part_lines, "out") == expected
+
+
+def test_no_rejects_is_an_empty_ledger(tmp_path):
+    assert _write(tmp_path, [], 7, "empty") == ""
