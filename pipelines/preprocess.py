@@ -7,7 +7,7 @@ It reads as the data flow in the README, one named composite per phase:
                       (read, sha256, header, decode, validate, quality) -> resolve labels/boxes
     AssignClasses     extend the append-only class table, give every record its class id
     Dedup             exact (sha256; quality rejects too, so a copy is always `duplicate`) then
-                      near (perceptual hash; optionally a crop's), tonight and against the archive
+                      near (perceptual hash), tonight and against the archive
     AssignSplits      split from the CSV or the sha256
     WriteSnapshot     shards + index rows (+ DALI indexes, per-split TFDV statistics), TFT
                       analysis, class table, shard list
