@@ -134,7 +134,8 @@ class ReadInputs(beam.PTransform):
     def expand(self, pipeline):
         job = self._job
         refs, discovery_rejects = pipeline | "DiscoverImages" >> DiscoverImages(
-            list(job.data_roots), job.config.discovery.extensions)
+            list(job.data_roots), job.config.discovery.extensions,
+            job.config.limits.max_file_bytes)
         label_items = (pipeline
                        | "LabelCsvPaths" >> beam.Create(list(job.label_csvs))
                        | "ReadLabelRows" >> ReadLabelRows(job.config))

@@ -38,8 +38,10 @@ __all__ = ["AccountingError", "BeamStorage", "BEAM_FILES", "check_accounting",
 
 _THUMBNAILS_PER_REASON = 4
 # Never open unsafe files, never decode bombs or files that crashed or hung the decoder (the
-# report is made in the launcher process, which has no isolation), nothing to show for rows.
-_NO_THUMBNAIL = ("unsafe_path", "too_large", "decoder_crash", "missing_file", "bad_csv_row")
+# report is made in the launcher process, which has no isolation), never open what could not
+# be read (a FIFO would block the launcher), nothing to show for rows.
+_NO_THUMBNAIL = ("unsafe_path", "too_large", "decoder_crash", "unreadable", "missing_file",
+                 "bad_csv_row")
 
 
 class AccountingError(RuntimeError):

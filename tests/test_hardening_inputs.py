@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 
 import numpy as np
 import pytest
@@ -11,8 +12,10 @@ from PIL import Image
 
 from configs.schema import Config, LabelsConfig
 from runners.demo_data import photo_like
-from tests.jobutil import index_rows, rejects, run_job
-from transforms.offline import classes, paths
+from tests.jobutil import index_rows, read_records, rejects, run_job
+from transforms import codec
+from transforms.decode import decode_image
+from transforms.offline import classes, image_header, paths
 from transforms.offline.boxes import parse_box_csv
 from transforms.offline.csv_records import text_lines
 from transforms.offline.image_record import ImageRecord
@@ -193,3 +196,122 @@ def test_a_job_reads_past_hostile_csv_rows(tmp_path):
                        ("unlabeled", "c.jpg")]
     assert snapshot.accounting["label_rows"] == {"total": 4, "matched": 1, "rejected": 3,
                                                  "ok": True}
+
+
+# Cases 5, 6, 8, 9: stored size, work per file, file size, only regular files.
+
+def _lzw_frame(pixels: np.ndarray) -> bytes:
+    """The LZW minimum code size and data sub-blocks of a palette image, as Pillow writes
+    them."""
+    image = Image.fromarray(pixels.astype(np.uint8), "P")
+    image.putpalette([v for i in range(256) for v in (i, 255 - i, (i * 7) % 256)])
+    buffer = io.BytesIO()
+    image.save(buffer, "GIF")
+    data = buffer.getvalue()
+    start = 13 + ((3 << ((data[10] & 7) + 1)) if data[10] & 0x80 else 0)
+    while data[start] == 0x21:  # extensions before the image descriptor
+        start += 2
+        while data[start]:
+            start += data[start] + 1
+        start += 1
+    packed = data[start + 9]
+    pos = start + 10 + ((3 << ((packed & 7) + 1)) if packed & 0x80 else 0)
+    end = pos + 1
+    while data[end]:
+        end += data[end] + 1
+    return data[pos:end + 1]
+
+
+def gif(screen: tuple[int, int], frames: list[tuple[int, int, np.ndarray]]) -> bytes:
+    """A GIF with a logical screen and frames (left, top, pixels) anywhere on or off it."""
+    palette = bytes(v for i in range(256) for v in (i, 255 - i, (i * 7) % 256))
+    out = bytearray(b"GIF89a" + struct.pack("<HHBBB", *screen, 0xF7, 0, 0) + palette)
+    for left, top, pixels in frames:
+        height, width = pixels.shape
+        out += b"\x2c" + struct.pack("<HHHHB", left, top, width, height, 0) + _lzw_frame(pixels)
+    return bytes(out + b"\x3b")
+
+
+def noise(seed: int, height: int, width: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width))
+
+
+GIF_LAYOUTS = {
+    "screen larger than the frame": ((38, 32), [(0, 0, noise(1, 32, 27))]),
+    "frame off the screen": ((40, 40), [(0, 0, noise(2, 40, 40)), (30, 30, noise(3, 20, 20))]),
+    "later frame larger": ((10, 10), [(0, 0, noise(4, 10, 10)), (0, 0, noise(5, 60, 50))]),
+    "small first frame at an offset": ((50, 50), [(10, 10, noise(6, 30, 20))]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GIF_LAYOUTS))
+def test_the_header_size_of_a_gif_is_what_the_decoder_returns(name):
+    screen, frames = GIF_LAYOUTS[name]
+    data = gif(screen, frames)
+    header = image_header.read_header(data)
+    assert decode_image(data).shape == (header.height, header.width, 3)
+    assert header.total_pixels == sum(p.size for _, _, p in frames)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "BMP", "WEBP", "JPEG"])
+def test_the_header_size_of_other_formats_is_what_the_decoder_returns(fmt):
+    buffer = io.BytesIO()
+    Image.fromarray(photo_like(np.random.default_rng(9), 37, 53, 1)).save(buffer, fmt)
+    header = image_header.read_header(buffer.getvalue())
+    assert decode_image(buffer.getvalue()).shape == (37, 53, 3) == (header.height,
+                                                                      header.width, 3)
+
+
+def test_frames_are_counted_from_the_header_before_decoding():
+    stub = b"\x02\x02\x4c\x01\x00"  # LZW minimum code size 2, clear + end: never decoded here
+    frame = b"\x2c" + struct.pack("<HHHHB", 0, 0, 2000, 2000, 0) + stub
+    data = (b"GIF89a" + struct.pack("<HHBBB", 2000, 2000, 0, 0, 0) + frame * 200 + b"\x3b")
+    header = image_header.read_header(data)
+    assert (header.frames, header.total_pixels, len(data) < 5000) == (200, 800_000_000, True)
+    apng = io.BytesIO()
+    stills = [Image.fromarray(photo_like(np.random.default_rng(i), 40, 50, 0)) for i in range(4)]
+    stills[0].save(apng, "PNG", save_all=True, append_images=stills[1:])
+    header = image_header.read_header(apng.getvalue())
+    assert (header.frames, header.total_pixels) == (4, 4 * 40 * 50)
+
+
+def test_discovery_never_opens_a_fifo(tmp_path):
+    fifo = tmp_path / "x.jpg"
+    os.mkfifo(fifo)
+    assert paths.not_a_regular_file(str(fifo)) == "not a regular file (a FIFO); never opened"
+    assert paths.not_a_regular_file(str(tmp_path)) == (
+        "not a regular file (a directory); never opened")
+    regular = write(tmp_path, "y.jpg", b"x")
+    assert paths.not_a_regular_file(str(regular)) is None
+    assert paths.not_a_regular_file("gs://bucket/x.jpg") is None
+
+
+def test_sizes_frames_files_and_fifos_in_one_job(tmp_path):
+    root = tmp_path / "images"
+    rng = np.random.default_rng(11)
+    write(root, "cat/screen.gif", gif((60, 50), [(0, 0, rng.integers(0, 256, (40, 48)))]))
+    write(root, "cat/many.gif", gif((64, 64), [(0, 0, noise(20 + i, 64, 64))
+                                               for i in range(5)]))
+    png = io.BytesIO()
+    Image.fromarray(photo_like(rng, 64, 64, 0)).save(png, "PNG")
+    write(root, "cat/padded.png", png.getvalue() + bytes(60_000))
+    write(root, "cat/ok.jpg", jpeg(12))
+    os.mkfifo(root / "cat" / "pipe.jpg")
+    snapshot = run_job(root, tmp_path / "out", sets=FAST + [
+        "limits.max_total_pixels=15000", "limits.max_file_bytes=50000"])
+    rows = index_rows(snapshot)
+    assert rows["cat/screen.gif"]["accepted"]
+    assert (rows["cat/screen.gif"]["width"], rows["cat/screen.gif"]["height"]) == (48, 40)
+    by_path = {r["path"]: r for r in rejects(snapshot)}
+    assert by_path["cat/many.gif"]["reason"] == "too_large"
+    assert "5 frames, 20480 pixels in all > limits.max_total_pixels=15000" in (
+        by_path["cat/many.gif"]["detail"])
+    assert by_path["cat/padded.png"]["reason"] == "too_large"
+    assert by_path["cat/padded.png"]["detail"].startswith(
+        f"{len(png.getvalue()) + 60_000} bytes, more than limits.max_file_bytes=50000")
+    assert by_path["cat/pipe.jpg"]["reason"] == "unreadable"
+    assert "a FIFO" in by_path["cat/pipe.jpg"]["detail"]
+    records = {r[codec.IMAGE_FILENAME].numpy().decode(): r for r in read_records(snapshot)}
+    stored = records["cat/screen.gif"]
+    decoded = decode_image(stored[codec.IMAGE_ENCODED])
+    assert decoded.shape[:2] == (int(stored[codec.IMAGE_HEIGHT]), int(stored[codec.IMAGE_WIDTH]))

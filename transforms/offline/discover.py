@@ -2,8 +2,9 @@
 
 A root is a folder (searched recursively) or a glob. Files are kept when their extension is in
 `discovery.extensions` (case-insensitively); the real format is decided later from magic bytes.
-A local file that resolves outside its root through a symlink is rejected as `unsafe_path`
-and never opened.
+A local file that resolves outside its root through a symlink is rejected as `unsafe_path`,
+anything but a regular file (a FIFO, a device) as `unreadable`, and a file listed bigger than
+`limits.max_file_bytes` as `too_large`; none of them is ever opened.
 """
 from __future__ import annotations
 
@@ -47,10 +48,23 @@ def root_and_pattern(root: str) -> tuple[str, str]:
 class _ClassifyFileFn(beam.DoFn):
     """Keeps image files by extension; splits off files that escape their root."""
 
-    def __init__(self, root: str, extensions: tuple):
+    def __init__(self, root: str, extensions: tuple, max_file_bytes: int | None):
         self._root = root
         self._extensions = tuple(extensions)
+        self._max_file_bytes = max_file_bytes
         self._skipped = Metrics.counter("pixelmill", "skipped_not_image_extension")
+
+    def _refusal(self, metadata) -> tuple[str, str] | None:
+        """(reason, detail) for a file that is never opened: not a regular file (`unreadable`)
+        or bigger than `limits.max_file_bytes` by its listed size (`too_large`)."""
+        irregular = paths.not_a_regular_file(metadata.path)
+        if irregular:
+            return "unreadable", irregular
+        size = int(metadata.size_in_bytes)
+        if self._max_file_bytes is not None and size > self._max_file_bytes:
+            return "too_large", (f"{size} bytes, more than limits.max_file_bytes="
+                                 f"{self._max_file_bytes}; never opened")
+        return None
 
     def process(self, metadata):
         extension = posixpath.splitext(metadata.path)[1].lower().lstrip(".")
@@ -71,6 +85,12 @@ class _ClassifyFileFn(beam.DoFn):
                 uri=metadata.path, path=rel, file_bytes=int(metadata.size_in_bytes)
             ).rejected("unsafe_path", escape))
             return
+        refusal = self._refusal(metadata)
+        if refusal:
+            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
+                uri=metadata.path, path=rel, file_bytes=int(metadata.size_in_bytes)
+            ).rejected(*refusal))
+            return
         yield FileRef(uri=metadata.path, path=rel, file_bytes=int(metadata.size_in_bytes),
                       mtime=getattr(metadata, "last_updated_in_seconds", None))
 
@@ -79,10 +99,11 @@ class DiscoverImages(beam.PTransform):
     """roots -> (FileRef per image file, rejected ImageRecord per file that must not be
     opened), the FileRefs spread across workers."""
 
-    def __init__(self, roots: list[str], extensions: tuple):
+    def __init__(self, roots: list[str], extensions: tuple, max_file_bytes: int | None = None):
         super().__init__()
         self._roots = list(roots)
         self._extensions = tuple(extensions)
+        self._max_file_bytes = max_file_bytes
 
     def expand(self, pbegin):
         refs, unsafe = [], []
@@ -93,7 +114,8 @@ class DiscoverImages(beam.PTransform):
                 | f"Pattern{index}" >> beam.Create([pattern])
                 | f"Match{index}" >> fileio.MatchAll()
                 | f"Classify{index}" >> beam.ParDo(
-                    _ClassifyFileFn(base, self._extensions)).with_outputs(UNSAFE_TAG, main="ok"))
+                    _ClassifyFileFn(base, self._extensions, self._max_file_bytes)
+                ).with_outputs(UNSAFE_TAG, main="ok"))
             refs.append(found.ok)
             unsafe.append(found[UNSAFE_TAG])
         grouped = (

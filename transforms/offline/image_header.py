@@ -9,9 +9,16 @@ The format comes from the magic bytes, never from the file name: a PNG named `.j
 and a text file named `.jpg` is `UnknownFormat`. The magic bytes are the ones TensorFlow's
 `decode_image` dispatches on, so the format named here is the decoder that will run.
 
-Sizes are the stored ones: JPEG EXIF orientation is not applied. For GIF the size is the
-maximum over the logical screen and every frame's extent, because the decoder allocates each
-frame at its own size and a huge frame can hide behind a small screen.
+Sizes are what the shared decoder returns: JPEG EXIF orientation is not applied, and for GIF
+the size is TensorFlow's canvas, the largest frame width by the largest frame height (the
+logical screen and the frame offsets play no part; measured on TF 2.21: a 38x32 screen whose
+one frame is 27x32 decodes to 27x32), so a huge frame cannot hide behind a small screen.
+
+`total_pixels` is the decoding work over all frames, for `limits.max_total_pixels`: giflib
+decompresses every GIF frame (at its own size) even when only the first is kept, so it is the
+sum of the frames' areas; an animated PNG counts `acTL` frames times the canvas. An animated
+WebP is a `HeaderError`: TensorFlow 2.21's WebP decoder corrupts the heap on one
+(`free(): corrupted unsorted chunks`), so it must never reach it.
 
 Pure Python (`struct` only), so it runs anywhere the pipeline does, before TensorFlow loads.
 """
@@ -54,6 +61,7 @@ _BMP_INFO_HEADERS = (16, 40, 52, 56, 64, 108, 124)
 
 _VP8_START_CODE = b"\x9d\x01\x2a"
 _VP8L_SIGNATURE = 0x2F
+_VP8X_ANIMATION = 0x02
 
 
 class HeaderError(ValueError):
@@ -66,11 +74,14 @@ class UnknownFormat(HeaderError):
 
 @dataclasses.dataclass(frozen=True)
 class ImageHeader:
-    """What the header declares. `frames` is 1 except for GIF (count of image descriptors)."""
+    """What the header declares. `frames` is 1 except for animations (GIF image descriptors,
+    APNG `acTL` frames). `total_pixels` (0: frames x width x height) is the decoding work over
+    all frames; it takes no part in equality."""
     format: str
     width: int
     height: int
     frames: int = 1
+    total_pixels: int = dataclasses.field(default=0, compare=False)
 
     def __post_init__(self):
         if self.format not in FORMATS:
@@ -82,6 +93,8 @@ class ImageHeader:
                 f"height={self.height}.")
         if self.frames < 1:
             raise ValueError(f"frames must be >= 1. Received: frames={self.frames}.")
+        if not self.total_pixels:
+            object.__setattr__(self, "total_pixels", self.frames * self.width * self.height)
 
     @property
     def pixels(self) -> int:
@@ -118,10 +131,11 @@ def read_header(data: bytes) -> ImageHeader:
         raise UnknownFormat(
             f"magic bytes match no supported format {FORMATS}. "
             f"Received first bytes: {data[:12]!r}")
-    width, height, frames = _READERS[image_format](data)
+    width, height, frames, *total = _READERS[image_format](data)
     if width == 0 or height == 0:
         raise HeaderError(f"{image_format}: header declares a zero size {width}x{height}")
-    return ImageHeader(format=image_format, width=width, height=height, frames=frames)
+    return ImageHeader(format=image_format, width=width, height=height, frames=frames,
+                       total_pixels=total[0] if total else 0)
 
 
 def _unpack(layout: str, data: bytes, offset: int, what: str) -> tuple:
@@ -182,7 +196,8 @@ def _read_jpeg(data: bytes) -> tuple[int, int, int]:
 
 
 def _read_png(data: bytes) -> tuple[int, int, int]:
-    """IHDR must be the first chunk (13 bytes of data); width and height are big-endian."""
+    """IHDR must be the first chunk (13 bytes of data); width and height are big-endian. An
+    animated PNG's `acTL` (before the first IDAT) gives its frame count."""
     length, chunk_type = _unpack(">I4s", data, 8, "png first chunk header")
     if chunk_type != b"IHDR":
         raise HeaderError(f"png: first chunk is {chunk_type!r}, expected b'IHDR'")
@@ -193,7 +208,20 @@ def _read_png(data: bytes) -> tuple[int, int, int]:
     if width > _PNG_MAX_SIDE or height > _PNG_MAX_SIDE:
         raise HeaderError(
             f"png: size {width}x{height} exceeds the PNG limit of {_PNG_MAX_SIDE} per side")
-    return width, height, 1
+    return width, height, max(1, _png_frames(data))
+
+
+def _png_frames(data: bytes) -> int:
+    """`acTL`'s num_frames, or 0 when the chunks before the first IDAT hold none."""
+    pos = 33  # signature (8) + IHDR chunk (4 + 4 + 13 + 4)
+    while pos + 8 <= len(data):
+        length, chunk_type = struct.unpack_from(">I4s", data, pos)
+        if chunk_type == b"acTL" and pos + 12 <= len(data):
+            return struct.unpack_from(">I", data, pos + 8)[0]
+        if chunk_type in (b"IDAT", b"IEND"):
+            return 0
+        pos += 12 + length
+    return 0
 
 
 def _gif_color_table_size(packed: int) -> int:
@@ -213,18 +241,19 @@ def _skip_gif_sub_blocks(data: bytes, pos: int) -> int | None:
     return None
 
 
-def _read_gif(data: bytes) -> tuple[int, int, int]:
-    """Logical screen, then every block; size is the max over the screen and every frame.
+def _read_gif(data: bytes) -> tuple[int, int, int, int]:
+    """Logical screen, then every block; size is the largest frame width by the largest frame
+    height (TensorFlow's canvas), total the sum of the frames' areas.
 
     A stream that is truncated (or holds an unknown block) after at least one image descriptor
     reports what was seen: giflib keeps the complete frames and the decoder judges the data.
     Before any image descriptor that is a HeaderError.
     """
     size = len(data)
-    width, height, packed = _unpack("<HHB", data, 6, "gif logical screen descriptor")
+    _, _, packed = _unpack("<HHB", data, 6, "gif logical screen descriptor")
     _unpack("2B", data, 11, "gif logical screen descriptor")
     pos = 13 + _gif_color_table_size(packed)
-    frames = 0
+    frames = width = height = total = 0
     while True:
         if pos >= size:
             if frames == 0:
@@ -242,11 +271,12 @@ def _read_gif(data: bytes) -> tuple[int, int, int]:
         elif block == _GIF_IMAGE:
             if pos + 10 > size and frames > 0:
                 break
-            left, top, frame_width, frame_height, frame_packed = _unpack(
+            _, _, frame_width, frame_height, frame_packed = _unpack(
                 "<HHHHB", data, pos + 1, "gif image descriptor")
             frames += 1
-            width = max(width, left + frame_width)
-            height = max(height, top + frame_height)
+            width = max(width, frame_width)
+            height = max(height, frame_height)
+            total += frame_width * frame_height
             # descriptor, colour table, LZW minimum code size, then the data sub-blocks
             next_pos = _skip_gif_sub_blocks(
                 data, pos + 10 + _gif_color_table_size(frame_packed) + 1)
@@ -259,7 +289,7 @@ def _read_gif(data: bytes) -> tuple[int, int, int]:
             pos = size
         else:
             pos = next_pos
-    return width, height, frames
+    return width, height, frames, total
 
 
 def _read_bmp(data: bytes) -> tuple[int, int, int]:
@@ -300,7 +330,10 @@ def _read_webp(data: bytes) -> tuple[int, int, int]:
             raise HeaderError(f"webp: VP8L version is {version}, expected 0")
         return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1, 1
     if chunk == b"VP8X":
-        canvas = _unpack("<4x3s3s", data, 20, "webp VP8X canvas size")
+        flags, *canvas = _unpack("<B3x3s3s", data, 20, "webp VP8X canvas size")
+        if flags & _VP8X_ANIMATION:
+            raise HeaderError("webp: animated (VP8X animation flag); TensorFlow's WebP decoder "
+                              "corrupts memory on animated files, so it is never decoded")
         width_minus_one, height_minus_one = (int.from_bytes(v, "little") for v in canvas)
         return width_minus_one + 1, height_minus_one + 1, 1
     raise HeaderError(f"webp: first chunk is {chunk!r}, expected b'VP8 ', b'VP8L' or b'VP8X'")

@@ -126,6 +126,10 @@ class InspectImageFn(beam.DoFn):
         limits = self._config.limits
         if header.width * header.height > limits.max_pixels:  # never decode a bomb
             return record.rejected(*size_reject(header.width, header.height, limits))
+        if header.total_pixels > limits.max_total_pixels:  # giflib inflates every frame
+            return record.rejected("too_large", (
+                f"{header.frames} frames, {header.total_pixels} pixels in all > "
+                f"limits.max_total_pixels={limits.max_total_pixels}"))
         analysis_size = self._config.quality.analysis_size
         # The analysis copy is at most analysis_size on its long side: decode at the smallest
         # DCT scale that still covers it, so little is left for small_copy to do.

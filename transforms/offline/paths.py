@@ -10,9 +10,9 @@ Two kinds of paths reach the job, and both end up as the same canonical key (the
   root. A name that is not already canonical (so no CSV row could name it unambiguously) is
   refused the same way.
 
-`escapes_root` is the one function here that touches the local filesystem: it resolves
-symlinks (without opening anything) so a link inside the root that points outside it is
-refused too.
+`escapes_root` and `not_a_regular_file` are the functions here that touch the local
+filesystem, without opening anything: a link inside the root that points outside it is
+refused, and so is anything but a regular file (a FIFO would block its reader).
 
 Decisions, so CSVs written anywhere mean the same thing:
 
@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
-__all__ = ["UnsafePath", "normalize_relative", "relative_to_root", "escapes_root", "printable"]
+__all__ = ["UnsafePath", "normalize_relative", "relative_to_root", "escapes_root", "printable",
+           "not_a_regular_file"]
 
 # Beam FileSystems' own rule for a scheme-qualified path (`gs://`, `s3://`, `file://`).
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -154,3 +156,22 @@ def escapes_root(root: str, full_path: str) -> str | None:
     if real_file != os.path.abspath(full_path):
         return f"symlink resolves outside the data root: {real_file}"
     return f"path is outside the data root: {real_file}"
+
+
+def not_a_regular_file(full_path: str) -> str | None:
+    """Returns a reject detail when a local path is not a regular file (after symlinks): a
+    FIFO would block whoever opens it, a device or socket is no image. None for regular
+    files and for scheme-qualified paths (object stores hold only objects)."""
+    if _URL.match(full_path):
+        return None
+    try:
+        mode = os.stat(full_path).st_mode
+    except OSError as exc:
+        return f"not a regular file: it cannot be examined ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"))
+    kind = next((name for test, name in kinds if test(mode)), "of an unknown kind")
+    return f"not a regular file ({kind}); never opened"

@@ -22,11 +22,13 @@ KINDS = (IMAGE, LABEL_ROW, BOX_ROW)
 REASONS = {
     "unsafe_path": "path is absolute, has a scheme, escapes the data root, or is not valid "
                    "UTF-8 (shown escaped; never opened)",
-    "unreadable": "the file could not be read",
+    "unreadable": "the file could not be read, or is not a regular file (never opened)",
     "unknown_format": "magic bytes are not JPEG, PNG, GIF, BMP or WebP",
-    "bad_header": "the header is malformed or declares no size",
-    "too_large": "more pixels than limits.max_pixels (from the header, not decoded) "
-                 "or a side above limits.max_side",
+    "bad_header": "the header is malformed, declares no size, or is an animated WebP (the "
+                  "decoder corrupts memory on those)",
+    "too_large": "more pixels than limits.max_pixels or, over all frames, "
+                 "limits.max_total_pixels (from the header, not decoded), a side above "
+                 "limits.max_side, or more bytes than limits.max_file_bytes (never opened)",
     "decode_error": "the TensorFlow decoder rejected the data (corrupt or truncated)",
     "decoder_crash": "the decoder crashed or hung on this file (isolated; the job went on)",
     "too_small": "a side below limits.min_side",
