@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import glob
-import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -16,30 +16,35 @@ from PIL import Image
 
 from pipelines import snapshot as snapshot_module
 from runners import nightly
-from runners.demo_data import photo_like
+from tests.imageutil import encode, photo
 from tests.jobutil import index_rows
 from transforms import codec
 from transforms import snapshot_layout as layout
 
 
 def _jpeg(seed: int, class_index: int, quality: int = 92, scale: float = 1.0) -> bytes:
-    image = Image.fromarray(photo_like(np.random.default_rng(seed), 120, 160, class_index))
+    pixels = photo(seed, 120, 160, class_index)
     if scale != 1.0:
-        image = image.resize((int(160 * scale), int(120 * scale)), Image.BILINEAR)
-    buffer = io.BytesIO()
-    image.save(buffer, "JPEG", quality=quality)
-    return buffer.getvalue()
+        pixels = np.asarray(Image.fromarray(pixels).resize((int(160 * scale), int(120 * scale)),
+                                                           Image.BILINEAR))
+    return encode(pixels, "JPEG", quality)
 
 
 class World:
     """The data folder a nightly job watches, changed night by night."""
 
-    def __init__(self, base):
+    def __init__(self, base, rows=()):
+        self.base = base
         self.root = base / "images"
         self.labels = base / "labels.csv"
         self.out = base / "out"
-        self.rows = []
-        self.root.mkdir()
+        self.rows = list(rows)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def copy(self, base) -> "World":
+        """The same folder, labels and output (file times kept) at `base`."""
+        shutil.copytree(self.base, base)
+        return World(base, self.rows)
 
     def add(self, rel, data, label=None):
         path = self.root / rel
@@ -49,9 +54,11 @@ class World:
             self.rows.append((rel, label))
         self.labels.write_text("path,label\n" + "".join(f"{p},{l}\n" for p, l in self.rows))
 
-    def night(self, *extra):
+    def night(self, *extra, tft: bool = False):
+        """One nightly run (inline decoding; the TFT analysis only when `tft`)."""
         argv = ["--data_root", str(self.root), "--labels", str(self.labels),
-                "--output_dir", str(self.out), "--set", "decode.isolation=inline", *extra]
+                "--output_dir", str(self.out), "--set", "decode.isolation=inline",
+                "--set", f"transform.enabled={'true' if tft else 'false'}", *extra]
         return nightly.run(argv)
 
 
@@ -79,15 +86,24 @@ def _shas(snapshot):
 
 
 @pytest.fixture(scope="module")
-def three_nights(tmp_path_factory):
-    world = World(tmp_path_factory.mktemp("nightly"))
+def night_one(tmp_path_factory):
+    """(world, result) after the first night, shared: a test copies the world to go on."""
+    world = World(tmp_path_factory.mktemp("night_one") / "world")
     _night1(world)
-    first = world.night()
+    return world, world.night()
+
+
+@pytest.fixture(scope="module")
+def three_nights(night_one, tmp_path_factory):
+    """Nights two (with the TFT analysis over the archive and tonight) and three on a copy of
+    night one; both with --fail_on_drift, which only changes the exit code."""
+    world = night_one[0].copy(tmp_path_factory.mktemp("nightly") / "world")
+    first = night_one[1]
     classes_after_1 = (world.out / "classes.txt").read_text().split()
     _night2(world)
-    second = world.night()
+    second = world.night("--fail_on_drift", tft=True)
     classes_after_2 = (world.out / "classes.txt").read_text().split()
-    third = world.night()
+    third = world.night("--fail_on_drift")
     return world, first, second, third, classes_after_1, classes_after_2
 
 
@@ -163,20 +179,14 @@ def test_night_three_publishes_nothing(three_nights):
     assert not glob.glob(str(world.out / ".staging" / "*"))
 
 
-def test_fail_on_drift_gives_a_nonzero_exit(tmp_path):
-    world = World(tmp_path)
-    _night1(world)
-    world.night()
-    _night2(world)
-    result = world.night("--fail_on_drift")
-    assert result.exit_code == nightly.EXIT_DRIFT
+def test_fail_on_drift_gives_a_nonzero_exit(three_nights):
+    _, _, second, *_ = three_nights
+    assert second.drift["drifted"] and second.exit_code == nightly.EXIT_DRIFT
 
 
-def test_run_killed_before_the_manifest_leaves_no_snapshot_and_is_redone(tmp_path,
+def test_run_killed_before_the_manifest_leaves_no_snapshot_and_is_redone(night_one, tmp_path,
                                                                          monkeypatch):
-    world = World(tmp_path)
-    _night1(world)
-    first = world.night()
+    world, first = night_one[0].copy(tmp_path / "world"), night_one[1]
     _night2(world)
     real_write_json = snapshot_module._write_json
 
