@@ -1,9 +1,12 @@
 """Quality metrics, the quality verdict and the perceptual hash of one decoded image (numpy only).
 
-The offline job decodes an image (DCT-scaled for JPEG), shrinks it with `small_copy`, then calls
-`measure` (the numbers stored as `quality/<metric>`), `judge` (the reject rule, if any),
-`perceptual_hash` (near-duplicate detection, bucketed by `hash_bands`) and `channel_moments`
-(the dataset's normalization statistics).
+The offline job decodes an image (DCT-scaled for JPEG) and calls `analyse`: one pass that makes
+the `small_copy` and its luma once and gives `measure` (the numbers stored as
+`quality/<metric>`), `perceptual_hash` (near-duplicate detection, bucketed by `hash_bands`) and
+`channel_moments` (the dataset's normalization statistics); `judge` gives the reject rule, if
+any. On photo-like 320-1024 px images that pass costs ~2.7 ms of CPU, from ~5.4 ms as separate
+calls: the resize is three whole-row multiply-adds per axis (`area_resize`), and the
+percentiles come from the level histogram instead of partitioning every pixel.
 
 Everything here is deterministic across platforms: the downscale and the luma are computed in
 exact integer arithmetic, metrics are rounded to 4 decimals, and DCT coefficients are rounded to
@@ -14,20 +17,24 @@ Luma is ITU-R BT.601, `0.299 R + 0.587 G + 0.114 B` on 0..255, computed as
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
 import numpy as np
 
-from transforms.offline import quality_rules
+from transforms.offline import area_resize, quality_rules
 
 __all__ = ["measure", "judge", "small_copy", "perceptual_hash", "hamming", "hash_bands",
-           "channel_moments"]
+           "channel_moments", "analyse", "Analysis", "center_hash", "CENTER_FRACTION"]
 
 _LUMA_WEIGHTS = np.array([299, 587, 114], dtype=np.int64)  # per mille, sum 1000
 _HASH_BITS = 64
 _HASH_RESIZE = 32       # pHash: luma is area-resized to 32x32 before the DCT
 _HASH_LOW = 8           # pHash: the top-left 8x8 (lowest frequencies) make the 64 bits
+# center_hash: the central 90% of each side. A 92% centre crop's full hash lies within 4 bits
+# of its original's centre hash on 56 of 60 photos measured; unrelated photos >= 16 bits apart.
+CENTER_FRACTION = 0.9
 
 
 def _check_rgb(image: np.ndarray, name: str = "image") -> np.ndarray:
@@ -42,63 +49,11 @@ def _check_rgb(image: np.ndarray, name: str = "image") -> np.ndarray:
 
 
 def _luma_per_mille(image: np.ndarray) -> np.ndarray:
-    """Exact integer luma times 1000, int64 [H, W]. Summed in int32 (at most 255000), which is
-    several times faster than an int64 matmul (numpy has no BLAS for integers)."""
-    rgb = image.astype(np.int32)
-    luma = rgb[..., 0] * int(_LUMA_WEIGHTS[0])
-    luma += rgb[..., 1] * int(_LUMA_WEIGHTS[1])
-    luma += rgb[..., 2] * int(_LUMA_WEIGHTS[2])
-    return luma.astype(np.int64)
-
-
-def _area_axis(values: np.ndarray, target: int, axis: int) -> np.ndarray:
-    """Exact box (area) reduction of an integer array along `axis` from n to `target` cells.
-
-    Output cell i averages the input over [i*n/target, (i+1)*n/target) with fractional edge
-    weights. It returns the integer `n * average` (so nothing is rounded here). With
-    p_i = i*n = q_i*target + r_i, that is `target * sum(x[q_i:q_{i+1}]) + r_{i+1} x[q_{i+1}] -
-    r_i x[q_i]`. When shrinking (n >= target) every cell spans at least one whole input row, so
-    the block sums are a few whole-row gathers and adds (about n/target of them); growing (only
-    the 32x32 pHash of a tiny image) reads the same quantity off a cumulative sum.
-    """
-    n = values.shape[axis]
-    moved = np.moveaxis(values, axis, 0)
-    positions = np.arange(target + 1, dtype=np.int64) * n
-    whole, remainder = positions // target, positions % target
-    peak = 255 if values.dtype == np.uint8 else int(np.abs(values).max(initial=0))
-    # every intermediate below is at most 3 * peak * n: int32 when it fits (half the memory
-    # traffic of int64), int64 otherwise
-    accumulate = np.int32 if 3 * peak * max(n, target) < 2**31 else np.int64
-    shape = (-1,) + (1,) * (moved.ndim - 1)
-    if n >= target:
-        start, lengths = whole[:-1], whole[1:] - whole[:-1]
-        block = moved[start].astype(accumulate)
-        for offset in range(1, int(lengths.max())):
-            longer = lengths > offset
-            if longer.all():
-                block += moved[start + offset]
-            else:
-                block[longer] += moved[start[longer] + offset]
-        block *= target
-        edge = moved[np.minimum(whole, n - 1)].astype(accumulate)
-        edge *= remainder.astype(accumulate).reshape(shape)
-        block += edge[1:]
-        block -= edge[:-1]
-        return np.moveaxis(block.astype(np.int64), 0, axis)
-    cumulative = np.zeros((n + 1,) + moved.shape[1:], dtype=np.int64)
-    np.cumsum(moved, axis=0, dtype=np.int64, out=cumulative[1:])
-    at_end = whole == n  # the last edge: S[n] == S[n-1] + 1 * x[n-1]
-    whole[at_end], remainder[at_end] = n - 1, target
-    scaled = (target * cumulative[whole]
-              + remainder.reshape(shape) * moved[whole].astype(np.int64))
-    return np.moveaxis(scaled[1:] - scaled[:-1], 0, axis)  # == n * average
-
-
-def _area_resize_exact(values: np.ndarray, height: int, width: int) -> tuple[np.ndarray, int]:
-    """Area-resizes an integer [H, W, ...] array; returns (integer sums, divisor)."""
-    in_height, in_width = values.shape[:2]
-    rows = _area_axis(values, height, axis=0)      # height-reduced, times in_height
-    return _area_axis(rows, width, axis=1), in_height * in_width
+    """Exact integer luma times 1000, int32 [H, W] (at most 255000)."""
+    luma = np.multiply(image[..., 0], int(_LUMA_WEIGHTS[0]), dtype=np.int32)
+    luma += np.multiply(image[..., 1], int(_LUMA_WEIGHTS[1]), dtype=np.int32)
+    luma += np.multiply(image[..., 2], int(_LUMA_WEIGHTS[2]), dtype=np.int32)
+    return luma
 
 
 def small_copy(image: np.ndarray, analysis_size: int) -> np.ndarray:
@@ -113,13 +68,16 @@ def small_copy(image: np.ndarray, analysis_size: int) -> np.ndarray:
         raise ValueError(
             f"analysis_size must be a positive integer. Received: analysis_size={analysis_size!r}")
     height, width = image.shape[:2]
-    longest = max(height, width)
-    if longest <= analysis_size:
+    if max(height, width) <= analysis_size:
         return image
-    new_height = max(1, (2 * height * analysis_size + longest) // (2 * longest))
-    new_width = max(1, (2 * width * analysis_size + longest) // (2 * longest))
-    sums, divisor = _area_resize_exact(image, new_height, new_width)
-    return ((2 * sums + divisor) // (2 * divisor)).astype(np.uint8)
+    sums, divisor = area_resize.area_sums(image, *area_resize.fitted_size(height, width,
+                                                                          analysis_size))
+    if 511 * divisor >= 2**31:      # 2 * sums + divisor must not overflow
+        sums = sums.astype(np.int64)
+    sums *= 2                       # round half up: (2 * sums + divisor) // (2 * divisor)
+    sums += divisor
+    sums //= 2 * divisor
+    return sums.astype(np.uint8)
 
 
 def measure(image: np.ndarray) -> dict[str, float]:
@@ -141,12 +99,18 @@ def measure(image: np.ndarray) -> dict[str, float]:
     - blur_laplacian_ratio: blur_laplacian_var / luma variance (0.0 for a flat image).
     Both ratios are unchanged when luma is scaled and shifted (brightness, contrast).
     """
-    image = _check_rgb(image)
-    luma_1000 = _luma_per_mille(image)
+    return _measure_luma(_luma_per_mille(_check_rgb(image)))
+
+
+def _measure_luma(luma_1000: np.ndarray) -> dict[str, float]:
+    """`measure` from the integer luma. The float sums are numpy's own calls on the same float64
+    array as ever (so the same summation order); the percentiles come from two order statistics
+    each, found through the level histogram instead of partitioning the whole image."""
     luma = luma_1000 / 1000.0
-    p01, p99 = np.percentile(luma, [1, 99])
-    levels = (luma_1000 + 500) // 1000
+    levels = luma_1000 + 500
+    levels //= 1000
     counts = np.bincount(levels.ravel(), minlength=256)
+    p01, p99 = _percentiles(luma_1000, levels, counts)
     probabilities = counts[counts > 0] / luma.size
     entropy = float(-(probabilities * np.log2(probabilities)).sum()) + 0.0  # no "-0.0"
     blur = _laplacian_var(luma)
@@ -155,8 +119,8 @@ def measure(image: np.ndarray) -> dict[str, float]:
     contrast = float(luma.std())
     values = {
         "brightness_mean": float(luma.mean()),
-        "brightness_p01": float(p01),
-        "brightness_p99": float(p99),
+        "brightness_p01": p01,
+        "brightness_p99": p99,
         "contrast_std": contrast,
         "entropy": entropy,
         "blur_laplacian_var": blur,
@@ -183,6 +147,49 @@ def _half_size(luma_1000: np.ndarray) -> np.ndarray:
     even = luma_1000[:height, :width]
     blocks = even[0::2, 0::2] + even[1::2, 0::2] + even[0::2, 1::2] + even[1::2, 1::2]
     return blocks / 4000.0
+
+
+_PERCENTILES = np.true_divide([1, 99], 100)  # q as np.percentile computes it
+
+
+def _order_statistics(luma_1000: np.ndarray, levels: np.ndarray, counts: np.ndarray,
+                      ranks) -> dict[int, int]:
+    """{rank: the rank-th smallest luma_1000 (0-based)}. Levels rise with luma, so a rank's
+    value lies in the level whose cumulative count first exceeds it: only that level's pixels
+    are sorted."""
+    ends = np.cumsum(counts)
+    by_level: dict[int, list] = {}
+    for rank in ranks:
+        by_level.setdefault(int(np.searchsorted(ends, rank, side="right")), []).append(rank)
+    flat_luma, flat_levels = luma_1000.ravel(), levels.ravel()
+    values = {}
+    for level, level_ranks in by_level.items():
+        inside = np.sort(flat_luma[flat_levels == level])
+        start = int(ends[level - 1]) if level else 0
+        values.update((rank, int(inside[rank - start])) for rank in level_ranks)
+    return values
+
+
+def _percentiles(luma_1000: np.ndarray, levels: np.ndarray, counts: np.ndarray) -> list[float]:
+    """`np.percentile(luma_1000 / 1000.0, [1, 99])` (method "linear"), bit for bit: the same
+    virtual index, neighbours and `_lerp` arithmetic in float64 (tests compare the two)."""
+    last = luma_1000.size - 1
+    virtual = last * _PERCENTILES
+    previous = np.floor(virtual).astype(np.int64)
+    following = previous + 1
+    at_end = virtual >= last
+    previous[at_end] = following[at_end] = last
+    stats = _order_statistics(luma_1000, levels, counts,
+                              sorted(set(previous.tolist() + following.tolist())))
+    gamma = virtual - np.where(at_end, -1, previous)  # numpy's gamma uses index -1 there
+    result = []
+    for low, high, weight in zip(previous.tolist(), following.tolist(), gamma.tolist()):
+        a, b = np.float64(stats[low] / 1000.0), np.float64(stats[high] / 1000.0)
+        weight = np.float64(weight)
+        difference = b - a
+        value = b - difference * (1 - weight) if weight >= 0.5 else a + difference * weight
+        result.append(float(value))
+    return result
 
 
 def judge(metrics: dict, config) -> tuple[str, str] | None:
@@ -230,8 +237,26 @@ def perceptual_hash(image: np.ndarray) -> str:
     frequencies count, so re-encoding, resizing and mild noise move few bits; a flat image has
     every AC bit 0.
     """
-    image = _check_rgb(image)
-    sums, divisor = _area_resize_exact(_luma_per_mille(image), _HASH_RESIZE, _HASH_RESIZE)
+    return _hash_of_luma(_luma_per_mille(_check_rgb(image)))
+
+
+def center_hash(image: np.ndarray) -> str:
+    """`perceptual_hash` of the central `CENTER_FRACTION` of `image` (each side, rounded to the
+    nearest pixel, at least 1), for crop-tolerant near duplicates: a moderate centre crop of a
+    photo hashes close to the photo's centre hash compared with the crop's full hash."""
+    return _hash_of_luma(_center(_luma_per_mille(_check_rgb(image))))
+
+
+def _center(luma_1000: np.ndarray) -> np.ndarray:
+    height, width = luma_1000.shape
+    keep_h = max(1, int(height * CENTER_FRACTION + 0.5))
+    keep_w = max(1, int(width * CENTER_FRACTION + 0.5))
+    top, left = (height - keep_h) // 2, (width - keep_w) // 2
+    return luma_1000[top:top + keep_h, left:left + keep_w]
+
+
+def _hash_of_luma(luma_1000: np.ndarray) -> str:
+    sums, divisor = area_resize.area_sums(luma_1000, _HASH_RESIZE, _HASH_RESIZE)
     luma = sums / (divisor * 1000.0)
     dct = _dct_matrix(_HASH_RESIZE)
     coefficients = (dct @ luma @ dct.T)[:_HASH_LOW, :_HASH_LOW].ravel()
@@ -289,10 +314,34 @@ def channel_moments(image: np.ndarray) -> tuple[list[float], list[float]]:
     """
     image = _check_rgb(image)
     count = image.shape[0] * image.shape[1]
-    levels = np.arange(256, dtype=np.int64)
-    histograms = np.stack([np.bincount(image[..., c].ravel(), minlength=256) for c in range(3)])
-    sums = histograms @ levels                       # exact: integer counts times levels
-    square_sums = histograms @ (levels * levels)
+    # float64 holds every partial sum exactly (at most count * 65025 < 2**53), so the BLAS
+    # products below are exact integers whatever their summation order
+    pixels = image.reshape(count, 3).astype(np.float64)
+    ones = np.ones(count)
+    sums = ones @ pixels
+    square_sums = ones @ (pixels * pixels)
     means = [float(s) / (count * 255.0) for s in sums]
     square_means = [float(s) / (count * 65025.0) for s in square_sums]
     return means, square_means
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+    """Everything the offline job measures on one decoded image."""
+    metrics: dict          # measure()
+    means: list            # channel_moments()
+    square_means: list
+    phash: str             # perceptual_hash()
+    center_phash: str | None = None  # center_hash(), when asked for
+
+
+def analyse(image: np.ndarray, analysis_size: int, center: bool = False) -> Analysis:
+    """`measure`, `channel_moments` and `perceptual_hash` of `small_copy(image, analysis_size)`
+    in one pass: the small copy and its integer luma are made once and shared. `center`: also
+    `center_hash` (crop-tolerant near duplicates), from the same luma."""
+    small = small_copy(image, analysis_size)
+    luma_1000 = _luma_per_mille(small)
+    means, square_means = channel_moments(small)
+    return Analysis(metrics=_measure_luma(luma_1000), means=means, square_means=square_means,
+                    phash=_hash_of_luma(luma_1000),
+                    center_phash=_hash_of_luma(_center(luma_1000)) if center else None)
