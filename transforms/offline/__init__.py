@@ -10,7 +10,8 @@
     classes        the append-only class table
     dedup          DropExactDuplicates, DropNearDuplicates
     splits         split assignment from the sha256
-    write_shards   WriteShards: deterministic sharded TFRecords (+ index rows)
+    write_shards   WriteShards: deterministic sharded TFRecords (+ index rows, DALI indexes)
+    dali_index     the DALI index lines (tfrecord2idx format) of a shard being written
     index_table    index.parquet rows
     outputs        rejects.jsonl and small JSON outputs
     tft_analysis   AnalyzeAndWriteTransform: TFT analysis and the exported transform

@@ -2,6 +2,8 @@
 
     stats        index rows -> stats.json
     stats_proto  stats.json -> TFDV's stats.pb
+    feature_stats  the written records' features -> Split-<split>/FeatureStats.pb (TFX layout)
+    tfds_metadata  dataset_info.json, features.json, label names: the snapshot as a TFDS dataset
     report       report.html
     thumbnails   small PNGs of rejected images for the report
     drift        tonight against the archive: cumulative totals and drift checks
