@@ -8,9 +8,40 @@ runs the FnApiRunner directly (it honours `--direct_running_mode=multi_processin
 """
 from __future__ import annotations
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+import dataclasses
+import os
 
-__all__ = ["runner_for"]
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+__all__ = ["runner_for", "decode_processes", "local_cores", "with_decode_processes", "prepare_job"]
+
+
+def local_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which containers narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def decode_processes(options: PipelineOptions, configured: int) -> int:
+    """Isolating decode processes per worker for `decode.processes` = `configured`.
+
+    A positive value is used as given. 0 (auto): with the default in-process runner every core
+    of this machine is shared among its workers (`--direct_num_workers` in multi_processing or
+    multi_threading mode; one in the default in_memory mode), so the default local run decodes
+    in one process per core. A named runner
+    (Dataflow, Flink, Spark, Prism, ...) already runs one worker per core: one process each,
+    so its workers are never oversubscribed.
+    """
+    if configured > 0:
+        return configured
+    if options.view_as(StandardOptions).runner:
+        return 1
+    direct = options.view_as(DirectOptions)
+    workers = 1 if direct.direct_running_mode == "in_memory" else direct.direct_num_workers
+    cores = local_cores()
+    return max(1, cores // (workers if workers > 0 else cores))  # 0 workers: one per core
 
 
 def runner_for(options: PipelineOptions):
@@ -24,3 +55,33 @@ def runner_for(options: PipelineOptions):
     provision = fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
     return fn_runner.FnApiRunner(provision_info=provision)
+
+
+def with_decode_processes(job, options: PipelineOptions):
+    """`job` (a PreprocessJob) with `decode.processes` resolved for `options`."""
+    decode = job.config.decode
+    resolved = decode_processes(options, decode.processes)
+    config = dataclasses.replace(job.config, decode=dataclasses.replace(decode,
+                                                                        processes=resolved))
+    return dataclasses.replace(job, config=config)
+
+
+def _runs_in_this_process(options: PipelineOptions) -> bool:
+    direct = options.view_as(DirectOptions)
+    return (not options.view_as(StandardOptions).runner
+            and direct.direct_running_mode in ("in_memory", "multi_threading"))
+
+
+def prepare_job(job, options: PipelineOptions):
+    """What the launcher does before building `job`'s graph: resolves `decode.processes`,
+    installs Beam's construction caches (`construction_caches`), and, when the graph will run
+    in this process with isolated decoding, starts the decoders' forkserver now, so that its
+    TensorFlow import runs on another core while the graph is built."""
+    from runners import construction_caches
+    construction_caches.install()
+    job = with_decode_processes(job, options)
+    if job.config.decode.isolation == "subprocess" and _runs_in_this_process(options):
+        from transforms.offline import isolation
+        from transforms.offline.inspect_image import ISOLATION_PRELOAD
+        isolation.start_forkserver(ISOLATION_PRELOAD)
+    return job

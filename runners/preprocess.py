@@ -31,7 +31,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from configs.schema import ConfigError, load_config
 from pipelines.preprocess import PreprocessJob, build_preprocess
 from pipelines.snapshot import publish_snapshot
-from runners.beam_runner import runner_for
+from runners.beam_runner import prepare_job, runner_for
 from runners.errors import UsageError
 from runners.options import PreprocessOptions, print_help, wants_help
 from transforms.offline import boxes, classes, labels
@@ -149,7 +149,7 @@ def translate_flags(argv) -> list[str]:
 def execute(job: PreprocessJob, options: PipelineOptions) -> None:
     """Builds and runs the graph; everything lands in `job.staging_dir`. Raises on failure."""
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
-    build_preprocess(pipeline, job)
+    build_preprocess(pipeline, prepare_job(job, options))
     state = pipeline.run().wait_until_finish()
     if state is not None and str(state).rsplit(".", 1)[-1] != "DONE":
         raise RuntimeError(f"The pipeline ended in state {state}; nothing was published.")

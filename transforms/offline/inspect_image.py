@@ -8,24 +8,25 @@ that crashes or hangs rejects that one file as `decoder_crash` instead of taking
 """
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import dataclasses
 import hashlib
 import logging
-import multiprocessing
-import sys
 import time
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.utils.windowed_value import WindowedValue
 
 from configs.schema import Config
-from transforms.offline import image_header, quality
+from transforms.offline import image_header, isolation, quality
 from transforms.offline.image_record import ImageRecord
 
-__all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages", "size_reject"]
+__all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages", "size_reject",
+           "ISOLATION_PRELOAD"]
+
+# What the isolating processes' forkserver imports once, so each child starts in milliseconds.
+ISOLATION_PRELOAD = ("tensorflow", "transforms.offline.inspect_image")
 
 _LOG = logging.getLogger(__name__)
 
@@ -142,13 +143,11 @@ class InspectImageFn(beam.DoFn):
         rule = size_reject(header.width, header.height, limits)
         if rule:
             return record.rejected(*rule)
-        small = quality.small_copy(image, analysis_size)
-        metrics = quality.measure(small)
-        means, sqmeans = quality.channel_moments(small)
+        analysis = quality.analyse(image, analysis_size)
         record = dataclasses.replace(
-            record, metrics=tuple(sorted(metrics.items())), moments=tuple(means) + tuple(sqmeans),
-            phash=quality.perceptual_hash(small))
-        verdict = quality.judge(metrics, self._config.quality)
+            record, metrics=tuple(sorted(analysis.metrics.items())),
+            moments=tuple(analysis.means) + tuple(analysis.square_means), phash=analysis.phash)
+        verdict = quality.judge(analysis.metrics, self._config.quality)
         if verdict:
             return record.rejected(*verdict)
         return record
@@ -168,115 +167,90 @@ def _crash_to_record(dead_letter) -> ImageRecord:
     return record.rejected("decoder_crash", f"{kind}: {str(exc_message)[:500]}")
 
 
-_CHILD_FN = None  # the InspectImageFn of an isolating child process
+class _IsolatedWorker:
+    """What an isolating child runs: the InspectImageFn's inspection, on one TensorFlow thread
+    (the pool has one child per core it should use)."""
+
+    def __init__(self, inspect_fn: InspectImageFn):
+        self._inspect_fn = inspect_fn
+
+    def setup(self) -> None:
+        import tensorflow as tf
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        self._inspect_fn.setup()
+
+    def run(self, record: ImageRecord) -> ImageRecord:
+        return self._inspect_fn._inspect(record)
 
 
-def _start_child(inspect_fn: "InspectImageFn") -> None:
-    global _CHILD_FN
-    _CHILD_FN = inspect_fn
-    _CHILD_FN.setup()
-
-
-def _inspect_in_child(record: ImageRecord) -> ImageRecord:
-    return _CHILD_FN._inspect(record)
-
-
-@contextlib.contextmanager
-def _main_script_hidden():
-    """Starts children without re-running the user's `__main__` script in them.
-
-    multiprocessing prepares every spawned or forkserver child by running the parent's main
-    script again (as `__mp_main__`). A script that calls the job without an
-    `if __name__ == "__main__":` guard would then start the job again inside each decoding
-    child, and every image would end as `decoder_crash`. The child needs nothing from
-    `__main__`, so the script's path and spec are hidden while a child starts.
-    """
-    main = sys.modules["__main__"]
-    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__")
-             if name in main.__dict__}
-    main.__dict__.pop("__file__", None)
-    main.__dict__["__spec__"] = None
-    try:
-        yield
-    finally:
-        main.__dict__.pop("__spec__", None)
-        main.__dict__.update(saved)
+def _failure_record(record: ImageRecord, failure: isolation.Failure) -> ImageRecord:
+    return record.rejected("decoder_crash", failure.detail)
 
 
 class IsolatedInspectFn(beam.DoFn):
-    """InspectImageFn in a child process with a per-file timeout.
+    """InspectImageFn in `processes` child processes (`isolation.ChildPool`) with a per-file
+    timeout: a file on which a child dies is retried once in a fresh child and then rejected
+    as `decoder_crash`; a file that takes longer than `decode.timeout_s` is rejected at once
+    (not retried: it would hang again). Elements are buffered (at most a few per child) so the
+    children always have work and several images travel per round trip; results leave in the
+    order they complete, in their own element's window."""
 
-    The child comes from a forkserver, never from fork() of the Beam worker: the worker runs
-    gRPC and TensorFlow threads, and a child forked while one of them holds an abseil mutex
-    aborts ("Mutex::Fer with pending CondVar queueing"), which Beam's
-    `with_exception_handling(use_subprocess=True)` (a fork()ed ProcessPoolExecutor) turned into
-    a `decoder_crash` of a good image in about one run in three (2 of 200 images each time).
-    A file is rejected only when the child dies or times out on it twice, each time in a fresh
-    child: a child that died between files (or before this one started) blames nobody.
-    """
-
-    def __init__(self, inspect_fn: InspectImageFn, timeout_s: float):
+    def __init__(self, inspect_fn: InspectImageFn, timeout_s: float, processes: int):
         self._inspect_fn = inspect_fn  # pickled into each child
         self._timeout_s = timeout_s
+        self._processes = processes
 
     def setup(self):
-        self._context = multiprocessing.get_context("forkserver")
-        self._context.set_forkserver_preload(["tensorflow", "transforms.offline.inspect_image"])
-        self._pool = None
         self._tally = _Tally(self._inspect_fn._config.limits)
+        self._pool = isolation.ChildPool(
+            _IsolatedWorker(self._inspect_fn), self._processes, self._timeout_s,
+            preload=ISOLATION_PRELOAD)
+        self._waiting: dict = {}
+        self._next_key = 0
 
-    def _stop_child(self):
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        processes = list(pool._processes.values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            if process.is_alive():
-                process.kill()
+    def _emit(self, done):
+        for key, result in done:
+            record, timestamp, window = self._waiting.pop(key)
+            if isinstance(result, isolation.Failure):
+                result = _failure_record(record, result)
+            self._tally.add(result)
+            yield WindowedValue(result, timestamp, [window])
 
-    def _inspect_isolated(self, record: ImageRecord) -> ImageRecord:
-        failure = None
-        for _attempt in range(2):
-            if self._pool is None:
-                self._pool = concurrent.futures.ProcessPoolExecutor(
-                    1, mp_context=self._context, initializer=_start_child,
-                    initargs=(self._inspect_fn,))
-            try:
-                with _main_script_hidden():  # the child process starts inside submit()
-                    future = self._pool.submit(_inspect_in_child, record)
-                return future.result(self._timeout_s)
-            except concurrent.futures.process.BrokenProcessPool as exc:
-                failure = f"the decoding process died: {exc}"
-            except concurrent.futures.TimeoutError:
-                failure = f"no result within decode.timeout_s={self._timeout_s}"
-            self._stop_child()
-        return record.rejected("decoder_crash", f"{failure} (twice, each in a fresh process)")
+    def process(self, planned: ImageRecord, timestamp=beam.DoFn.TimestampParam,
+                window=beam.DoFn.WindowParam):
+        key, self._next_key = self._next_key, self._next_key + 1
+        self._waiting[key] = (planned, timestamp, window)
+        self._pool.put(key, planned)
+        full = self._pool.in_flight >= 2 * self._processes * isolation.QUEUED_PER_CHILD
+        yield from self._emit(self._pool.poll(wait=full))
 
-    def process(self, planned: ImageRecord):
-        record = self._inspect_isolated(planned)
-        self._tally.add(record)
-        yield record
+    def finish_bundle(self):
+        while self._pool.in_flight:
+            yield from self._emit(self._pool.poll(wait=True))
 
     def teardown(self):
-        self._stop_child()
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.close()
 
 
 class InspectImages(beam.PTransform):
-    """Planned ImageRecords -> inspected ImageRecords. With `decode.isolation: subprocess` each worker inspects in a
-    child process (`IsolatedInspectFn`, started from a forkserver) with a per-file timeout; a
-    crash or timeout restarts the child and, when it happens again, rejects that one file."""
+    """Planned ImageRecords -> inspected ImageRecords. With `decode.isolation: subprocess` each
+    worker inspects in `decode.processes` child processes (`IsolatedInspectFn`; the launcher
+    resolves 0, auto, before the graph is built) with a per-file timeout; otherwise in the
+    worker itself."""
 
     def __init__(self, config: Config):
         super().__init__()
         self._config = config
 
     def expand(self, refs):
-        isolate = self._config.decode.isolation == "subprocess"
         inspect_fn = InspectImageFn(self._config)
-        if isolate:
-            inspect_fn = IsolatedInspectFn(inspect_fn, self._config.decode.timeout_s)
+        if self._config.decode.isolation == "subprocess":  # every failure is caught per file
+            return refs | "Inspect" >> beam.ParDo(IsolatedInspectFn(
+                inspect_fn, self._config.decode.timeout_s,
+                max(1, self._config.decode.processes)))
         good, crashed = refs | "Inspect" >> beam.ParDo(inspect_fn).with_exception_handling()
         crashed_records = crashed | "CrashToReject" >> beam.Map(_crash_to_record)
         return (good, crashed_records) | "AllInspected" >> beam.Flatten()
-

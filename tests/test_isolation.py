@@ -1,0 +1,100 @@
+"""transforms/offline/isolation.py: a pool of child processes in which a crash, a hang or an
+exception costs one item, with real crashes (os._exit) and hangs (sleep), no mocks."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from transforms.offline import isolation
+
+
+class _Worker:
+    """Squares numbers; item "crash", "crash_once", "hang" and "raise" misbehave. Attempts are
+    counted in files under `folder` (the children share no memory)."""
+
+    def __init__(self, folder: str):
+        self._folder = folder
+
+    def setup(self):
+        self._pid = os.getpid()
+
+    def _attempt(self, item) -> int:
+        path = os.path.join(self._folder, str(item))
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write("x")
+        return os.path.getsize(path)
+
+    def run(self, item):
+        attempt = self._attempt(item)
+        if item == "crash" or (item == "crash_once" and attempt == 1):
+            os._exit(139)
+        if item == "hang":
+            time.sleep(60)
+        if item == "raise":
+            raise ValueError("bad item")
+        if item == "crash_once":
+            return "recovered"
+        return item * item
+
+
+def _run_all(pool, items) -> dict:
+    for key, item in enumerate(items):
+        pool.put(key, item)
+    results = {}
+    while pool.in_flight:
+        for key, result in pool.poll(wait=True):
+            results[items[key]] = result
+    return results
+
+
+@pytest.fixture
+def pool(tmp_path):
+    pools = []
+
+    def make(processes=2, timeout_s=5.0):
+        pools.append(isolation.ChildPool(_Worker(str(tmp_path)), processes, timeout_s))
+        return pools[-1]
+
+    yield make
+    for made in pools:
+        made.close()
+
+
+def test_every_item_gets_its_result_across_processes(pool):
+    assert _run_all(pool(processes=3), list(range(20))) == {i: i * i for i in range(20)}
+
+
+def test_a_crash_is_retried_once_in_a_fresh_process(pool, tmp_path):
+    results = _run_all(pool(), [1, "crash_once", 2, 3])
+    assert results == {1: 1, "crash_once": "recovered", 2: 4, 3: 9}
+
+
+def test_an_item_that_crashes_twice_fails_alone(pool, tmp_path):
+    results = _run_all(pool(), [1, "crash", 2, 3, 4])
+    failure = results.pop("crash")
+    assert failure.kind == "crash" and "died" in failure.detail and "twice" in failure.detail
+    assert results == {1: 1, 2: 4, 3: 9, 4: 16}
+    assert (tmp_path / "crash").read_text() == "xx"
+
+
+def test_a_hang_times_out_once_and_is_not_retried(pool, tmp_path):
+    started = time.monotonic()
+    results = _run_all(pool(timeout_s=1.0), [1, "hang", 2])
+    failure = results.pop("hang")
+    assert failure.kind == "timeout" and "decode.timeout_s=1" in failure.detail
+    assert results == {1: 1, 2: 4}
+    assert (tmp_path / "hang").read_text() == "x"
+    assert time.monotonic() - started < 30
+
+
+def test_an_exception_in_the_worker_is_that_items_failure(pool):
+    results = _run_all(pool(processes=1), ["raise", 5])
+    assert results["raise"] == isolation.Failure("error", "ValueError: bad item")
+    assert results[5] == 25
+
+
+def test_processes_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="processes=0"):
+        isolation.ChildPool(_Worker(str(tmp_path)), 0, 1.0)

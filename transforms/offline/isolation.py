@@ -1,0 +1,238 @@
+"""A pool of child processes that run one function over many items, each item with a timeout,
+so that native code crashing or hanging on one item costs only that item.
+
+`ChildPool(worker, processes, timeout_s)` starts `processes` children from a forkserver; each
+calls `worker.setup()` once, then `worker.run(item)` for every item it is sent and sends each
+result back as soon as it has it. Items go to a child several at a time (one message per
+batch) and each child keeps a few queued, so no child waits for the parent and the parent
+never waits for one item at a time. `put(key, item)` queues an item; `poll(wait)` returns
+`(key, result)` pairs as they complete, in any order; a result is the worker's return value,
+or a `Failure` when the item crashed its child twice (each time in a fresh child), timed out
+(not retried: a hang would hang again, and cost the timeout again), or raised in the worker.
+
+Children come from a forkserver, never from fork() of the caller: a Beam worker runs gRPC and
+TensorFlow threads, and a child fork()ed while one of them holds an abseil mutex aborts
+("Mutex::Fer with pending CondVar queueing"), which turned good images into crashes in about
+one run in three.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import multiprocessing
+import multiprocessing.connection
+import sys
+import time
+
+__all__ = ["ChildPool", "Failure", "main_script_hidden", "start_forkserver", "QUEUED_PER_CHILD"]
+
+QUEUED_PER_CHILD = 4   # items a child holds: it never waits for the parent between items
+_READY = "ready"
+_START_TIMEOUT_S = 300.0  # a child's setup (imports, first decode) on a very busy machine
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+    """Why an item has no result: `kind` is "crash", "timeout" or "error" (the worker raised);
+    `detail` says what happened."""
+    kind: str
+    detail: str
+
+
+def _child_main(connection, worker) -> None:
+    """The child's loop: setup once, then results one by one for each batch received."""
+    worker.setup()
+    connection.send(_READY)
+    while True:
+        try:
+            batch = connection.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
+        if batch is None:
+            return
+        for key, item in batch:
+            try:
+                result = worker.run(item)
+            except Exception as exc:  # noqa: BLE001 - reported as this item's Failure
+                result = Failure("error", f"{type(exc).__name__}: {str(exc)[:500]}")
+            connection.send((key, result))
+
+
+@contextlib.contextmanager
+def main_script_hidden():
+    """Starts children without re-running the user's `__main__` script in them.
+
+    multiprocessing prepares every spawned or forkserver child by running the parent's main
+    script again (as `__mp_main__`). A script that calls the job without an
+    `if __name__ == "__main__":` guard would then start the job again inside each child. The
+    child needs nothing from `__main__`, so the script's path and spec are hidden while a child
+    starts.
+    """
+    main = sys.modules["__main__"]
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__")
+             if name in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
+def start_forkserver(preload) -> None:
+    """Starts this process's forkserver now, importing `preload` in it, without waiting: its
+    imports (TensorFlow: seconds) then overlap with the caller's own work, and the first
+    `ChildPool` finds it ready. A pool made later must use the same `preload`."""
+    from multiprocessing import forkserver
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(preload))
+    with main_script_hidden():  # the forkserver would import the main script too
+        forkserver.ensure_running()
+
+
+class _Child:
+    """One child process, the items it holds (oldest first) and when its current item began."""
+
+    def __init__(self, context, worker):
+        self.connection, child_end = context.Pipe()
+        with main_script_hidden():
+            self.process = context.Process(target=_child_main, args=(child_end, worker),
+                                           daemon=True)
+            self.process.start()
+        child_end.close()
+        self.ready = False
+        self.held: collections.deque = collections.deque()
+        self.started = self.since = time.monotonic()
+
+    def send(self, batch: list) -> None:
+        if not self.held:
+            self.since = time.monotonic()
+        self.held.extend(batch)
+        self.connection.send(batch)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.close()
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+
+
+class ChildPool:
+    """See the module docstring. `preload`: modules the forkserver imports once for all
+    children (e.g. tensorflow), so each child starts in milliseconds."""
+
+    def __init__(self, worker, processes: int, timeout_s: float, preload=()):
+        if processes < 1:
+            raise ValueError(f"processes must be >= 1. Received: processes={processes}")
+        self._worker = worker
+        self._timeout_s = timeout_s
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(list(preload))
+        self._queue: collections.deque = collections.deque()
+        self._crashes: collections.Counter = collections.Counter()
+        self._children = [self._start() for _ in range(processes)]
+        self._failed_starts = 0
+
+    def _start(self) -> _Child:
+        return _Child(self._context, self._worker)
+
+    @property
+    def in_flight(self) -> int:
+        """Items queued or held by a child, not yet returned by `poll`."""
+        return len(self._queue) + sum(len(child.held) for child in self._children)
+
+    def put(self, key, item) -> None:
+        self._queue.append((key, item))
+
+    def _dispatch(self) -> None:
+        for child in self._children:
+            if not self._queue or not child.ready:
+                continue
+            room = QUEUED_PER_CHILD - len(child.held)
+            if room >= QUEUED_PER_CHILD // 2:
+                batch = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
+                child.send(batch)
+
+    def _replace(self, index: int) -> None:
+        """Stops child `index` and starts a fresh one; what it held goes back to the queue."""
+        child = self._children[index]
+        child.stop()
+        self._queue.extendleft(reversed(child.held))
+        self._children[index] = self._start()
+
+    def _child_died(self, index: int) -> list:
+        child = self._children[index]
+        if not child.ready:  # died before its first item: nobody to blame
+            self._failed_starts += 1
+            if self._failed_starts > 3 * len(self._children):
+                raise RuntimeError("The isolating child processes keep dying before their "
+                                   f"first item (exit code {child.process.exitcode}).")
+            self._replace(index)
+            return []
+        key, item = child.held.popleft()
+        child.process.join(5)
+        self._crashes[key] += 1
+        self._replace(index)
+        detail = f"the decoding process died (exit code {child.process.exitcode})"
+        if self._crashes[key] < 2:
+            self._queue.appendleft((key, item))  # once more, in a fresh child
+            return []
+        return [(key, Failure("crash", f"{detail} (twice, each in a fresh process)"))]
+
+    def _receive(self, index: int) -> list:
+        child = self._children[index]
+        try:
+            message = child.connection.recv()
+        except (EOFError, OSError):
+            return self._child_died(index)
+        if message == _READY:
+            child.ready = True
+            return []
+        key, result = message
+        child.held.popleft()
+        child.since = time.monotonic()
+        self._crashes.pop(key, None)
+        return [(key, result)]
+
+    def _expire(self, now: float) -> list:
+        done = []
+        for index, child in enumerate(self._children):
+            if not child.ready and now - child.started > _START_TIMEOUT_S:
+                raise RuntimeError(f"An isolating child process did not start within "
+                                   f"{_START_TIMEOUT_S:g} s.")
+            if child.held and now - child.since > self._timeout_s:
+                key, _item = child.held.popleft()
+                self._replace(index)
+                done.append((key, Failure(
+                    "timeout", f"no result within decode.timeout_s={self._timeout_s:g}")))
+        return done
+
+    def poll(self, wait: bool) -> list:
+        """Sends queued items to children with room, then returns the `(key, result)` pairs
+        that are done; with `wait`, blocks until at least one is (when any is in flight)."""
+        while True:
+            self._dispatch()
+            busy = {child.connection: index for index, child in enumerate(self._children)
+                    if child.held or not child.ready}
+            now = time.monotonic()
+            deadlines = [child.since + self._timeout_s for child in self._children
+                         if child.held]
+            timeout = max(0.0, min(deadlines, default=now + 1.0) - now) if wait else 0.0
+            ready = multiprocessing.connection.wait(list(busy), timeout)
+            done = []
+            for connection in ready:
+                done += self._receive(busy[connection])
+            done += self._expire(time.monotonic())
+            if done or not wait or not self.in_flight:
+                return done
+
+    def close(self) -> None:
+        """Stops every child (items still held are dropped)."""
+        for child in self._children:
+            with contextlib.suppress(OSError, ValueError):
+                child.connection.send(None)
+            child.stop()
+        self._children = []
+        self._queue.clear()
