@@ -117,12 +117,18 @@ class QualityConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DedupConfig:
-    """Exact duplicates by sha256 always; near duplicates by perceptual-hash Hamming distance."""
+    """Exact duplicates by sha256 always; near duplicates by perceptual-hash Hamming distance.
+    `crop_tolerant`: also a hash of each image's central region, compared with the other
+    images' full hashes (within `crop_max_hamming`), so a moderate centre crop is a near
+    duplicate; off by default (one more hash per image and one more banded search)."""
     near_duplicates: bool = True
     max_hamming: int = 4
+    crop_tolerant: bool = False
+    crop_max_hamming: int = 4
 
     def __post_init__(self):
         check_range("dedup.max_hamming", self.max_hamming, 0, 16)
+        check_range("dedup.crop_max_hamming", self.crop_max_hamming, 0, 16)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -249,9 +249,12 @@ class Dedup(beam.PTransform):
                               | "ArchiveWithHash" >> beam.Filter(lambda r: r["phash"])
                               | "ArchiveHashes" >> beam.Map(
                                   lambda r: (r["path"], r["phash"], r["run_id"])))
+            dedup = self._config.dedup
             unique, rejected_near = (unique
                                      | "DropNearDuplicates" >> DropNearDuplicates(
-                                         self._config.dedup.max_hamming, archive_hashes)
+                                         dedup.max_hamming, archive_hashes,
+                                         crop_max_hamming=dedup.crop_max_hamming
+                                         if dedup.crop_tolerant else None)
                                      | "RouteNear" >> _Route())
             rejected.append(rejected_near)
         return unique, rejected

@@ -15,7 +15,8 @@ get: mild blur, brightness x0.5, noise, resize down and up, rotation by 90 and g
 a JPEG q30 recompression and a 92% centre crop (`near_duplicate`).
 
 It then runs the offline job itself (`runners.preprocess.run`, in this process, with
-`decode.isolation=inline` and `transform.enabled=false`; `--set` overrides them) and prints per rule true/false positives and negatives, precision and
+`decode.isolation=inline`, `transform.enabled=false` and `dedup.crop_tolerant=true`; `--set`
+overrides them) and prints per rule true/false positives and negatives, precision and
 recall, a table per variant, every wrong reason, and PASS/MISS per target (`TARGETS`).
 `--compare cleanvision` (when that package is importable) scores cleanvision's `Imagelab` on
 the same files the same way. Exit code 0 whether targets pass or not (it measures); 2 for bad
@@ -36,8 +37,10 @@ from runners.errors import UsageError
 __all__ = ["run", "main", "job_outcomes", "cleanvision_outcomes", "JOB_SETTINGS"]
 
 # What the evaluation sets on the job before the user's --set: the fast path (the decode
-# isolation and the TFT analysis do not change a verdict).
-JOB_SETTINGS = ("decode.isolation=inline", "transform.enabled=false")
+# isolation and the TFT analysis do not change a verdict) and the crop-tolerant near-duplicate
+# option, whose target the crops are (it only adds near-duplicate pairs: the quality targets
+# read the same without it).
+JOB_SETTINGS = ("decode.isolation=inline", "transform.enabled=false", "dedup.crop_tolerant=true")
 _DEFAULT_PHOTOS = 24
 _CORPUS_SEED = 12
 

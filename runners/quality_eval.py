@@ -289,7 +289,7 @@ TARGETS = (
     ("byte copies: 100% duplicate", ("copy",), _is_right, lambda hits, total: hits == total),
     ("JPEG q30 recompressions: >= 95% near_duplicate", ("jpeg30",), _is_right,
      lambda hits, total: hits >= 0.95 * total),
-    ("92% centre crops: >= 60% near_duplicate", ("crop92",), _is_right,
+    ("92% centre crops (dedup.crop_tolerant on): >= 60% near_duplicate", ("crop92",), _is_right,
      lambda hits, total: hits >= 0.6 * total),
 )
 

@@ -12,6 +12,11 @@ compares them vectorized, each close pair once, equal hashes once. An image is a
 `max_hamming` bits; the detail names the closest archived one, else the closest (then lowest)
 path. The rule is order-free, so any runner gives the same answer.
 
+Crop-tolerant (`crop_max_hamming`, from `dedup.crop_tolerant`): each record also carries the
+hash of its central region (`center_phash`); a second banded search (`crop_search`) finds
+images whose centre hash is within `crop_max_hamming` bits of another's full hash, either way
+round, with the same keep rule; the detail says which hash matched.
+
 A bucket larger than `hot_bucket_size` members (a hot cluster: product shots on white, burst
 photos) is not searched by the one worker that grouped it: its members are dealt into
 `ceil(size / hot_bucket_size)` parts by a hash of their path, and each pair of parts is an
@@ -26,6 +31,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.offline import quality
+from transforms.offline.crop_search import CENTER, search_crop_bucket
 from transforms.offline.near_search import search_bucket
 
 __all__ = ["DropExactDuplicates", "DropNearDuplicates", "HOT_BUCKET_SIZE"]
@@ -138,16 +144,52 @@ class _SearchPartsFn(beam.DoFn):
             yield from found
 
 
-def _mark(item, max_hamming: int):
+class _SearchCropBucketFn(beam.DoFn):
+    """((band, value), [(rel, hash, run_id, kind)]) -> (tonight's rel, best crop neighbour)."""
+
+    def __init__(self, max_hamming: int):
+        self._max_hamming = max_hamming
+        self._compared = Metrics.counter("pixelmill", "near_dup_crop_comparisons")
+
+    def process(self, item):
+        (band, _value), members = item
+        centers, fulls, archived = [], [], []
+        for rel, phash, run_id, kind in members:
+            if run_id:
+                archived.append((run_id, rel, phash))
+            else:
+                (centers if kind == CENTER else fulls).append((rel, phash))
+        found, compared = search_crop_bucket(centers, fulls, archived, self._max_hamming, band)
+        self._compared.inc(compared)
+        yield from found
+
+
+def _crop_members(record):
+    yield record.path, record.phash, "", "full"
+    if record.center_phash:
+        yield record.path, record.center_phash, "", CENTER
+
+
+def _detail(neighbour, max_hamming: int, crop_max_hamming: int | None) -> str:
+    if len(neighbour) == 3:
+        _rank, distance, who = neighbour
+        return (f"perceptual hash {distance} bit(s) from {who} "
+                f"(<= dedup.max_hamming={max_hamming}; the earlier or lower path is kept)")
+    _rank, distance, who, which = neighbour
+    matched = (f"center-crop hash {distance} bit(s) from the perceptual hash of {who}"
+               if which == CENTER else
+               f"perceptual hash {distance} bit(s) from the center-crop hash of {who}")
+    return (f"{matched} (<= dedup.crop_max_hamming={crop_max_hamming}; the earlier or lower "
+            f"path is kept)")
+
+
+def _mark(item, max_hamming: int, crop_max_hamming: int | None = None):
     _rel, grouped = item
     neighbours = sorted(grouped["neighbours"])
     for record in grouped["records"]:
         if neighbours:
-            _rank, distance, who = neighbours[0]
-            yield record.rejected(
-                "near_duplicate",
-                f"perceptual hash {distance} bit(s) from {who} "
-                f"(<= dedup.max_hamming={max_hamming}; the earlier or lower path is kept)")
+            yield record.rejected("near_duplicate",
+                                  _detail(neighbours[0], max_hamming, crop_max_hamming))
         else:
             yield record
 
@@ -155,9 +197,12 @@ def _mark(item, max_hamming: int):
 class DropNearDuplicates(beam.PTransform):
     """ImageRecords -> ImageRecords (near duplicates rejected). `archive`: PCollection of
     (rel, phash, run_id) accepted earlier. `hot_bucket_size`: members above which a band
-    bucket is searched in parts (None: never split; the answers are the same either way)."""
+    bucket is searched in parts (None: never split; the answers are the same either way).
+    `crop_max_hamming`: also the crop-tolerant search (records carry `center_phash`) within
+    this distance; None: off."""
 
-    def __init__(self, max_hamming: int, archive, hot_bucket_size: int | None = HOT_BUCKET_SIZE):
+    def __init__(self, max_hamming: int, archive, hot_bucket_size: int | None = HOT_BUCKET_SIZE,
+                 crop_max_hamming: int | None = None):
         super().__init__()
         if hot_bucket_size is not None and (isinstance(hot_bucket_size, bool)
                                             or not isinstance(hot_bucket_size, int)
@@ -167,6 +212,7 @@ class DropNearDuplicates(beam.PTransform):
         self._max_hamming = max_hamming
         self._archive = archive
         self._hot_bucket_size = hot_bucket_size
+        self._crop_max_hamming = crop_max_hamming
 
     def expand(self, records):
         max_hamming = self._max_hamming
@@ -182,10 +228,26 @@ class DropNearDuplicates(beam.PTransform):
         in_parts = (searched[_HOT]
                     | "GroupHotParts" >> beam.GroupByKey()
                     | "SearchHotParts" >> beam.ParDo(_SearchPartsFn(max_hamming)))
-        neighbours = ((searched.found, in_parts)
+        found = [searched.found, in_parts]
+        if self._crop_max_hamming is not None:
+            found.append(self._crop_search(records))
+        neighbours = (tuple(found)
                       | "AllFound" >> beam.Flatten()
                       | "ClosestNeighbour" >> beam.CombinePerKey(min))
+        mark_args = (max_hamming,) if self._crop_max_hamming is None else (
+            max_hamming, self._crop_max_hamming)
         return ({"records": records | "KeyByPath" >> beam.Map(lambda r: (r.path, r)),
                  "neighbours": neighbours}
                 | "JoinNeighbours" >> beam.CoGroupByKey()
-                | "MarkNearDuplicates" >> beam.FlatMap(_mark, max_hamming))
+                | "MarkNearDuplicates" >> beam.FlatMap(_mark, *mark_args))
+
+    def _crop_search(self, records):
+        """(rel, best crop neighbour) from the centre hashes against the full hashes."""
+        crop_max = self._crop_max_hamming
+        return (
+            (records | "CropHashes" >> beam.FlatMap(_crop_members),
+             self._archive | "ArchiveFullHashes" >> beam.Map(lambda m: (*m, "full")))
+            | "AllCropHashes" >> beam.Flatten()
+            | "CropHashBands" >> beam.FlatMap(_band_keys, crop_max)
+            | "GroupByCropBand" >> beam.GroupByKey()
+            | "SearchCropBuckets" >> beam.ParDo(_SearchCropBucketFn(crop_max)))

@@ -36,6 +36,8 @@ class ImageRecord:
     split: str | None = None
     meta: tuple = ()               # ((column, value), ...) sorted
     boxes: tuple = ()              # ((xmin, ymin, xmax, ymax, label_text), ...) normalized
+    center_phash: str | None = None  # perceptual hash of the central region; only with
+                                     # dedup.crop_tolerant (quality.center_hash)
 
     def rejected(self, reason: str, detail: str) -> "ImageRecord":
         return dataclasses.replace(self, reject=Reject(
