@@ -23,6 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from configs.schema import config_to_dict
 from pipelines.preprocess import PreprocessJob
 from transforms.offline import classes, quality_rules
+from transforms.reporting.history import reject_key, snapshot_summary
 from transforms.reporting.report import render_report
 from transforms.reporting.stats import finalize_stats
 from transforms.reporting.stats_proto import to_statistics_proto
@@ -223,11 +224,20 @@ def _write_tfds_files(job: PreprocessJob, run_id: str, table: list) -> None:
         _write_bytes(FileSystems.join(staging, filename), data)
 
 
+def _staged_reject_keys(staging: str) -> set:
+    """Every reject key of the staged ledger, read line by line."""
+    with FileSystems.open(FileSystems.join(staging, layout.REJECTS),
+                          compression_type="uncompressed") as handle:
+        return {reject_key(json.loads(line)) for line in handle if line.strip()}
+
+
 def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: dict,
-                     extra_stats: dict | None = None) -> Snapshot:
+                     extra_stats: dict | None = None, reject_keys=None) -> Snapshot:
     """Checks the staged run and commits it as `snapshots/<run_id>/` (see module docstring).
     `extra_stats` sections (e.g. the nightly drift and cumulative totals) are added to
-    stats.json, the report and the manifest."""
+    stats.json, the report and the manifest. `reject_keys`: the rejects this snapshot is the
+    first to report, for its summary.json (the nightly passes tonight's new ones; None: every
+    line of its ledger)."""
     staging = job.staging_dir
     accounting, stats = staged_stats(job)
     stats.update(extra_stats or {})
@@ -239,6 +249,8 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
                          run_id=run_id)
     _write_bytes(FileSystems.join(staging, layout.REPORT), html.encode("utf-8"))
     _write_tfds_files(job, run_id, table)
+    _write_json(FileSystems.join(staging, layout.SUMMARY), snapshot_summary(
+        stats, _staged_reject_keys(staging) if reject_keys is None else reject_keys))
 
     shard_entries = {entry["path"]: entry for entry in read_json(work_file(staging, "shards.json"))}
     final = layout.snapshot_dir(output_dir, run_id)

@@ -10,6 +10,7 @@ snapshots are committed, latest or selected.
         <split>/<name>-<split>.tfrecord-00000-of-00008[.gz]
         <split>/dali_index/<name>-<split>.tfrecord-00000-of-00008.idx   # uncompressed shards
         classes.txt  stats.json  stats.pb  report.html  rejects.jsonl  index.parquet
+        summary.json                # what later nightly runs read of it (reporting.history)
         dataset_info.json  features.json  *.labels.txt   # TFDS's (uncompressed shards only)
         Split-<split>/FeatureStats.pb   # TFDV statistics of the split's records, TFX's layout
         transform_fn/  transformed_metadata/
@@ -34,6 +35,7 @@ from configs.schema import SPLITS
 
 __all__ = [
     "SNAPSHOTS", "LATEST", "MANIFEST", "CLASSES", "STATS", "STATS_PB", "REPORT", "REJECTS",
+    "SUMMARY",
     "INDEX", "TRANSFORM_FN", "STAGING", "WORK_DIR",
     "Snapshot", "Storage", "GfileStorage", "GFILE", "Selection",
     "join", "new_run_id", "snapshot_dir", "staging_dir", "staging_root", "work_file",
@@ -51,6 +53,7 @@ STATS = "stats.json"
 STATS_PB = "stats.pb"
 REPORT = "report.html"
 REJECTS = "rejects.jsonl"
+SUMMARY = "summary.json"         # a snapshot's stats and reject keys for later nights
 INDEX = "index.parquet"
 TRANSFORM_FN = "transform_fn"    # TFT's exported transform, next to the shards
 STAGING = ".staging"             # OUTPUT/.staging/<run_id>/

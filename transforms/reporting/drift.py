@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 from configs.schema import DriftConfig
 
 __all__ = ["cumulative_stats", "class_distribution", "linf_distance", "js_divergence",
-           "check_drift"]
+           "check_drift", "drift_view"]
 
 
 def _add_counts(into: dict, counts: Mapping) -> None:
@@ -24,6 +24,20 @@ def _add_counts(into: dict, counts: Mapping) -> None:
             _add_counts(into.setdefault(key, {}), value)
         else:
             into[key] = into.get(key, 0) + value
+
+
+def drift_view(stats: Mapping) -> dict:
+    """The part of a snapshot's stats.json that `cumulative_stats` and `check_drift` read (its
+    counts and quality histograms): the same results from a few KB, whatever the snapshot's
+    size, so a night can keep one per earlier snapshot."""
+    return {"images": dict(stats.get("images", {})),
+            "by_split": dict(stats.get("by_split", {})),
+            "by_split_class": {split: dict(counts)
+                               for split, counts in stats.get("by_split_class", {}).items()},
+            "by_reason": dict(stats.get("by_reason", {})),
+            "quality": {metric: {"histogram": summary["histogram"]}
+                        for metric, summary in stats.get("quality", {}).items()
+                        if summary.get("histogram")}}
 
 
 def cumulative_stats(snapshot_stats: Sequence[Mapping]) -> dict:
