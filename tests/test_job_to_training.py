@@ -1,32 +1,25 @@
 """Both halves together: shards made by the offline job feed model.fit, and the loss drops."""
 from __future__ import annotations
 
-import io
 import os
 
 import keras
 import numpy as np
-from PIL import Image
 
 from configs.schema import load_config
 from pipelines.training_input import count_examples, make_dataset
-from runners.demo_data import photo_like
+from tests.imageutil import write_photo
 from tests.jobutil import run_job
 
 
 def test_model_trains_on_the_offline_jobs_shards(tmp_path):
     root = tmp_path / "images"
     for index in range(32):
-        label = ("cat", "dog")[index % 2]
-        path = root / label / f"{index}.jpg"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        image = photo_like(np.random.default_rng(index), 64, 80, index % 2)
-        buffer = io.BytesIO()
-        Image.fromarray(image).save(buffer, "JPEG", quality=90)
-        path.write_bytes(buffer.getvalue())
+        write_photo(root / ("cat", "dog")[index % 2] / f"{index}.jpg", index, 64, 80,
+                    class_index=index % 2, quality=90)
     out = str(tmp_path / "out")
-    run_job(root, out, sets=["decode.isolation=inline", "split.train=1.0",
-                             "split.validation=0.0", "split.test=0.0"])
+    # no TFT analysis: make_dataset normalizes with stats.json's pixel_stats instead
+    run_job(root, out, sets=["split.train=1.0", "split.validation=0.0", "split.test=0.0"])
     config = load_config(overrides=["online.image_size=32", "online.mix.enabled=false"])
     assert count_examples(out, "train") == 32
     batch = 8

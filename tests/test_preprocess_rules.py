@@ -1,31 +1,24 @@
 """The offline job's rules, each with its own case, on a hand-built dataset (one job run)."""
 from __future__ import annotations
 
-import io
 import os
 import struct
 import zlib
 
 import numpy as np
 import pytest
-from PIL import Image
 
-from runners.demo_data import photo_like
+from tests.imageutil import photo, write_image
 from tests.jobutil import index_rows, read_records, rejects, run_job
 from transforms import codec
 
 
 def _image(seed: int, height: int = 96, width: int = 128) -> np.ndarray:
-    return photo_like(np.random.default_rng(seed), height, width, seed % 3)
+    return photo(seed, height, width, class_index=seed % 3)
 
 
 def _save(root, rel: str, array: np.ndarray, fmt: str) -> None:
-    path = os.path.join(root, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, fmt, **({"quality": 92} if fmt == "JPEG" else {}))
-    with open(path, "wb") as handle:
-        handle.write(buffer.getvalue())
+    write_image(os.path.join(root, rel), array, fmt)
 
 
 def _png_bomb_header(width: int, height: int) -> bytes:
