@@ -101,3 +101,20 @@ def test_label_offset_config_is_checked():
     assert load_config(None, ["output.label_offset=1"]).output.label_offset == 1
     with pytest.raises(ConfigError, match="output.label_offset"):
         load_config(None, ["output.label_offset=-1"])
+
+
+
+def test_snapshots_with_different_offsets_are_not_read_together(tmp_path):
+    from tests.fake_snapshot import write_synthetic_snapshot
+    out = str(tmp_path / "out")
+    write_synthetic_snapshot(out, counts={"train": 4}, num_shards=1, run_id="a")
+    newer = write_synthetic_snapshot(out, counts={"train": 4}, num_shards=1, run_id="b")
+    read_all = dict(snapshots="all", batch_size=8, augment=False, shuffle=False,
+                    normalize=False, image_size=32)
+    assert next(iter(make_dataset(out, **read_all)))[1].shape == (8, 3)  # no offset: read
+    manifest_path = os.path.join(newer, "manifest.json")
+    manifest = json.load(open(manifest_path))
+    with open(manifest_path, "w") as handle:
+        json.dump(dict(manifest, label_offset=1), handle)
+    with pytest.raises(ValueError, match="different label offsets"):
+        make_dataset(out, **read_all)
