@@ -12,8 +12,9 @@ pixelmill is installed (`pip install -e '.[airflow]'`). Configure it with Airflo
     pixelmill_fail_on_drift true|false                   (optional, default false)
 
 The task calls the CLI, so Dataflow flags pass straight through to Beam. Exit code 75 (another
-run holds the output folder's lock) marks the task skipped instead of failed; exit 3 (drift
-with --fail_on_drift) fails it, so Airflow's alerting tells a person.
+run holds the output folder's lock) marks the task skipped instead of failed, until the lock
+has blocked --lock_blocked_max runs in a row: then the CLI exits 1 and the task fails; exit 3
+(drift with --fail_on_drift) fails it too, so Airflow's alerting tells a person.
 """
 from __future__ import annotations
 

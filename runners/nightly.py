@@ -10,33 +10,44 @@ snapshots' `index.parquet`, read back with Beam's Parquet IO), writes a new snap
 own shards, stats, report and manifest, and checks tonight's classes and quality against the
 archive. Nothing new: nothing is published, exit 0.
 
-Exit codes: 0 published or nothing new; 2 bad flags/config; 3 drift with --fail_on_drift;
-75 another run holds the output folder's lock.
+Nothing new means no image accepted and no reject line that an earlier snapshot does not
+already hold (same kind, path, reason and content): a file that is rejected again every night
+(an unsafe name, a FIFO, a decoder crash) does not publish a snapshot every night.
+
+Exit codes: 0 published or nothing new; 1 the run failed, or the lock turned away
+`--lock_blocked_max` runs in a row (a stuck lock is an error, not a skip); 2 bad
+flags/config; 3 drift with --fail_on_drift; 75 another run holds the output folder's lock.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import sys
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.snapshot import (BEAM_FILES, discard_staging, publish_snapshot, read_json,
-                                remove_tree, staged_rejects, staged_stats)
+from pipelines.snapshot import (BEAM_FILES, discard_staging, publish_snapshot,
+                                staged_rejects, staged_stats)
 from runners.options import NightlyOptions, PreprocessOptions, print_help, wants_help
 from runners.preprocess import execute, parse_options, resolve_job
 from transforms.reporting.drift import check_drift, cumulative_stats
-from transforms.offline.rejects import IMAGE
-from runners.run_lock import RunLock
+from transforms.reporting.history import fingerprint, read_history, reject_key
+from runners.locked_run import locked_run
+from runners.run_lock import LOCK_NAME, LockHeld, note_blocked
 from transforms import snapshot_layout as layout
 from transforms.snapshot_layout import Snapshot
 
-__all__ = ["NightlyOptions", "NightlyResult", "run", "main", "EXIT_DRIFT", "EXIT_LOCKED"]
+__all__ = ["NightlyOptions", "NightlyResult", "run", "main", "EXIT_DRIFT", "EXIT_LOCKED",
+           "EXIT_BLOCKED", "LockBlocked"]
 
 _LOG = logging.getLogger(__name__)
 EXIT_DRIFT = 3
 EXIT_LOCKED = 75  # EX_TEMPFAIL: try again later
+EXIT_BLOCKED = 1  # the lock turned away --lock_blocked_max runs in a row: an error, not a skip
+
+
+class LockBlocked(RuntimeError):
+    """The lock has turned away too many runs in a row: someone must look."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,59 +65,57 @@ def _committed_run_ids(output_dir: str) -> list[str]:
     return [s.run_id for s in layout.committed_snapshots(output_dir, BEAM_FILES)]
 
 
-def _clean_unfinished(output_dir: str) -> None:
-    """Under the lock, whatever a killed run left is garbage: staged folders, and snapshot
-    folders without a manifest (never committed, so no reader or memory ever saw them)."""
-    committed = set(_committed_run_ids(output_dir))
-    found = FileSystems.match([FileSystems.join(output_dir, layout.SNAPSHOTS, "*", "**")])[0]
-    unfinished = sorted({m.path[len(output_dir.rstrip("/")) + 1:].split("/")[1]
-                         for m in found.metadata_list} - committed)
-    for run_id in unfinished:
-        _LOG.warning("removing snapshot %s: its run never committed it", run_id)
-        remove_tree(layout.snapshot_dir(output_dir, run_id))
-    remove_tree(layout.staging_root(output_dir))
-
-
-def _row_reject_keys(rejects) -> set:
-    return {(r["kind"], r["path"], r["reason"]) for r in rejects if r["kind"] != IMAGE}
-
-
-def _archived_row_rejects(output_dir: str, run_ids) -> set:
-    keys = set()
-    for run_id in run_ids:
-        path = FileSystems.join(layout.snapshot_dir(output_dir, run_id), layout.REJECTS)
-        with FileSystems.open(path, compression_type="uncompressed") as handle:
-            keys |= _row_reject_keys(json.loads(line) for line in
-                                     handle.read().decode("utf-8").splitlines() if line)
-    return keys
+def _reject_keys(rejects) -> set:
+    """What makes a reject line news (`reporting.history.reject_key`): the same input (kind,
+    path, content) rejected for the same reason in an earlier snapshot is not (an unsafe name,
+    a FIFO, a bad CSV row or a file the decoder crashed on is found again every night while it
+    stays)."""
+    return {reject_key(r) for r in rejects}
 
 
 def run(argv=None) -> NightlyResult:
     options, job_options, run_id, output_dir = parse_options(argv)
     nightly = options.view_as(NightlyOptions)
     job, inputs = resolve_job(job_options, layout.staging_dir(output_dir, run_id))
-    with RunLock(output_dir, run_id, stale_after_s=nightly.lock_stale_hours * 3600):
-        _clean_unfinished(output_dir)
-        history_ids = _committed_run_ids(output_dir)
-        job = dataclasses.replace(job, archive=tuple(
-            (rid, FileSystems.join(layout.snapshot_dir(output_dir, rid), layout.INDEX))
-            for rid in history_ids))
-        execute(job, options)
-        accounting, stats = staged_stats(job)
-        images = accounting["images"]
-        new_row_rejects = _row_reject_keys(staged_rejects(job)) - _archived_row_rejects(
-            output_dir, history_ids)
-        if images["accepted"] + images["rejected"] == 0 and not new_row_rejects:
-            discard_staging(job)
-            message = (f"nothing new since snapshot {history_ids[-1] if history_ids else '-'}: "
-                       f"{images['skipped']} images unchanged; nothing published")
-            return NightlyResult(run_id, None, message, {}, 0)
-        history = [read_json(FileSystems.join(layout.snapshot_dir(output_dir, rid), layout.STATS))
-                   for rid in history_ids]
-        drift = check_drift(stats, history, job.config.drift)
-        cumulative = cumulative_stats(history + [stats])
-        snapshot = publish_snapshot(job, output_dir, run_id, inputs,
-                                    extra_stats={"drift": drift, "cumulative": cumulative})
+    try:
+        with locked_run(output_dir, run_id, nightly.lock_stale_hours * 3600) as lock:
+            return _night(job, options, nightly, inputs, output_dir, run_id, lock)
+    except LockHeld as exc:
+        blocked = note_blocked(output_dir, str(exc))
+        if blocked >= nightly.lock_blocked_max:
+            raise LockBlocked(
+                f"{exc}. The lock has turned away {blocked} runs in a row "
+                f"(--lock_blocked_max {nightly.lock_blocked_max}): if no run is alive, remove "
+                f"{FileSystems.join(output_dir, LOCK_NAME)}") from exc
+        raise
+
+
+def _night(job, options, nightly, inputs, output_dir: str, run_id: str, lock) -> NightlyResult:
+    """The night itself, under the lock (see `run`)."""
+    history_ids = _committed_run_ids(output_dir)
+    job = dataclasses.replace(job, archive=tuple(
+        (rid, FileSystems.join(layout.snapshot_dir(output_dir, rid), layout.INDEX))
+        for rid in history_ids))
+    execute(job, options)
+    accounting, stats = staged_stats(job)
+    images = accounting["images"]
+    # One summary.json per earlier snapshot, never their ledgers or stats.json.
+    history, reported, _old = read_history(
+        [layout.snapshot_dir(output_dir, rid) for rid in history_ids], BEAM_FILES)
+    new_rejects = {key for key in _reject_keys(staged_rejects(job))
+                   if fingerprint(key) not in reported}
+    if images["accepted"] == 0 and not new_rejects:
+        discard_staging(job)
+        message = (f"nothing new since snapshot {history_ids[-1] if history_ids else '-'}: "
+                   f"{images['skipped']} images unchanged, {images['rejected']} rejected "
+                   f"again as before; nothing published")
+        return NightlyResult(run_id, None, message, {}, 0)
+    drift = check_drift(stats, history, job.config.drift)
+    cumulative = cumulative_stats(history + [stats])
+    lock.check()
+    snapshot = publish_snapshot(job, output_dir, run_id, inputs,
+                                extra_stats={"drift": drift, "cumulative": cumulative},
+                                reject_keys=new_rejects)
     exit_code = EXIT_DRIFT if drift["drifted"] and nightly.fail_on_drift else 0
     message = "drift detected" if drift["drifted"] else "no drift"
     return NightlyResult(run_id, snapshot, message, drift, exit_code)
@@ -115,7 +124,6 @@ def run(argv=None) -> NightlyResult:
 def main(argv=None) -> int:
     """Command-line entry: prints the summary and the drift verdict; returns the exit code."""
     from runners.summary import format_summary
-    from runners.run_lock import LockHeld
     if wants_help(argv):
         print_help("pixelmill nightly", __doc__, [PreprocessOptions, NightlyOptions])
         return 0
@@ -124,6 +132,9 @@ def main(argv=None) -> int:
     except LockHeld as exc:
         print(f"pixelmill nightly: {exc}", file=sys.stderr)
         return EXIT_LOCKED
+    except LockBlocked as exc:
+        print(f"pixelmill nightly: error: {exc}", file=sys.stderr)
+        return EXIT_BLOCKED
     if result.snapshot is None:
         print(f"pixelmill nightly: {result.message}")
         return result.exit_code

@@ -64,4 +64,8 @@ class NightlyOptions(PipelineOptions):
         parser.add_argument("--fail_on_drift", action="store_true", default=False,
                             help="Exit 3 when tonight's data drifted from the archive.")
         parser.add_argument("--lock_stale_hours", type=float, default=12.0,
-                            help="Take over a lock older than this (its run died).")
+                            help="Take over a lock whose heartbeat is older than this (its run "
+                                 "died; a live run refreshes it every minute).")
+        parser.add_argument("--lock_blocked_max", type=int, default=3,
+                            help="Exit 1 (an error, not a skip) once the lock has turned away "
+                                 "this many runs in a row.")

@@ -37,7 +37,7 @@ from runners.options import PreprocessOptions, print_help, wants_help
 from transforms.offline import boxes, classes, labels
 from transforms.offline.join_labels import read_csv_header
 from transforms import snapshot_layout as layout
-from runners.run_lock import RunLock
+from runners.locked_run import check_run_id, locked_run
 
 __all__ = ["PreprocessOptions", "run", "main", "resolve_job", "translate_flags", "execute",
            "parse_options"]
@@ -161,16 +161,19 @@ def parse_options(argv) -> tuple[PipelineOptions, PreprocessOptions, str, str]:
     options = PipelineOptions(translate_flags(argv))
     job_options = options.view_as(PreprocessOptions)
     output_dir = _require(job_options.output_dir, "--output_dir")
-    return options, job_options, job_options.run_id or layout.new_run_id(), output_dir
+    run_id = check_run_id(job_options.run_id or layout.new_run_id(), output_dir)
+    return options, job_options, run_id, output_dir
 
 
 def run(argv=None) -> layout.Snapshot:
     """Runs the job over every input and commits the snapshot; raises on any failure
-    (nothing published). Holds the output folder's lock while it runs."""
+    (nothing published, its own staging removed). Holds the output folder's lock while it
+    runs, and first removes what killed runs left (`runners.locked_run`)."""
     options, job_options, run_id, output_dir = parse_options(argv)
     job, inputs = resolve_job(job_options, layout.staging_dir(output_dir, run_id))
-    with RunLock(output_dir, run_id):
+    with locked_run(output_dir, run_id) as lock:
         execute(job, options)
+        lock.check()
         return publish_snapshot(job, output_dir, run_id, inputs)
 
 

@@ -1,27 +1,74 @@
-"""One nightly run at a time per output folder: an exclusive lock file, `OUTPUT/.lock`.
+"""One run at a time per output folder: an exclusive lock file, `OUTPUT/.lock`, with a heartbeat.
 
-Taking it is atomic: `O_CREAT | O_EXCL` on a local disk, a create-if-absent precondition
-(`if_generation_match=0`) on Google Cloud Storage; on other file systems it is best effort
-(check, write, read back). The file says who holds it (host, pid,
-run_id, time). A lock left by a run that was killed is taken over when its process is gone
-(same host) or when it is older than `stale_after_s`.
+Taking it is create-if-absent: `O_CREAT | O_EXCL` on a local disk, `if_generation_match=0` on
+Google Cloud Storage; on other file systems it is best effort (check, write, read back). The
+file says who holds it (host, pid, run_id, since, and the machine's boot id and pid namespace).
+While a run holds it, a thread refreshes the lock's heartbeat (its modification time; on GCS a
+new generation) every `heartbeat_s`; a run whose lock was taken over finds out there
+(`LockLost` from `RunLock.check`, which the runners call before publishing).
+
+A lock is taken over when:
+
+* its heartbeat is older than `stale_after_s` (its run died without cleaning up), which is also
+  how an empty or unreadable lock ends; or
+* its process is provably gone: same host, same boot and same pid namespace as this process,
+  and that pid does not exist. A pid that is merely not visible (another container with the
+  same hostname) proves nothing.
+
+Taking over is compare-and-delete, so two runs that both judged the lock stale cannot both
+win: locally the lock is renamed away atomically and deleted only if it is still the very
+file that was judged (same inode, heartbeat and content), else put back; on GCS the delete
+carries `if_generation_match`. The loser then finds the winner's fresh lock and stops.
+
+`note_blocked` / `clear_blocked` count the runs a lock turned away in a row (`.lock_blocked`),
+so that a lock that never goes away becomes an error instead of an endless skip.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import os
 import socket
+import threading
 import time
+import uuid
 
 from apache_beam.io.filesystems import FileSystems
 
-__all__ = ["LockHeld", "RunLock", "LOCK_NAME"]
+__all__ = ["LockHeld", "LockLost", "RunLock", "LOCK_NAME", "BLOCKED_NAME", "machine_identity",
+           "note_blocked", "clear_blocked"]
 
+_LOG = logging.getLogger(__name__)
 LOCK_NAME = ".lock"
+BLOCKED_NAME = ".lock_blocked"
 
 
 class LockHeld(RuntimeError):
     """Another run holds the lock; the message says which."""
+
+
+class LockLost(RuntimeError):
+    """This run's lock was taken over or removed while it ran: it must not publish."""
+
+
+def _read_first_line(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.readline().strip()
+    except OSError:
+        return ""
+
+
+def machine_identity() -> dict:
+    """Where a pid means something: host name, boot id and pid namespace of this process."""
+    try:
+        pid_ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        pid_ns = None
+    return {"host": socket.gethostname(),
+            "boot_id": _read_first_line("/proc/sys/kernel/random/boot_id") or None,
+            "pid_ns": pid_ns}
 
 
 def _pid_alive(pid: int) -> bool:
@@ -29,87 +76,299 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except (PermissionError, OverflowError, ValueError):
         return True
     return True
 
 
-class RunLock:
-    """Context manager: `with RunLock(output_dir, run_id): ...` or LockHeld."""
+@dataclasses.dataclass(frozen=True)
+class _Seen:
+    """One observation of the lock: its bytes, what compare-and-delete compares, and the
+    time of its last heartbeat (seconds since the epoch)."""
+    data: bytes
+    token: object
+    updated: float
 
-    def __init__(self, output_dir: str, run_id: str, stale_after_s: float = 12 * 3600):
+
+class _LocalStore:
+    def __init__(self, path: str):
+        self.path = path
+
+    def create(self, data: bytes) -> bool:
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        try:
+            handle = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        return True
+
+    @staticmethod
+    def _observe(path: str) -> _Seen | None:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+                stat = os.fstat(handle.fileno())
+        except FileNotFoundError:
+            return None
+        return _Seen(data, (stat.st_dev, stat.st_ino, stat.st_mtime_ns, data), stat.st_mtime)
+
+    def read(self) -> _Seen | None:
+        return self._observe(self.path)
+
+    def delete_if(self, seen: _Seen) -> bool:
+        moved = f"{self.path}.takeover-{uuid.uuid4().hex}"
+        try:
+            os.rename(self.path, moved)  # atomic: only one run can move this file away
+        except FileNotFoundError:
+            return False
+        now = self._observe(moved)
+        if now is not None and now.token == seen.token:
+            os.unlink(moved)
+            return True
+        try:  # a fresh lock (another run's): put it back where it was
+            os.link(moved, self.path)
+        except FileExistsError:
+            _LOG.error("could not restore %s: a third run created it meanwhile", self.path)
+        os.unlink(moved)
+        return False
+
+    def refresh(self, data: bytes) -> bool:
+        for _ in range(3):  # a takeover attempt that is put back moves the file for an instant
+            seen = self.read()
+            if seen is not None:
+                if seen.data != data:
+                    return False
+                os.utime(self.path)
+                return True
+            time.sleep(0.05)
+        return False
+
+
+class _GcsStore:
+    """Generation preconditions make create, refresh and delete compare-and-swap."""
+
+    def __init__(self, path: str):
+        from google.cloud import storage
+        self.path = path
+        bucket, _, name = path[len("gs://"):].partition("/")
+        self._bucket = storage.Client().bucket(bucket)
+        self._name = name
+        self._generation = None
+
+    def create(self, data: bytes) -> bool:
+        from google.api_core import exceptions
+        blob = self._bucket.blob(self._name)
+        try:
+            blob.upload_from_string(data, if_generation_match=0)
+        except exceptions.PreconditionFailed:
+            return False
+        self._generation = blob.generation
+        return True
+
+    def read(self) -> _Seen | None:
+        from google.api_core import exceptions
+        blob = self._bucket.get_blob(self._name)
+        if blob is None:
+            return None
+        try:
+            data = blob.download_as_bytes(if_generation_match=blob.generation)
+        except (exceptions.PreconditionFailed, exceptions.NotFound):
+            return None
+        return _Seen(data, blob.generation, blob.updated.timestamp())
+
+    def delete_if(self, seen: _Seen) -> bool:
+        from google.api_core import exceptions
+        try:
+            self._bucket.delete_blob(self._name, if_generation_match=seen.token)
+        except (exceptions.PreconditionFailed, exceptions.NotFound):
+            return False
+        return True
+
+    def refresh(self, data: bytes) -> bool:
+        from google.api_core import exceptions
+        blob = self._bucket.blob(self._name)
+        try:
+            blob.upload_from_string(data, if_generation_match=self._generation)
+        except (exceptions.PreconditionFailed, exceptions.NotFound):
+            return False
+        self._generation = blob.generation
+        return True
+
+
+class _BestEffortStore:
+    """Other file systems offer no create-if-absent or compare-and-delete through Beam: check,
+    write, read back. Two runs starting within the same instant could both pass; schedule
+    them so they don't."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def create(self, data: bytes) -> bool:
+        if FileSystems.exists(self.path):
+            return False
+        self._write(data)
+        seen = self.read()
+        return seen is not None and seen.data == data
+
+    def _write(self, data: bytes) -> None:
+        with FileSystems.create(self.path) as handle:
+            handle.write(data)
+
+    def read(self) -> _Seen | None:
+        try:
+            with FileSystems.open(self.path, compression_type="uncompressed") as handle:
+                data = handle.read()
+            updated = FileSystems.last_updated(self.path)
+        except (OSError, IOError):
+            return None
+        return _Seen(data, (data, updated), updated)
+
+    def delete_if(self, seen: _Seen) -> bool:
+        now = self.read()
+        if now is None or now.token != seen.token:
+            return False
+        FileSystems.delete([self.path])
+        return True
+
+    def refresh(self, data: bytes) -> bool:
+        seen = self.read()
+        if seen is None or seen.data != data:
+            return False
+        self._write(data)
+        return True
+
+
+def _store_for(path: str):
+    if path.startswith("gs://"):
+        return _GcsStore(path)
+    if "://" in path:
+        return _BestEffortStore(path)
+    return _LocalStore(path)
+
+
+class RunLock:
+    """Context manager: `with RunLock(output_dir, run_id) as lock: ...; lock.check()`, or
+    LockHeld. See the module docstring for heartbeat and takeover."""
+
+    def __init__(self, output_dir: str, run_id: str, stale_after_s: float = 12 * 3600,
+                 heartbeat_s: float = 60.0):
         self._path = FileSystems.join(output_dir, LOCK_NAME)
-        self._output_dir = output_dir
-        self._stale_after_s = stale_after_s
-        self._owner = {"host": socket.gethostname(), "pid": os.getpid(), "run_id": run_id,
+        self._stale_after_s = float(stale_after_s)
+        self._heartbeat_s = min(float(heartbeat_s), self._stale_after_s / 4)
+        self._owner = {**machine_identity(), "pid": os.getpid(), "run_id": run_id,
                        "since": time.time()}
+        self._data = json.dumps(self._owner, sort_keys=True, allow_nan=False).encode("utf-8")
+        self._store = _store_for(self._path)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lost: str | None = None
 
     @property
     def path(self) -> str:
         return self._path
 
-    def _try_create(self) -> bool:
-        data = json.dumps(self._owner, sort_keys=True, allow_nan=False).encode("utf-8")
-        if self._path.startswith("gs://"):
-            from google.api_core import exceptions
-            from google.cloud import storage
-            bucket, _, name = self._path[len("gs://"):].partition("/")
-            blob = storage.Client().bucket(bucket).blob(name)
-            try:
-                blob.upload_from_string(data, if_generation_match=0)
-            except exceptions.PreconditionFailed:
-                return False
-            return True
-        if "://" in self._path:
-            return self._try_create_best_effort(data)
-        os.makedirs(self._output_dir, exist_ok=True)
-        try:
-            handle = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        return True
-
-    def _try_create_best_effort(self, data: bytes) -> bool:
-        """Other file systems offer no create-if-absent through Beam: check, write, read back.
-        Two runs starting within the same instant could both pass; document your scheduler
-        so they don't."""
-        if FileSystems.exists(self._path):
-            return False
-        with FileSystems.create(self._path) as handle:
-            handle.write(data)
-        return self._holder().get("run_id") == self._owner["run_id"]
-
-    def _holder(self) -> dict:
-        try:
-            with FileSystems.open(self._path, compression_type="uncompressed") as handle:
-                return json.loads(handle.read().decode("utf-8") or "{}")
-        except (OSError, ValueError):
-            return {}
-
-    def _is_stale(self, holder: dict) -> bool:
-        if time.time() - float(holder.get("since", 0)) > self._stale_after_s:
-            return True
-        same_host = holder.get("host") == self._owner["host"]
-        return same_host and "pid" in holder and not _pid_alive(int(holder["pid"]))
+    def _stale_reason(self, seen: _Seen) -> str | None:
+        """Why the observed lock may be taken over, or None while its run may be alive."""
+        age = time.time() - seen.updated
+        if age > self._stale_after_s:
+            return f"no heartbeat for {age:.0f} s (stale after {self._stale_after_s:.0f} s)"
+        holder = _parse(seen.data)
+        mine = machine_identity()
+        same_machine = all(holder.get(key) == mine[key] and mine[key] is not None
+                           for key in ("host", "boot_id", "pid_ns"))
+        pid = holder.get("pid")
+        if same_machine and isinstance(pid, int) and not _pid_alive(pid):
+            return f"its process {pid} on this machine is gone"
+        return None
 
     def __enter__(self):
-        if self._try_create():
-            return self
-        holder = self._holder()
-        if holder and self._is_stale(holder):
-            FileSystems.delete([self._path])
-            if self._try_create():
+        seen = None
+        for _ in range(3):
+            if self._store.create(self._data):
+                self._start_heartbeat()
                 return self
-            holder = self._holder()
-        raise LockHeld(
-            f"another pixelmill run holds {self._path} (run {holder.get('run_id', '?')}, "
-            f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, since "
-            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(float(holder.get('since', 0))))}"
-            f"); this run exits without publishing")
+            seen = self._store.read()
+            if seen is None:
+                continue  # it went away in between: try again
+            reason = self._stale_reason(seen)
+            if reason is None:
+                break
+            _LOG.warning("taking over %s (%s): %s", self._path, _describe(seen), reason)
+            self._store.delete_if(seen)  # False: another run took it over first
+        raise LockHeld(f"another pixelmill run holds {self._path} "
+                       f"({_describe(seen) if seen else 'just taken'}); this run exits "
+                       f"without publishing")
+
+    def _start_heartbeat(self) -> None:
+        def beat():
+            while not self._stop.wait(self._heartbeat_s):
+                if not self._store.refresh(self._data):
+                    self._lost = f"{self._path} no longer holds this run's lock"
+                    _LOG.error("%s; the run will not publish", self._lost)
+                    return
+        self._thread = threading.Thread(target=beat, name="pixelmill-lock-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+
+    def check(self) -> None:
+        """Raises LockLost when the lock was taken over or removed while this run held it."""
+        if self._lost is None and not self._store.refresh(self._data):
+            self._lost = f"{self._path} no longer holds this run's lock"
+        if self._lost is not None:
+            raise LockLost(f"{self._lost}; nothing was published")
 
     def __exit__(self, *exc_info):
-        if self._holder().get("run_id") == self._owner["run_id"]:
-            FileSystems.delete([self._path])
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        seen = self._store.read()
+        if seen is not None and seen.data == self._data:
+            self._store.delete_if(seen)
         return False
+
+
+def _parse(data: bytes) -> dict:
+    try:
+        holder = json.loads(data.decode("utf-8") or "{}")
+    except ValueError:
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _describe(seen: _Seen) -> str:
+    holder = _parse(seen.data)
+    if not holder:
+        return f"an unreadable lock, {len(seen.data)} bytes"
+    since = holder.get("since")
+    when = (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
+            if isinstance(since, (int, float)) else "?")
+    beat = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seen.updated))
+    return (f"run {holder.get('run_id', '?')}, pid {holder.get('pid', '?')} on "
+            f"{holder.get('host', '?')}, since {when}, last heartbeat {beat}")
+
+
+def note_blocked(output_dir: str, message: str) -> int:
+    """Counts one more run turned away by the lock; returns how many in a row."""
+    path = FileSystems.join(output_dir, BLOCKED_NAME)
+    count = 0
+    if FileSystems.exists(path):
+        try:
+            with FileSystems.open(path, compression_type="uncompressed") as handle:
+                count = int(_parse(handle.read()).get("count", 0))
+        except (OSError, ValueError, TypeError):
+            count = 0
+    record = {"count": count + 1, "last": time.time(), "message": message}
+    with FileSystems.create(path) as handle:
+        handle.write(json.dumps(record, sort_keys=True).encode("utf-8"))
+    return count + 1
+
+
+def clear_blocked(output_dir: str) -> None:
+    """A run got the lock: the count of runs turned away starts again."""
+    path = FileSystems.join(output_dir, BLOCKED_NAME)
+    if FileSystems.exists(path):
+        FileSystems.delete([path])

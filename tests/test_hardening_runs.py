@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -99,3 +100,197 @@ def test_a_run_that_raises_is_exit_1_with_the_error(tmp_path, monkeypatch, capsy
     assert code == 1
     assert capsys.readouterr().err.rstrip().endswith(
         "pixelmill preprocess: failed: RuntimeError: a worker died")
+
+
+# Case 11: the run lock.
+
+def _write_lock(out, owner: dict, age_s: float = 0.0):
+    from runners.run_lock import LOCK_NAME
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_NAME
+    path.write_bytes(json.dumps(owner).encode() if isinstance(owner, dict) else owner)
+    then = time.time() - age_s
+    os.utime(path, (then, then))
+    return path
+
+
+def _dead_pid() -> int:
+    import subprocess
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    return dead.pid
+
+
+def test_two_runs_that_judged_a_lock_stale_cannot_both_take_it_over(tmp_path):
+    from runners.run_lock import LockHeld, RunLock
+    out = tmp_path / "out"
+    _write_lock(out, {"run_id": "dead", "pid": 1, "host": "elsewhere"}, age_s=7200)
+    first, second = RunLock(str(out), "A", stale_after_s=3600), RunLock(str(out), "B",
+                                                                       stale_after_s=3600)
+    judged = second._store.read()  # B reads the stale lock ...
+    reads = iter([judged])
+    real_read = second._store.read
+    second._store.read = lambda: next(reads, None) or real_read()
+    with first:  # ... A takes it over in between ...
+        with pytest.raises(LockHeld, match="run A"):
+            second.__enter__()  # ... and B's compare-and-delete finds A's fresh lock
+        assert json.loads((out / ".lock").read_text())["run_id"] == "A"
+
+
+def test_a_pid_not_visible_from_here_proves_nothing(tmp_path):
+    from runners.run_lock import LockHeld, RunLock, machine_identity
+    out = tmp_path / "out"
+    other_container = {**machine_identity(), "pid_ns": -1, "pid": _dead_pid(),
+                       "run_id": "other"}
+    _write_lock(out, other_container)
+    with pytest.raises(LockHeld, match="run other"):
+        RunLock(str(out), "mine").__enter__()
+    _write_lock(out, {**other_container, "pid_ns": machine_identity()["pid_ns"]})
+    with RunLock(str(out), "mine"):  # same host, boot and pid namespace: provably dead
+        assert json.loads((out / ".lock").read_text())["run_id"] == "mine"
+
+
+def test_a_live_run_keeps_its_lock_by_its_heartbeat(tmp_path):
+    from runners.run_lock import LockHeld, RunLock
+    out = tmp_path / "out"
+    with RunLock(str(out), "long", stale_after_s=0.6, heartbeat_s=0.1) as lock:
+        time.sleep(1.5)  # longer than the stale time
+        with pytest.raises(LockHeld, match="run long"):
+            RunLock(str(out), "late", stale_after_s=0.6).__enter__()
+        lock.check()
+    assert not (out / ".lock").exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"{not json", b"[1, 2]"])
+def test_an_unreadable_lock_is_taken_over_after_the_stale_time(tmp_path, content):
+    from runners.run_lock import LockHeld, RunLock
+    out = tmp_path / "out"
+    _write_lock(out, content, age_s=10)
+    with pytest.raises(LockHeld, match="unreadable lock"):
+        RunLock(str(out), "mine", stale_after_s=60).__enter__()
+    _write_lock(out, content, age_s=120)
+    with RunLock(str(out), "mine", stale_after_s=60):
+        assert json.loads((out / ".lock").read_text())["run_id"] == "mine"
+
+
+def test_a_run_whose_lock_was_taken_over_does_not_publish(tmp_path):
+    from runners.run_lock import LockLost, RunLock
+    out = tmp_path / "out"
+    with RunLock(str(out), "mine") as lock:
+        _write_lock(out, {"run_id": "usurper"})
+        with pytest.raises(LockLost):
+            lock.check()
+    assert json.loads((out / ".lock").read_text())["run_id"] == "usurper"  # not ours to delete
+
+
+def test_a_lock_that_blocks_night_after_night_becomes_an_error(tmp_path, capsys):
+    from runners import nightly
+    from runners.run_lock import machine_identity
+    out = tmp_path / "out"
+    root = junk_folder(tmp_path / "images")
+    _write_lock(out, {**machine_identity(), "pid": os.getpid(), "run_id": "stuck"})
+    argv = ["--data_root", str(root), "--output_dir", str(out), "--lock_blocked_max", "3"]
+    assert [nightly.main(argv) for _ in range(3)] == [75, 75, 1]
+    assert "turned away 3 runs in a row" in capsys.readouterr().err
+
+
+def good_folder(root, count: int = 3):
+    import io as _io
+
+    import numpy as np
+    from PIL import Image
+
+    from runners.demo_data import photo_like
+    for i in range(count):
+        buffer = _io.BytesIO()
+        Image.fromarray(photo_like(np.random.default_rng(300 + i), 64, 80, i % 2)).save(
+            buffer, "JPEG", quality=90)
+        path = root / ("cat" if i % 2 == 0 else "dog") / f"{i}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(buffer.getvalue())
+    return root
+
+
+def _preprocess_argv(root, out, *extra):
+    return ["preprocess", "--data_root", str(root), "--output_dir", str(out),
+            "--set", FAST[0], "--set", FAST[1], *extra]
+
+
+# Case 12: leftovers of killed and failed runs.
+
+def test_preprocess_removes_what_killed_runs_left(tmp_path):
+    out = tmp_path / "out"
+    (out / ".staging" / "killed" / "train").mkdir(parents=True)
+    (out / ".staging" / "killed" / "train" / "part").write_bytes(b"x")
+    (out / "snapshots" / "uncommitted" / "train").mkdir(parents=True)
+    (out / "snapshots" / "uncommitted" / "train" / "part").write_bytes(b"x")
+    snapshot = run_job(good_folder(tmp_path / "images"), out, sets=FAST)
+    assert sorted(os.listdir(out / "snapshots")) == [snapshot.run_id]
+    assert not os.listdir(out / ".staging")
+
+
+def test_a_failed_run_removes_its_own_staging_and_uncommitted_snapshot(tmp_path, monkeypatch):
+    from runners import cli, preprocess
+    out = tmp_path / "out"
+
+    def half_done(job, options):
+        os.makedirs(os.path.join(job.staging_dir, "train"))
+        open(os.path.join(job.staging_dir, "train", "part"), "wb").close()
+        (out / "snapshots" / "R1").mkdir(parents=True)
+        raise RuntimeError("killed half way")
+
+    monkeypatch.setattr(preprocess, "execute", half_done)
+    assert cli.main(_preprocess_argv(good_folder(tmp_path / "images"), out,
+                                     "--run_id", "R1")) == 1
+    assert not os.path.exists(out / ".staging" / "R1")
+    assert not os.path.exists(out / "snapshots" / "R1")
+    assert not os.path.exists(out / ".lock")
+
+
+# Case 16: run ids.
+
+@pytest.mark.parametrize("run_id", ["../..", "a/b", ".hidden", "-x", "x" * 129, "a b"])
+def test_an_unsafe_run_id_is_a_usage_error(tmp_path, capsys, run_id):
+    from runners import cli
+    out = tmp_path / "out"
+    root = junk_folder(tmp_path / "images")
+    code = cli.main(_preprocess_argv(root, out, f"--run_id={run_id}"))
+    assert code == 2
+    assert "--run_id must be 1-128 letters" in capsys.readouterr().err
+    assert not out.exists() or not os.listdir(out)
+
+
+def test_a_committed_run_id_is_never_overwritten(tmp_path, capsys):
+    from runners import cli
+    out = tmp_path / "out"
+    root = good_folder(tmp_path / "images")
+    assert cli.main(_preprocess_argv(root, out, "--run_id", "R1")) == 0
+    manifest = (out / "snapshots" / "R1" / "manifest.json").read_bytes()
+    good_folder(root, count=4)
+    assert cli.main(_preprocess_argv(root, out, "--run_id", "R1")) == 2
+    assert "snapshot R1 is already committed" in capsys.readouterr().err
+    assert (out / "snapshots" / "R1" / "manifest.json").read_bytes() == manifest
+
+
+# Case 15: nightly on unchanged inputs.
+
+def test_nightly_publishes_nothing_when_only_known_rejects_come_back(tmp_path):
+    from runners import nightly
+    root = good_folder(tmp_path / "images")
+    outside = tmp_path / "outside.jpg"
+    outside.write_bytes((root / "cat" / "0.jpg").read_bytes())
+    (root / "cat" / "escape.jpg").symlink_to(outside)  # unsafe_path, found every night
+    (root / "cat" / "junk.jpg").write_bytes(b"junk")  # unknown_format: read once, then skipped
+    argv = ["--data_root", str(root), "--output_dir", str(tmp_path / "out"),
+            "--set", FAST[0], "--set", FAST[1]]
+    first = nightly.run(argv)
+    assert sorted(r["reason"] for r in rejects(first.snapshot)) == ["unknown_format",
+                                                                    "unsafe_path"]
+    second = nightly.run(argv)
+    assert second.snapshot is None, second.message
+    assert "nothing published" in second.message
+    (root / "dog" / "new.jpg").symlink_to(outside)  # a new reject is news
+    third = nightly.run(argv)
+    assert sorted(r["path"] for r in rejects(third.snapshot)) == ["cat/escape.jpg",
+                                                                  "dog/new.jpg"]
+

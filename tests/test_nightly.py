@@ -5,7 +5,6 @@ import glob
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 
@@ -15,7 +14,7 @@ import tensorflow as tf
 from PIL import Image
 
 from pipelines import snapshot as snapshot_module
-from runners import nightly
+from runners import nightly, run_lock
 from tests.imageutil import encode, photo
 from tests.jobutil import index_rows
 from transforms import codec
@@ -210,7 +209,7 @@ def test_run_killed_before_the_manifest_leaves_no_snapshot_and_is_redone(night_o
 
 def _hold_lock(out, pid):
     out.mkdir(parents=True, exist_ok=True)
-    (out / ".lock").write_text(json.dumps({"host": socket.gethostname(), "pid": pid,
+    (out / ".lock").write_text(json.dumps({**run_lock.machine_identity(), "pid": pid,
                                            "run_id": "other-run", "since": time.time()}))
 
 
