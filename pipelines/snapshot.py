@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from configs.schema import config_to_dict
 from pipelines.preprocess import PreprocessJob
 from transforms.offline import classes, quality_rules
-from transforms.reporting.history import reject_key, snapshot_summary
+from transforms.reporting.history import fingerprint, reject_key, snapshot_summary
 from transforms.reporting.report import render_report
 from transforms.reporting.stats import finalize_stats
 from transforms.reporting.stats_proto import to_statistics_proto
@@ -224,11 +224,11 @@ def _write_tfds_files(job: PreprocessJob, run_id: str, table: list) -> None:
         _write_bytes(FileSystems.join(staging, filename), data)
 
 
-def _staged_reject_keys(staging: str) -> set:
-    """Every reject key of the staged ledger, read line by line."""
+def _staged_fingerprints(staging: str) -> set:
+    """The fingerprint of every reject key of the staged ledger, read line by line."""
     with FileSystems.open(FileSystems.join(staging, layout.REJECTS),
                           compression_type="uncompressed") as handle:
-        return {reject_key(json.loads(line)) for line in handle if line.strip()}
+        return {fingerprint(reject_key(json.loads(line))) for line in handle if line.strip()}
 
 
 def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: dict,
@@ -250,7 +250,8 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
     _write_bytes(FileSystems.join(staging, layout.REPORT), html.encode("utf-8"))
     _write_tfds_files(job, run_id, table)
     _write_json(FileSystems.join(staging, layout.SUMMARY), snapshot_summary(
-        stats, _staged_reject_keys(staging) if reject_keys is None else reject_keys))
+        stats, reject_keys or (),
+        _staged_fingerprints(staging) if reject_keys is None else ()))
 
     shard_entries = {entry["path"]: entry for entry in read_json(work_file(staging, "shards.json"))}
     final = layout.snapshot_dir(output_dir, run_id)

@@ -47,10 +47,12 @@ def fingerprint(key: tuple) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def snapshot_summary(stats: Mapping, reject_keys: Iterable[tuple]) -> dict:
-    """The summary of a snapshot with these stats, which reported these reject keys first."""
-    return {"version": VERSION, "stats": drift_view(stats),
-            "reported_rejects": sorted({fingerprint(tuple(key)) for key in reject_keys})}
+def snapshot_summary(stats: Mapping, reject_keys: Iterable[tuple] = (),
+                     fingerprints: Iterable[str] = ()) -> dict:
+    """The summary of a snapshot with these stats, which reported these reject keys (or keys
+    with these fingerprints) first."""
+    reported = set(fingerprints) | {fingerprint(tuple(key)) for key in reject_keys}
+    return {"version": VERSION, "stats": drift_view(stats), "reported_rejects": sorted(reported)}
 
 
 def _ledger_fingerprints(text: str) -> set:
