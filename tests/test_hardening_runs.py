@@ -294,3 +294,68 @@ def test_nightly_publishes_nothing_when_only_known_rejects_come_back(tmp_path):
     assert sorted(r["path"] for r in rejects(third.snapshot)) == ["cat/escape.jpg",
                                                                   "dog/new.jpg"]
 
+
+# Cases 13 and 14: retried bundles, and a transform that does not depend on where it was made.
+
+_RUN_SPECIFIC = ("manifest.json", "report.html", "stats.json", "stats.pb", "dataset_info.json")
+
+
+def _snapshot_files(snapshot_dir) -> dict:
+    """Every published file but those that name the run, its time or the code versions."""
+    names = {}
+    for folder, _, files in os.walk(snapshot_dir):
+        for name in files:
+            rel = os.path.relpath(os.path.join(folder, name), snapshot_dir)
+            if rel not in _RUN_SPECIFIC:
+                names[rel] = open(os.path.join(folder, name), "rb").read()
+    return names
+
+
+@pytest.fixture(scope="module")
+def three_tft_runs(tmp_path_factory):
+    """The same inputs three times, each run in its own process (as a user runs it), with its
+    own output folder and run id: twice plainly, once with every bundle replayed."""
+    base = tmp_path_factory.mktemp("tft_runs")
+    root = good_folder(base / "images", count=4)
+    junk_folder(root / "junk")
+    runs = []
+    for index, extra in enumerate([[], [], ["--direct_runner_bundle_repeat", "1"]]):
+        out = base / f"out{index}"
+        result = _cli(["preprocess", "--data_root", str(root), "--output_dir", str(out),
+                       "--run_id", f"R{index}", "--set", "decode.isolation=inline", *extra],
+                      cwd=os.path.dirname(os.path.dirname(__file__)))
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs.append(out / "snapshots" / f"R{index}")
+    return runs
+
+
+def test_identical_inputs_give_a_byte_identical_snapshot_transform_included(three_tft_runs):
+    first, second = (_snapshot_files(path) for path in three_tft_runs[:2])
+    assert {"transform_fn/saved_model.pb", "transform_fn/fingerprint.pb",
+            "rejects.jsonl"} <= set(first)
+    assert any(name.startswith("train/") for name in first)
+    assert sorted(first) == sorted(second)
+    assert [name for name in first if first[name] != second[name]] == []
+
+
+def test_retried_bundles_give_the_same_snapshot_and_transform(three_tft_runs):
+    import numpy as np
+    import tensorflow as tf
+    import tensorflow_transform as tft
+
+    from transforms import codec
+    from transforms.offline.tft_analysis import tft_summary
+    plain, replayed = three_tft_runs[0], three_tft_runs[2]
+    first, again = _snapshot_files(plain), _snapshot_files(replayed)
+    assert sorted(first) == sorted(again)
+    # TF's function-name counters move when a replayed bundle traces the graph again
+    traced = {"transform_fn/saved_model.pb", "transform_fn/fingerprint.pb"}
+    assert [name for name in first if name not in traced and first[name] != again[name]] == []
+    assert tft_summary(str(plain)) == tft_summary(str(replayed))
+    probe = {codec.IMAGE_ENCODED: tf.constant([open(p, "rb").read() for p in sorted(
+        (plain.parent.parent.parent / "images" / "cat").glob("*.jpg"))]),
+             codec.CLASS_TEXT: tf.constant(["cat", "dog"])}
+    outputs = [tft.TFTransformOutput(str(path)).transform_raw_features(probe)
+               for path in (plain, replayed)]
+    for key in outputs[0]:
+        np.testing.assert_array_equal(outputs[0][key].numpy(), outputs[1][key].numpy())

@@ -46,17 +46,29 @@ def _write_range(item, parts_dir: str) -> tuple:
 
 
 def _join_ranges(ranges, path: str, parts_dir: str) -> str:
-    """Concatenates the written ranges in order into `path` (streamed), then removes them."""
+    """Concatenates the written ranges in order into `path` (streamed), then removes them.
+
+    A retried bundle (Dataflow retries them; `--direct_runner_bundle_repeat` replays them)
+    may find ranges already removed: the parts are removed only after `path` is complete, so
+    then `path` is the finished ledger and only the rest of the cleanup is left."""
+    parts = [part for _index, part in ranges]
+    if parts and FileSystems.exists(path) and not all(FileSystems.exists(p) for p in parts):
+        _remove_parts([p for p in parts if FileSystems.exists(p)], parts_dir)
+        return path
     with FileSystems.create(path) as out:
         for _index, part in sorted(ranges):
             with FileSystems.open(part, compression_type="uncompressed") as handle:
                 while chunk := handle.read(_COPY_CHUNK):
                     out.write(chunk)
-    if ranges:
-        FileSystems.delete([part for _index, part in ranges])
-        if FileSystems.exists(parts_dir):  # a local folder, now empty
-            FileSystems.delete([parts_dir])
+    _remove_parts(parts, parts_dir)
     return path
+
+
+def _remove_parts(parts: list, parts_dir: str) -> None:
+    if parts:
+        FileSystems.delete(parts)
+    if FileSystems.exists(parts_dir):  # a local folder, now empty
+        FileSystems.delete([parts_dir])
 
 
 class WriteRejectsLedger(beam.PTransform):

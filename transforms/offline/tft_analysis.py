@@ -50,6 +50,7 @@ empty dataset as null.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from typing import Callable, Mapping, Sequence
@@ -66,6 +67,7 @@ from transforms import codec
 from transforms.decode import decode_for_model
 from transforms.offline.classes import class_name_problem
 from transforms.offline.image_record import ImageRecord
+from transforms.offline.tft_write import WriteTransformFnOnce
 
 __all__ = [
     "PIXEL_COUNT", "CHANNEL_SUM", "CHANNEL_SQSUM", "WIDTH", "HEIGHT", "ANALYSIS_FEATURES",
@@ -216,6 +218,29 @@ def _write_class_table_asset(names, base_dir: str) -> np.ndarray:
     return np.array(path.encode("utf-8"), dtype=object)
 
 
+def _lookup_class_ids(names: tf.Tensor, table_path) -> tuple[tf.Tensor, tf.Tensor]:
+    """(class id or -1 per name, table size): TFT's default lookup, but with an anonymous
+    table. TF names a file-backed table after its file path, which for this asset is TFT's
+    temporary folder of the run (a fresh uuid under the run's staging folder), so every
+    `saved_model.pb` differed; anonymous, it is byte-identical for identical inputs, and two
+    snapshots' transforms loaded in one process cannot share a table by name.
+
+    Built in the init scope when the path is known (as TFT's own lookup does), so the table
+    is initialized once, not on every call."""
+    known = isinstance(table_path, str) or (isinstance(table_path, tf.Tensor)
+                                            and not tf.is_symbolic_tensor(table_path))
+    with contextlib.ExitStack() as stack:
+        if tf.inside_function() and known:
+            stack.enter_context(tf.init_scope())
+        initializer = tf.lookup.TextFileInitializer(
+            table_path, key_dtype=tf.string, key_index=tf.lookup.TextFileIndex.WHOLE_LINE,
+            value_dtype=tf.int64, value_index=tf.lookup.TextFileIndex.LINE_NUMBER)
+        table = tf.lookup.StaticHashTable(initializer, default_value=-1,
+                                          experimental_is_anonymous=True)
+        size = table.size()
+    return table.lookup(names), size
+
+
 def _per_row(batch_anchor: tf.Tensor, value: tf.Tensor, dtype=tf.float32) -> tf.Tensor:
     """`value` (any shape) as `dtype`, flattened and repeated once per row of the batch:
     [batch, n]."""
@@ -270,7 +295,8 @@ def make_preprocessing_fn(class_table, image_size,
             [text], _WriteClassTableAsset(class_table), [tf.string], [[]],
             output_asset_default_values=[_TABLE_BEFORE_ANALYSIS], name="class_table")
         tft.annotate_asset(CLASS_TABLE_ASSET, CLASS_TABLE_ASSET)
-        label = tft.apply_vocabulary(text, table_path, default_value=-1, name="label")
+        label = tft.apply_vocabulary(text, table_path, lookup_fn=_lookup_class_ids,
+                                     name="label")
 
         image = tf.map_fn(lambda contents: (decode_for_model(contents, size) - mean32) / std32,
                           encoded, fn_output_signature=tf.TensorSpec([*size, 3], tf.float32))
@@ -295,8 +321,9 @@ class AnalyzeAndWriteTransform(beam.PTransform):
     Input: accepted `ImageRecord`s (or accepted index rows, see `raw_features`). `class_table`
     is the list of class names in id order, or the job's singleton PCollection of it.
     `temp_dir` holds TFT's scratch files (keep it out of what gets published). Returns
-    `WriteTransformFn`'s one-element PCollection, which exists once the transform is written
-    (a side input on it orders later steps after the write).
+    a one-element PCollection, which exists once the transform is written (a side input on it
+    orders later steps after the write). Writing survives retried bundles
+    (`transforms.offline.tft_write`).
     """
 
     def __init__(self, output_dir: str, class_table, image_size, temp_dir: str,
@@ -311,8 +338,7 @@ class AnalyzeAndWriteTransform(beam.PTransform):
         with tft_beam.Context(temp_dir=self._temp_dir, force_tf_compat_v1=False):
             transform_fn = ((raw, raw_metadata())
                             | "AnalyzeDataset" >> tft_beam.AnalyzeDataset(self._preprocessing_fn))
-            return transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(
-                self._output_dir)
+            return transform_fn | "WriteTransformFn" >> WriteTransformFnOnce(self._output_dir)
 
 
 def _constant(transformed: Mapping, key: str) -> list:
