@@ -74,11 +74,14 @@ def _runs_in_this_process(options: PipelineOptions) -> bool:
 
 def prepare_job(job, options: PipelineOptions):
     """What the launcher does before building `job`'s graph: resolves `decode.processes`,
-    installs Beam's construction caches (`construction_caches`), and, when the graph will run
+    installs Beam's construction caches (`construction_caches`) and the exit hook that keeps a
+    script that ran the job from crashing at interpreter exit (`exit_safety`), and, when the
+    graph will run
     in this process with isolated decoding, starts the decoders' forkserver now, so that its
     TensorFlow import runs on another core while the graph is built."""
-    from runners import construction_caches
+    from runners import construction_caches, exit_safety
     construction_caches.install()
+    exit_safety.install()
     job = with_decode_processes(job, options)
     if job.config.decode.isolation == "subprocess" and _runs_in_this_process(options):
         from transforms.offline import isolation

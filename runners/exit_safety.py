@@ -1,0 +1,50 @@
+"""A clean interpreter exit after a job, also when pixelmill is used as a library.
+
+After a job that ran TensorFlow Transform, objects that outlive the job (TFT's
+`ExampleProtoCoder` keeps handlers that hold repeated fields of a cached `tf.train.Example`,
+reachable until the interpreter tears down) still hold protobuf containers. CPython clears
+modules before the last garbage collection, and deallocating a upb repeated-field container
+then asks for its module's state, which is gone: SIGSEGV (exit 139) after a run that had
+succeeded, in any script that calls `runners.preprocess.run` and exits normally (gdb:
+`PyUpb_RepeatedContainer_Dealloc -> PyUpb_FieldDescriptor_GetDef -> PyModule_GetState(NULL)`).
+
+`install()` registers an `atexit` hook (atexit runs before that teardown, with every module
+alive) that drops the references Python objects' attributes hold to such containers, so they
+are freed while it is safe. The `pixelmill` command itself ends with `os._exit` (see
+`runners.cli.console_main`) and never reaches this hook.
+"""
+from __future__ import annotations
+
+import atexit
+import gc
+
+__all__ = ["install", "release_proto_containers"]
+
+_UPB_MODULE = "google._upb._message"
+_installed = False
+
+
+def install() -> None:
+    """Registers `release_proto_containers` to run at interpreter exit (once per process)."""
+    global _installed
+    if not _installed:
+        atexit.register(release_proto_containers)
+        _installed = True
+
+
+def release_proto_containers() -> int:
+    """Sets every object attribute that holds a upb container (repeated field or map) to None;
+    returns how many. Only for interpreter exit: the objects are unusable afterwards."""
+    released = 0
+    for holder in gc.get_objects():
+        if isinstance(holder, type):
+            continue
+        attributes = getattr(holder, "__dict__", None)
+        if not isinstance(attributes, dict):
+            continue
+        for name, value in list(attributes.items()):
+            kind = type(value)
+            if kind.__module__ == _UPB_MODULE and "Container" in kind.__name__:
+                attributes[name] = None
+                released += 1
+    return released

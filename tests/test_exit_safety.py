@@ -1,0 +1,38 @@
+"""A script that runs the whole job (TFT included) as a library and then simply ends must exit
+0: no SIGSEGV (139) from protobuf containers freed during interpreter teardown
+(runners/exit_safety.py)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from runners import exit_safety
+
+
+def test_a_script_that_ran_the_job_exits_0(folder_images, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(
+        "import json\n"
+        "from runners import preprocess\n"
+        f"snap = preprocess.run(['--data_root', {str(folder_images)!r}, '--output_dir', "
+        f"{str(tmp_path / 'out')!r}])\n"
+        "print(json.dumps(snap.accounting['images']))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["accepted"] == 6
+
+
+def test_release_drops_attributes_holding_repeated_fields():
+    import tensorflow as tf
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    example = tf.train.Example()
+    holder.values = example.features.feature["x"].float_list.value
+    holder.other = [1, 2]
+    assert exit_safety.release_proto_containers() >= 1
+    assert holder.values is None and holder.other == [1, 2]
