@@ -281,18 +281,19 @@ def test_nightly_publishes_nothing_when_only_known_rejects_come_back(tmp_path):
     outside.write_bytes((root / "cat" / "0.jpg").read_bytes())
     (root / "cat" / "escape.jpg").symlink_to(outside)  # unsafe_path, found every night
     (root / "cat" / "junk.jpg").write_bytes(b"junk")  # unknown_format: read once, then skipped
+    os.mkfifo(root / "cat" / "pipe.jpg")  # unreadable, never opened: found every night
     argv = ["--data_root", str(root), "--output_dir", str(tmp_path / "out"),
             "--set", FAST[0], "--set", FAST[1]]
     first = nightly.run(argv)
-    assert sorted(r["reason"] for r in rejects(first.snapshot)) == ["unknown_format",
-                                                                    "unsafe_path"]
+    assert sorted(r["reason"] for r in rejects(first.snapshot)) == [
+        "unknown_format", "unreadable", "unsafe_path"]
     second = nightly.run(argv)
     assert second.snapshot is None, second.message
     assert "nothing published" in second.message
     (root / "dog" / "new.jpg").symlink_to(outside)  # a new reject is news
     third = nightly.run(argv)
-    assert sorted(r["path"] for r in rejects(third.snapshot)) == ["cat/escape.jpg",
-                                                                  "dog/new.jpg"]
+    assert sorted(r["path"] for r in rejects(third.snapshot)) == [
+        "cat/escape.jpg", "cat/pipe.jpg", "dog/new.jpg"]
 
 
 # Cases 13 and 14: retried bundles, and a transform that does not depend on where it was made.

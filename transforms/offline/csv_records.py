@@ -20,7 +20,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import re
 from typing import BinaryIO, Iterable, Iterator, Sequence
 
 from configs.schema import LabelsConfig
