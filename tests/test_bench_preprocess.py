@@ -199,7 +199,7 @@ def test_bad_options_are_usage_errors(argv, message, tmp_path):
 
 
 def test_one_tiny_run_prints_the_table_and_the_ratio_lines(tmp_path, capsys):
-    code = bench.main(["--images", "20", "--repetitions", "1", "--workdir", str(tmp_path),
+    code = bench.main(["--images", "6", "--repetitions", "1", "--workdir", str(tmp_path),
                        "--workers", "in_memory", "--set", "decode.isolation=inline",
                        "--set", "transform.enabled=false", "--no-memory_check"])
     out = capsys.readouterr().out
@@ -212,12 +212,12 @@ def test_one_tiny_run_prints_the_table_and_the_ratio_lines(tmp_path, capsys):
                      r"+(PASS|MISS)$", out, re.M)
     assert re.search(r"^job / naive +\d+\.\d\dx median +\d+\.\d\dx min +target >= 3\.0x "
                      r"+(PASS|MISS)$", out, re.M)
-    peak = re.search(r"^job run 1: 20 discovered, 20 accepted, rejects: none; \d+\.\d s in "
+    peak = re.search(r"^job run 1: 6 discovered, 6 accepted, rejects: none; \d+\.\d s in "
                      r"run\(\) \(\d+\.\d s with process start\), peak tree RSS (\d+) MB"
                      r"(; the process then exited with code -?\d+)?$",
                      out, re.M)
     assert peak and int(peak[1]) > 100  # Python + TensorFlow + Beam are resident
-    assert "naive loop wrote 20 records" in out
+    assert "naive loop wrote 6 records" in out
     assert "memory: not checked (--no-memory_check)" in out
-    assert os.listdir(tmp_path / "corpus_20_seed0")  # cached for the next run
+    assert os.listdir(tmp_path / "corpus_6_seed0")  # cached for the next run
     assert not os.path.exists(tmp_path / "job_out")  # job output removed after timing
