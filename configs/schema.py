@@ -65,17 +65,21 @@ class DiscoveryConfig:
 @dataclasses.dataclass(frozen=True)
 class LimitsConfig:
     """Size rules. `max_pixels` (one frame) and `max_total_pixels` (all frames of a GIF or an
-    animated PNG) are checked on the header, before anything is decoded; `max_file_bytes` on
-    the listing, before the file is opened."""
+    animated PNG) are checked on the header, before anything is decoded, as is `max_jpeg_scans`
+    (a progressive JPEG's scans, counted from its markers: each costs a pass over the image, so
+    a file repeating one scan thousands of times decodes for minutes; photos have ~10);
+    `max_file_bytes` on the listing, before the file is opened."""
     max_pixels: int = 40_000_000
     min_side: int = 32
     max_side: int = 16384
     max_aspect_ratio: float = 8.0
     max_total_pixels: int = 100_000_000
     max_file_bytes: int = 160 * 2**20
+    max_jpeg_scans: int = 100
 
     def __post_init__(self):
         check_range("limits.max_pixels", self.max_pixels, 1)
+        check_range("limits.max_jpeg_scans", self.max_jpeg_scans, 1)
         check_range("limits.max_total_pixels", self.max_total_pixels, 1)
         check_range("limits.max_file_bytes", self.max_file_bytes, 1)
         check_range("limits.min_side", self.min_side, 1)

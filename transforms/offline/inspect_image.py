@@ -23,7 +23,7 @@ from transforms.offline import image_header, isolation, quality
 from transforms.offline.image_record import ImageRecord
 
 __all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages", "size_reject",
-           "ISOLATION_PRELOAD"]
+           "jpeg_scans", "ISOLATION_PRELOAD"]
 
 # What the isolating processes' forkserver imports once, so each child starts in milliseconds.
 ISOLATION_PRELOAD = ("tensorflow", "transforms.offline.inspect_image")
@@ -127,6 +127,10 @@ class InspectImageFn(beam.DoFn):
         limits = self._config.limits
         if header.width * header.height > limits.max_pixels:  # never decode a bomb
             return record.rejected(*size_reject(header.width, header.height, limits))
+        scans = jpeg_scans(data) if header.format == "jpeg" else 0
+        if scans > limits.max_jpeg_scans:  # nor a scan bomb: each scan is a pass over the image
+            return record.rejected("too_large", f"{scans} JPEG scans > limits.max_jpeg_scans="
+                                                f"{limits.max_jpeg_scans}; never decoded")
         if header.total_pixels > limits.max_total_pixels:  # giflib inflates every frame
             return record.rejected("too_large", (
                 f"{header.frames} frames, {header.total_pixels} pixels in all > "
@@ -143,17 +147,37 @@ class InspectImageFn(beam.DoFn):
         rule = size_reject(header.width, header.height, limits)
         if rule:
             return record.rejected(*rule)
-        dedup = self._config.dedup
-        analysis = quality.analyse(image, analysis_size,
-                                   center=dedup.near_duplicates and dedup.crop_tolerant)
+        analysis = quality.analyse(image, analysis_size)
         record = dataclasses.replace(
             record, metrics=tuple(sorted(analysis.metrics.items())),
-            moments=tuple(analysis.means) + tuple(analysis.square_means), phash=analysis.phash,
-            center_phash=analysis.center_phash)
+            moments=tuple(analysis.means) + tuple(analysis.square_means), phash=analysis.phash)
         verdict = quality.judge(analysis.metrics, self._config.quality)
         if verdict:
             return record.rejected(*verdict)
         return record
+
+
+def jpeg_scans(data: bytes) -> int:
+    """The number of scans (SOS markers) of a JPEG, from its markers, without decoding.
+
+    The segments before the first scan are walked by their lengths (an APP segment may embed a
+    whole thumbnail JPEG, whose markers do not count). After it, every SOS marker is an
+    `FF DA` pair: entropy-coded data stuffs each `FF` byte as `FF 00`, so the pair cannot
+    occur inside a scan, and marker segments between scans are tables of a few bytes."""
+    pos = 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:                      # fill byte
+            pos += 1
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:  # standalone markers
+            pos += 2
+        elif marker == 0xDA:                    # the first scan: count them all from here
+            return data.count(b"\xff\xda", pos)
+        elif marker == 0xD9:                    # EOI before any scan
+            return 0
+        else:
+            pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    return 0
 
 
 def _decoder_message(exc) -> str:

@@ -28,7 +28,8 @@ REASONS = {
                   "decoder corrupts memory on those)",
     "too_large": "more pixels than limits.max_pixels or, over all frames, "
                  "limits.max_total_pixels (from the header, not decoded), a side above "
-                 "limits.max_side, or more bytes than limits.max_file_bytes (never opened)",
+                 "limits.max_side, more bytes than limits.max_file_bytes (never opened), "
+                 "or more JPEG scans than limits.max_jpeg_scans (never decoded)",
     "decode_error": "the TensorFlow decoder rejected the data (corrupt or truncated)",
     "decoder_crash": "the decoder crashed or hung on this file (isolated; the job went on)",
     "too_small": "a side below limits.min_side",

@@ -1,0 +1,68 @@
+"""Bounded cost per file in the inspection: a progressive JPEG with too many scans is rejected
+from its markers before decoding (issue 9, case 7); scans are counted without being fooled by
+a thumbnail JPEG inside an APP segment."""
+from __future__ import annotations
+
+import io
+import os
+import time
+
+import numpy as np
+from PIL import Image
+
+from configs.schema import load_config
+from transforms.offline.image_record import ImageRecord
+from transforms.offline.inspect_image import InspectImageFn, jpeg_scans
+
+
+def _jpeg(progressive: bool, size=(96, 64), exif: bytes = b"") -> bytes:
+    pixels = np.random.default_rng(0).integers(0, 256, (size[1], size[0], 3)).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=85, progressive=progressive,
+                                 **({"exif": exif} if exif else {}))
+    return buffer.getvalue()
+
+
+def _scan_bomb(copies: int) -> bytes:
+    """A progressive JPEG whose last scan (its SOS segment and entropy-coded data) is repeated
+    `copies` more times before EOI, as in the 50,000-scan file that decoded for two minutes."""
+    data = _jpeg(progressive=True)
+    last_scan = data.rindex(b"\xff\xda")
+    scan = data[last_scan:-2]  # up to EOI
+    return data[:-2] + scan * copies + data[-2:]
+
+
+def _inspect(tmp_path, data: bytes, name: str = "x.jpg") -> ImageRecord:
+    path = tmp_path / name
+    path.write_bytes(data)
+    inspect_fn = InspectImageFn(load_config(None, ()))
+    inspect_fn.setup()
+    return inspect_fn._inspect(ImageRecord(uri=str(path), path=name,
+                                           file_bytes=os.path.getsize(path)))
+
+
+def test_scans_of_baseline_and_progressive_jpegs():
+    assert jpeg_scans(_jpeg(progressive=False)) == 1
+    assert 5 <= jpeg_scans(_jpeg(progressive=True)) <= 12
+
+
+def test_a_thumbnail_inside_an_app_segment_does_not_count():
+    thumbnail = _jpeg(progressive=True, size=(16, 16))
+    exif = b"Exif\x00\x00" + thumbnail  # not a valid TIFF: only the bytes matter here
+    assert jpeg_scans(_jpeg(progressive=False, exif=exif)) == 1
+
+
+def test_a_scan_bomb_is_too_large_without_decoding(tmp_path):
+    bomb = _scan_bomb(copies=2000)
+    assert jpeg_scans(bomb) > 2000
+    started = time.monotonic()
+    record = _inspect(tmp_path, bomb)
+    assert time.monotonic() - started < 5.0
+    assert record.reject.reason == "too_large"
+    assert record.reject.detail.endswith("JPEG scans > limits.max_jpeg_scans=100; never decoded")
+
+
+def test_a_normal_progressive_jpeg_is_decoded_and_measured(tmp_path):
+    record = _inspect(tmp_path, _jpeg(progressive=True))
+    assert record.reject is None or record.reject.reason not in ("too_large", "decoder_crash")
+    assert record.metrics
