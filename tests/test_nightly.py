@@ -183,8 +183,10 @@ def test_fail_on_drift_gives_a_nonzero_exit(three_nights):
     assert second.drift["drifted"] and second.exit_code == nightly.EXIT_DRIFT
 
 
-def test_run_killed_before_the_manifest_leaves_no_snapshot_and_is_redone(night_one, tmp_path,
-                                                                         monkeypatch):
+def test_run_killed_before_the_manifest_leaves_nothing_and_the_redo_takes_its_lock_over(
+        night_one, tmp_path, monkeypatch):
+    """The killed run's lock is left behind, as a killed process leaves it: the redo takes
+    the lock of the dead run over."""
     world, first = night_one[0].copy(tmp_path / "world"), night_one[1]
     _night2(world)
     real_write_json = snapshot_module._write_json
@@ -200,7 +202,11 @@ def test_run_killed_before_the_manifest_leaves_no_snapshot_and_is_redone(night_o
     monkeypatch.setattr(snapshot_module, "_write_json", real_write_json)
     assert [s.run_id for s in layout.committed_snapshots(str(world.out))] == [first.run_id]
     assert layout.read_latest(str(world.out)) == first.run_id
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    _hold_lock(world.out, dead.pid)
     redo = world.night()
+    assert not (world.out / ".lock").exists()
     assert redo.snapshot.accounting["images"]["accepted"] == 9
     assert [s.run_id for s in layout.committed_snapshots(str(world.out))] == sorted(
         [first.run_id, redo.run_id])
@@ -228,13 +234,3 @@ def test_second_overlapping_run_exits_with_the_lock_message(tmp_path, capsys):
     assert "another pixelmill run holds" in err and "other-run" in err
     assert layout.read_latest(str(world.out)) is None
 
-
-def test_lock_of_a_dead_run_is_taken_over(tmp_path):
-    world = World(tmp_path)
-    _night1(world)
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    _hold_lock(world.out, dead.pid)
-    result = world.night()
-    assert result.snapshot is not None
-    assert not (world.out / ".lock").exists()
