@@ -3,8 +3,9 @@
 Fixtures: `demo` (the generated demo dataset, every bad-input kind once) and `demo_snapshot`
 (the real job run on it, with the TFT analysis); `folder_images` (six photo-like JPEGs in class
 folders, fresh for each test, which may change them) and `folder_snapshot` (the real job run
-once on a read-only copy of them plus one image outside any class folder). The session-scoped
-ones are built once per test process and must not be modified.
+once on a read-only copy of them plus one image outside any class folder); `train_snapshot`
+(32 images, all train, gzip shards). The session-scoped ones are built once per test process
+and must not be modified.
 
 Scheduling: with `-n 2` (pytest-xdist), tests that use the same module- or session-scoped
 fixture of this suite are sent to one worker (`tests/xdist_groups.py`), so a job that several
@@ -70,14 +71,37 @@ def folder_images(tmp_path):
 
 @pytest.fixture(scope="session")
 def folder_snapshot(tmp_path_factory):
-    """The job (inline decoding, no TFT) run once on the folder corpus plus `loose.jpg` at the
+    """The job (inline decoding, no TFT, `output.num_shards=8`: every split that has records
+    gets 8 shards, most of them empty) run once on the folder corpus plus `loose.jpg` at the
     root (no folder, so no label). Read-only: `.root`, `.out`, `.snapshot`. A test that runs
     the job again into it copies `.out` first (`jobutil.copy_output`)."""
     base = tmp_path_factory.mktemp("folder_snapshot")
     root = write_folder_images(base / "images")
     write_photo(os.path.join(root, "loose.jpg"), 40)
     out = base / "out"
-    return types.SimpleNamespace(root=root, out=out, snapshot=run_job(root, out))
+    return types.SimpleNamespace(root=root, out=out, snapshot=run_job(
+        root, out, sets=["output.num_shards=8"]))
+
+
+TRAIN_IMAGES = 32
+
+
+@pytest.fixture(scope="session")
+def train_snapshot(tmp_path_factory):
+    """The job run once on 32 photo-like JPEGs (64x80, quality 90; cat/ for even numbers, dog/
+    for odd), all in the train split, written as gzip shards sized by `output.target_shard_mb`
+    to about 3.5 shards' worth of bytes. Read-only: `.root`, `.out`, `.snapshot`."""
+    base = tmp_path_factory.mktemp("train_snapshot")
+    root = base / "images"
+    for index in range(TRAIN_IMAGES):
+        write_photo(root / ("cat", "dog")[index % 2] / f"{index}.jpg", index, 64, 80,
+                    class_index=index % 2, quality=90)
+    total = sum(path.stat().st_size for path in root.rglob("*.jpg"))
+    out = base / "out"
+    snapshot = run_job(root, out, sets=[
+        "output.compression=gzip", f"output.target_shard_mb={total / 3.5 / 2**20}",
+        "split.train=1.0", "split.validation=0.0", "split.test=0.0"])
+    return types.SimpleNamespace(root=str(root), out=str(out), snapshot=snapshot)
 
 
 @pytest.fixture(scope="session")

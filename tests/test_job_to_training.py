@@ -8,18 +8,12 @@ import numpy as np
 
 from configs.schema import load_config
 from pipelines.training_input import count_examples, make_dataset
-from tests.imageutil import write_photo
-from tests.jobutil import run_job
 
 
-def test_model_trains_on_the_offline_jobs_shards(tmp_path):
-    root = tmp_path / "images"
-    for index in range(32):
-        write_photo(root / ("cat", "dog")[index % 2] / f"{index}.jpg", index, 64, 80,
-                    class_index=index % 2, quality=90)
-    out = str(tmp_path / "out")
-    # no TFT analysis: make_dataset normalizes with stats.json's pixel_stats instead
-    run_job(root, out, sets=["split.train=1.0", "split.validation=0.0", "split.test=0.0"])
+def test_model_trains_on_the_offline_jobs_shards(train_snapshot):
+    """conftest's train_snapshot: 32 images, all train, gzip shards, no TFT analysis (the
+    reader normalizes with stats.json's pixel_stats)."""
+    out = train_snapshot.out
     config = load_config(overrides=["online.image_size=32", "online.mix.enabled=false"])
     assert count_examples(out, "train") == 32
     batch = 8

@@ -37,25 +37,24 @@ def test_image_at_the_root_has_no_folder_label(folder_snapshot):
     assert index_rows(folder_snapshot.snapshot)["loose.jpg"]["reason"] == "unlabeled"
 
 
-def test_gzip_shards_and_shard_count_from_target_size(folder_dataset, tmp_path):
-    total = sum(os.path.getsize(os.path.join(d, f))
-                for d, _, files in os.walk(folder_dataset) for f in files)
-    target_mb = total / 3.5 / (1024 * 1024)  # ~3-4 shards for the whole set
-    snap = run_job(folder_dataset, tmp_path / "out", sets=[
-        "output.compression=gzip", f"output.target_shard_mb={target_mb}",
-        "split.train=1.0", "split.validation=0.0", "split.test=0.0"])
+def test_gzip_shards_and_shard_count_from_target_size(train_snapshot):
+    """conftest's train_snapshot: gzip, target_shard_mb set to 1/3.5 of the images' bytes."""
+    snap = train_snapshot.snapshot
     names = [os.path.basename(p) for p in shard_files(snap)]
     count = len(names)
     assert count >= 3
     assert names == [f"images-train.tfrecord-{i:05d}-of-{count:05d}.gz" for i in range(count)]
-    assert len(read_records(snap, compression="GZIP")) == 6
+    assert len(read_records(snap, compression="GZIP")) == 32
 
 
-def test_fixed_shard_count_writes_every_shard_even_empty_ones(folder_dataset, tmp_path):
-    snap = run_job(folder_dataset, tmp_path / "out", sets=[
-        "output.num_shards=8", "split.train=1.0", "split.validation=0.0", "split.test=0.0"])
-    names = [os.path.basename(p) for p in shard_files(snap)]
-    assert names == [f"images-train.tfrecord-{i:05d}-of-00008" for i in range(8)]
+def test_fixed_shard_count_writes_every_shard_even_empty_ones(folder_snapshot):
+    """conftest's folder_snapshot is written with output.num_shards=8."""
+    snap = folder_snapshot.snapshot
+    splits = sorted({row["split"] for row in index_rows(snap).values() if row["accepted"]})
+    assert splits  # 6 accepted images
+    names = [os.path.relpath(p, snap.path) for p in shard_files(snap)]
+    assert names == [f"{split}/images-{split}.tfrecord-{i:05d}-of-00008"
+                     for split in splits for i in range(8)]
     assert len(read_records(snap)) == 6
 
 
