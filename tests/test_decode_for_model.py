@@ -2,22 +2,17 @@
 and decode_for_model taking the stored size from a record or from the JPEG header alike."""
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 import tensorflow as tf
-from PIL import Image
 
-from runners.demo_data import photo_like
+from tests.imageutil import photo_bytes
 from transforms.decode import (JPEG_RATIOS, decode_for_model, decode_image, decode_scaled,
                                jpeg_ratio_index, pick_jpeg_ratio)
 
 
-def photo_bytes(seed: int, height: int, width: int, fmt: str = "JPEG") -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(photo_like(np.random.default_rng(seed), height, width, 0)).save(buffer, fmt)
-    return buffer.getvalue()
+def _photo_bytes(seed: int, height: int, width: int, fmt: str = "JPEG") -> bytes:
+    return photo_bytes(seed, height, width, fmt=fmt, quality=75)  # PIL's default quality
 
 
 @pytest.mark.parametrize("height,width,target,expected", [
@@ -39,7 +34,7 @@ def test_long_side_rule_for_the_analysis_copy():
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
 def test_stored_size_from_record_or_header_gives_the_same_image(fmt):
-    encoded = tf.constant(photo_bytes(1, height=70, width=90, fmt=fmt))
+    encoded = tf.constant(_photo_bytes(1, height=70, width=90, fmt=fmt))
     from_header = decode_for_model(encoded, (16, 24)).numpy()
     from_record = decode_for_model(encoded, (16, 24), (tf.constant(70, tf.int64),
                                                        tf.constant(90, tf.int64))).numpy()
@@ -50,7 +45,7 @@ def test_stored_size_from_record_or_header_gives_the_same_image(fmt):
 
 def test_jpeg_is_decoded_at_the_dct_scale_then_resized():
     """70 x 90 for 16 px: ratio 4 (short side 17 >= 16; ratio 8 would give 8)."""
-    encoded = tf.constant(photo_bytes(2, height=70, width=90))
+    encoded = tf.constant(_photo_bytes(2, height=70, width=90))
     assert pick_jpeg_ratio(90, 70, 16) == 4
     scaled = decode_scaled(encoded, (16, 16)).numpy()
     np.testing.assert_array_equal(scaled, decode_image(encoded, jpeg_ratio=4).numpy())

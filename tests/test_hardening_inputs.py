@@ -12,6 +12,7 @@ from PIL import Image
 
 from configs.schema import Config, LabelsConfig
 from runners.demo_data import photo_like
+from tests.imageutil import photo_bytes
 from tests.jobutil import index_rows, read_records, rejects, run_job
 from transforms import codec
 from transforms.decode import decode_image
@@ -29,10 +30,7 @@ LINE_BREAKERS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u20
 
 
 def jpeg(seed: int, class_index: int = 0, height: int = 64, width: int = 80) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(photo_like(np.random.default_rng(seed), height, width, class_index)).save(
-        buffer, "JPEG", quality=90)
-    return buffer.getvalue()
+    return photo_bytes(seed, height, width, class_index, quality=90)
 
 
 def write(root, rel: str, data: bytes):

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from pipelines.training_input import make_dataset
+from tests.imageutil import write_photo
 from tests.jobutil import rejects, run_job
 
 FAST = ["decode.isolation=inline", "transform.enabled=false"]
@@ -195,19 +196,9 @@ def test_a_lock_that_blocks_night_after_night_becomes_an_error(tmp_path, capsys)
 
 
 def good_folder(root, count: int = 3):
-    import io as _io
-
-    import numpy as np
-    from PIL import Image
-
-    from runners.demo_data import photo_like
     for i in range(count):
-        buffer = _io.BytesIO()
-        Image.fromarray(photo_like(np.random.default_rng(300 + i), 64, 80, i % 2)).save(
-            buffer, "JPEG", quality=90)
-        path = root / ("cat" if i % 2 == 0 else "dog") / f"{i}.jpg"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(buffer.getvalue())
+        write_photo(root / ("cat" if i % 2 == 0 else "dog") / f"{i}.jpg", 300 + i, 64, 80,
+                    class_index=i % 2, quality=90)
     return root
 
 

@@ -3,16 +3,13 @@ reasons (the split is in `split`), and an index written by an older version (wit
 is still read back by nightly."""
 from __future__ import annotations
 
-import io
 import os
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from PIL import Image
 
 from runners import nightly
-from runners.demo_data import photo_like
+from tests.imageutil import photo_bytes
 from tests.jobutil import index_rows
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_COLUMNS, record_row, upgrade_row
@@ -42,10 +39,7 @@ def test_upgrade_row_maps_the_old_outcome_column():
 
 
 def _jpeg(seed: int, class_index: int) -> bytes:
-    image = Image.fromarray(photo_like(np.random.default_rng(seed), 96, 128, class_index))
-    buffer = io.BytesIO()
-    image.save(buffer, "JPEG", quality=92)
-    return buffer.getvalue()
+    return photo_bytes(seed, 96, 128, class_index)
 
 
 def _downgrade_index(snapshot_path: str) -> None:
