@@ -29,7 +29,7 @@ from transforms.reporting.stats import finalize_stats
 from transforms.reporting.stats_proto import to_statistics_proto
 from transforms.reporting.tfds_metadata import tfds_files
 from transforms.offline.tft_analysis import tft_summary
-from transforms.reporting.thumbnails import thumbnail_png
+from transforms.reporting.thumbnails import thumbnails_png
 from transforms import snapshot_layout as layout
 from transforms.snapshot_layout import WORK_DIR, Snapshot, work_file
 
@@ -38,9 +38,9 @@ __all__ = ["AccountingError", "BeamStorage", "BEAM_FILES", "check_accounting",
            "remove_tree", "read_json"]
 
 _THUMBNAILS_PER_REASON = 4
-# Never open unsafe files, never decode bombs or files that crashed or hung the decoder (the
-# report is made in the launcher process, which has no isolation), never open what could not
-# be read (a FIFO would block the launcher), nothing to show for rows.
+# Never open unsafe files, never decode bombs or files that crashed or hung the decoder (even
+# isolated they would cost the timeout again), never open what could not be read (a FIFO),
+# nothing to show for rows.
 _NO_THUMBNAIL = ("unsafe_path", "too_large", "decoder_crash", "unreadable", "missing_file",
                  "bad_csv_row")
 
@@ -121,17 +121,15 @@ def _find_input(data_roots, rel: str) -> str | None:
 
 
 def _thumbnails(job: PreprocessJob, stats: dict) -> dict:
-    result = {}
-    for reason, examples in sorted(stats.get("reject_examples", {}).items()):
-        if reason in _NO_THUMBNAIL:
-            result[reason] = [(rel, None) for rel in examples[:_THUMBNAILS_PER_REASON]]
-            continue
-        thumbs = []
-        for rel in examples[:_THUMBNAILS_PER_REASON]:
-            found = _find_input(job.data_roots, rel)
-            thumbs.append((rel, thumbnail_png(found) if found else None))
-        result[reason] = thumbs
-    return result
+    """{reason: [(path, PNG or None)]}, the PNGs made in an isolated process (never here)."""
+    shown = {reason: examples[:_THUMBNAILS_PER_REASON]
+             for reason, examples in sorted(stats.get("reject_examples", {}).items())}
+    found = {rel: _find_input(job.data_roots, rel) for reason, rels in shown.items()
+             if reason not in _NO_THUMBNAIL for rel in rels}
+    pngs = thumbnails_png([path for path in found.values() if path], job.config.limits,
+                          job.config.decode.timeout_s)
+    return {reason: [(rel, pngs.get(found.get(rel))) for rel in rels]
+            for reason, rels in shown.items()}
 
 
 def _versions() -> dict:

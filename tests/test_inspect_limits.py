@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import pathlib
 import time
 
 import numpy as np
@@ -66,3 +67,20 @@ def test_a_normal_progressive_jpeg_is_decoded_and_measured(tmp_path):
     record = _inspect(tmp_path, _jpeg(progressive=True))
     assert record.reject is None or record.reject.reason not in ("too_large", "decoder_crash")
     assert record.metrics
+
+
+def test_thumbnails_are_made_in_an_isolated_process_and_hostile_files_get_none(tmp_path):
+    from transforms.reporting.thumbnails import thumbnails_png
+    good, bomb, text = tmp_path / "good.jpg", tmp_path / "bomb.jpg", tmp_path / "text.jpg"
+    good.write_bytes(_jpeg(progressive=False))
+    bomb.write_bytes(_scan_bomb(copies=2000))
+    text.write_bytes(b"not an image")
+    pngs = thumbnails_png([str(good), str(bomb), str(text)], load_config(None, ()).limits,
+                          timeout_s=20.0)
+    assert pngs[str(good)].startswith(b"\x89PNG")
+    assert pngs[str(bomb)] is None and pngs[str(text)] is None
+
+
+def test_the_demo_report_shows_thumbnails_of_rejects(demo_snapshot):
+    page = (pathlib.Path(demo_snapshot.path) / "report.html").read_text(encoding="utf-8")
+    assert page.count('<img src="data:image/png;base64,') >= 3  # blurry, too_dark, duplicate...
