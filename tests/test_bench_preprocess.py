@@ -10,22 +10,37 @@ import sys
 
 import pytest
 
+from runners import bench_loops as loops
 from runners import bench_preprocess as bench
+from runners import bench_processes as processes
+from runners import bench_report as report
 from runners.errors import UsageError
 
 _MB = 2**20
 
 
-def _result(job_rates, decode_rates, naive_rates, memory=None, cpu=((), (), ())):
+def _result(job_rates, decode_rates, naive_rates, memory=None, cpu=((), (), ()), **extra):
     runs = tuple(bench.JobRun(images=100, accepted=99, rejects={"blurry": 1}, seconds=100 / r,
                               wall_seconds=100 / r + 4.0, peak_tree_rss=1000 * _MB,
-                              max_process_rss=400 * _MB) for r in job_rates)
+                              max_process_rss=400 * _MB, cpu_seconds=100 / r,
+                              decode_processes=2) for r in job_rates)
     return bench.BenchResult(
-        images=100, workers="2 (multi_processing)", decode_threads=2, overrides=(),
+        images=100, workers="default local run", decode_threads=2, overrides=(),
         job=bench.Measurement("job", "(a) job", tuple(job_rates), cpu[0]),
         decode=bench.Measurement("decode", "(b) decode", tuple(decode_rates), cpu[1]),
         naive=bench.Measurement("naive", "(c) naive", tuple(naive_rates), cpu[2]),
-        job_runs=runs, naive_written=98, memory=memory)
+        job_runs=runs, naive_written=98, memory=memory, cores=2, **extra)
+
+
+def _memory(small_seconds=6.0, large_seconds=8.0, large_peak=1000 * _MB):
+    return bench.MemoryCheck(small_images=10, large_images=100, small_peak=1000 * _MB,
+                             large_peak=large_peak, small_max_process=300 * _MB,
+                             large_max_process=310 * _MB, small_seconds=small_seconds,
+                             large_seconds=large_seconds, small_wall=small_seconds + 3.0)
+
+
+def _verdicts(result) -> dict:
+    return {(number, what): passed for number, what, _, _, passed in report.targets(result)}
 
 
 def test_measurement_median_and_minimum():
@@ -33,88 +48,94 @@ def test_measurement_median_and_minimum():
     assert (measurement.median, measurement.minimum) == (20.0, 10.0)
 
 
-def test_ratio_lines_use_medians_and_minimums_against_the_targets():
+def test_table_rows_show_median_minimum_and_cpu():
     text = bench.format_report(_result([100.0, 50.0, 80.0], [100.0, 40.0, 90.0],
-                                       [20.0, 25.0, 30.0]))
-    assert "job / decode    0.89x median    1.25x min   target >= 1.0x  MISS" in text
-    assert "job / naive     3.20x median    2.50x min   target >= 3.0x  PASS" in text
-
-
-def test_table_rows_show_median_and_minimum_images_per_second():
-    text = bench.format_report(_result([100.0, 50.0, 80.0], [100.0, 40.0, 90.0],
-                                       [20.0, 25.0, 30.0]))
+                                       [20.0, 25.0, 30.0],
+                                       cpu=((30.0, 20.0, 25.0), (5.0, 4.0, 6.0), ())))
     rows = {match[1]: [match[2], match[3], match[4]] for match in re.finditer(
         r"^(job|decode|naive) +(\S+) +(\S+) +(\S+) +\(", text, re.M)}
-    assert rows == {"job": ["80.0", "50.0", "-"], "decode": ["90.0", "40.0", "-"],
+    assert rows == {"job": ["80.0", "50.0", "25.0"], "decode": ["90.0", "40.0", "5.0"],
                     "naive": ["25.0", "20.0", "-"]}
 
 
-def test_cpu_per_image_column_and_line_use_medians():
-    text = bench.format_report(_result([50.0, 60.0, 70.0], [100.0] * 3, [10.0] * 3,
-                                       cpu=((30.0, 20.0, 25.0), (5.0, 4.0, 6.0), (8.0, 9.0, 10.0))))
-    rows = {match[1]: match[2] for match in re.finditer(
-        r"^(job|decode|naive) +\S+ +\S+ +(\S+) +\(", text, re.M)}
-    assert rows == {"job": "25.0", "decode": "5.0", "naive": "9.0"}
-    assert ("CPU per image: job 5.0x the decode limit's, 2.78x the naive loop's (job: whole "
-            "process tree, start-up included)") in text
+def test_every_target_is_a_row_with_a_verdict():
+    text = bench.format_report(_result([50.0], [100.0], [10.0], _memory()))
+    numbers = [line.split()[0] for line in text.splitlines()[text.splitlines().index(
+        next(line for line in text.splitlines() if line.startswith("#  target"))) + 1:]]
+    assert set(numbers) == {"1", "2", "4", "5", "6", "7", "8"}  # 3 needs --inspect_images
+    assert all(line.rstrip().endswith(("PASS", "MISS", "-")) for line in text.splitlines()
+               if line[:1].isdigit())
 
 
-def test_job_runs_list_their_outcomes_and_time():
-    text = bench.format_report(_result([50.0], [100.0], [10.0]))
-    assert ("job run 1: 100 discovered, 99 accepted, rejects: blurry 1; 2.0 s in run() "
-            "(6.0 s with process start), peak tree RSS 1000 MB") in text
+def test_end_to_end_ratio_against_naive_uses_medians():
+    verdicts = _verdicts(_result([40.0, 50.0, 60.0], [100.0] * 3, [20.0, 25.0, 30.0]))
+    assert verdicts[("5", "end to end vs naive, 100 images")] is True     # 50 / 25 = 2.0x
+    verdicts = _verdicts(_result([40.0], [100.0], [25.0]))
+    assert verdicts[("5", "end to end vs naive, 100 images")] is False    # 1.6x
 
 
-def test_a_job_process_that_crashed_after_its_result_is_flagged():
+def test_marginal_rate_and_fixed_cost_take_the_small_run_out():
+    memory = _memory(small_seconds=6.0, large_seconds=8.0)
+    assert memory.marginal_rate == 45.0 and round(memory.fixed_seconds, 6) == round(
+        6.0 - 10 / 45.0, 6)
+    result = _result([50.0], [40.0], [10.0], memory)
+    verdicts = _verdicts(result)
+    assert verdicts[("5", "job marginal rate / decode limit")] is True    # 45 / 40
+    assert verdicts[("4", "fixed cost of a full run")] is True            # 5.8 s
+    assert "5.8 s in run() (+3.0 s process start and exit)" in bench.format_report(result)
+
+
+def test_marginal_rate_is_not_measured_when_the_larger_run_was_not_slower():
+    result = _result([50.0], [100.0], [10.0], _memory(small_seconds=8.0, large_seconds=8.0))
+    assert _verdicts(result)[("5", "job marginal rate / decode limit")] is None
+
+
+def test_memory_growth_passes_below_and_misses_at_the_target():
+    assert _verdicts(_result([50.0], [100.0], [10.0], _memory(large_peak=1250 * _MB)))[
+        ("6", "memory growth, 10x the images")] is True
+    assert _verdicts(_result([50.0], [100.0], [10.0], _memory(large_peak=1300 * _MB)))[
+        ("6", "memory growth, 10x the images")] is False
+
+
+def test_a_job_process_that_crashed_after_its_result_is_flagged_and_misses_target_7():
     result = _result([50.0], [100.0], [10.0])
     crashed = dataclasses.replace(result, job_runs=(
         dataclasses.replace(result.job_runs[0], exit_code=-11),))
-    assert ("peak tree RSS 1000 MB; the process then exited with code -11"
+    assert ("peak tree memory 1000 MB; the process then exited with code -11"
             in bench.format_report(crashed))
-    assert "exited with code" not in bench.format_report(result)
+    assert _verdicts(crashed)[("7", "exit codes (no segfault)")] is False
+    assert _verdicts(result)[("7", "exit codes (no segfault)")] is True
 
 
-def test_memory_line_passes_below_the_growth_target():
-    memory = bench.MemoryCheck(small_images=10, large_images=100, small_peak=1000 * _MB,
-                               large_peak=1250 * _MB, small_max_process=300 * _MB,
-                               large_max_process=310 * _MB, small_seconds=6.0,
-                               large_seconds=8.0)
-    text = bench.format_report(_result([50.0], [100.0], [10.0], memory))
-    assert ("memory: peak tree RSS 1000 MB at 10 images, 1250 MB at 100 (10x the images): "
-            "1.25x   target < 1.3x  PASS   (largest process 300 MB -> 310 MB)") in text
+def test_every_core_means_one_decoding_process_per_core():
+    result = _result([50.0], [100.0], [10.0])
+    assert _verdicts(result)[("2", "every core, decode isolated")] is True
+    assert _verdicts(dataclasses.replace(result, cores=4))[
+        ("2", "every core, decode isolated")] is False
 
 
-def test_memory_line_misses_at_the_growth_target():
-    memory = bench.MemoryCheck(small_images=10, large_images=100, small_peak=1000 * _MB,
-                               large_peak=1300 * _MB, small_max_process=300 * _MB,
-                               large_max_process=310 * _MB, small_seconds=6.0,
-                               large_seconds=8.0)
-    text = bench.format_report(_result([50.0], [100.0], [10.0], memory))
-    assert "1.30x   target < 1.3x  MISS" in text
+def test_inspect_nightly_identity_and_scale_rows():
+    result = _result([50.0], [100.0], [10.0], _memory(),
+                     inspect=loops.InspectCost(images=300, inline_ms=2.5, isolated_ms=3.5),
+                     nightly=processes.NightlyRun(wall_seconds=7.5, cpu_seconds=6.0,
+                                                  exit_code=0, nothing_new=True),
+                     identity=report.IdentityCheck("multi_processing", 3, identical=True),
+                     scale=report.ScaleCheck(images=20000, job_rate=90.0, naive_rate=30.0))
+    verdicts = _verdicts(result)
+    assert verdicts[("3", "inspect CPU per image")] is False   # isolated 3.5 > 3 ms
+    assert verdicts[("4", "nightly with nothing new")] is True
+    assert verdicts[("8", "shards across runners and workers")] is True
+    assert verdicts[("5", "end to end vs naive, 20000 images")] is True
 
 
-def test_marginal_rate_takes_the_fixed_cost_out():
-    memory = bench.MemoryCheck(small_images=10, large_images=100, small_peak=1000 * _MB,
-                               large_peak=1000 * _MB, small_max_process=300 * _MB,
-                               large_max_process=300 * _MB, small_seconds=6.0,
-                               large_seconds=8.0)
-    text = bench.format_report(_result([50.0], [100.0], [10.0], memory))
-    assert ("job marginal rate: 45.0 images/s (10 vs 100 images, fixed cost 5.8 s); vs decode "
-            "median 0.45x, vs naive median 4.50x (steady state, not the targets)") in text
-
-
-def test_marginal_rate_is_not_reported_when_the_larger_run_was_not_slower():
-    memory = bench.MemoryCheck(small_images=10, large_images=100, small_peak=1000 * _MB,
-                               large_peak=1000 * _MB, small_max_process=300 * _MB,
-                               large_max_process=300 * _MB, small_seconds=8.0,
-                               large_seconds=8.0)
-    text = bench.format_report(_result([50.0], [100.0], [10.0], memory))
-    assert "job marginal rate: not measurable (the larger run was not slower)" in text
-
-
-def test_memory_line_says_when_not_checked():
-    text = bench.format_report(_result([50.0], [100.0], [10.0]))
-    assert "memory: not checked (--no-memory_check)" in text
+def test_corpus_row_checks_the_photo_profile():
+    profile = {"images": 100, "png_share": 0.05, "progressive_share": 0.2,
+               "quality_range": (75.0, 95.0), "other": 0}
+    result = _result([50.0], [100.0], [10.0], profile=profile, corpus="generated")
+    assert _verdicts(result)[("1", "corpus is photo-like")] is True
+    no_progressive = dict(profile, progressive_share=0.0)
+    assert _verdicts(dataclasses.replace(result, profile=no_progressive))[
+        ("1", "corpus is photo-like")] is False
 
 
 def test_tree_rss_includes_child_processes():
@@ -189,35 +210,35 @@ def test_corpus_is_regenerated_after_an_interrupted_generation(tmp_path, fake_ge
 
 @pytest.mark.parametrize("argv, message", [
     (["--repetitions", "0"], "--repetitions must be >= 1. Received: 0"),
-    (["--workers", "two"], "--workers must be a number >= 1 or 'in_memory'. Received: 'two'"),
+    (["--workers", "two"],
+     "--workers must be 'default', 'in_memory' or a number >= 1. Received: 'two'"),
     (["--images", "20", "--memory_images", "20"],
      "--memory_images must be in [1, --images). Received: 20 with --images 20"),
+    (["--scale_images", "-1"], "--scale_images must be >= 0. Received: -1"),
 ])
 def test_bad_options_are_usage_errors(argv, message, tmp_path):
     with pytest.raises(UsageError, match=re.escape(message)):
         bench.run(argv + ["--workdir", str(tmp_path)])
 
 
-def test_one_tiny_run_prints_the_table_and_the_ratio_lines(tmp_path, capsys):
+def test_one_tiny_run_prints_the_table_and_the_targets(tmp_path, capsys):
     code = bench.main(["--images", "6", "--repetitions", "1", "--workdir", str(tmp_path),
                        "--workers", "in_memory", "--set", "decode.isolation=inline",
-                       "--set", "transform.enabled=false", "--no-memory_check"])
+                       "--set", "transform.enabled=false", "--no-memory_check",
+                       "--inspect_images", "4"])
     out = capsys.readouterr().out
     assert code == 0
     assert re.search(r"^job +\d+\.\d +\d+\.\d +\d+\.\d +\(a\)", out, re.M)
     assert re.search(r"^decode +\d+\.\d +\d+\.\d +\d+\.\d +\(b\) .*, 1 parallel$", out, re.M)
     assert re.search(r"^naive +\d+\.\d +\d+\.\d +\d+\.\d +\(c\)", out, re.M)
-    assert re.search(r"^CPU per image: job \d+\.\dx the decode limit's", out, re.M)
-    assert re.search(r"^job / decode +\d+\.\d\dx median +\d+\.\d\dx min +target >= 1\.0x "
-                     r"+(PASS|MISS)$", out, re.M)
-    assert re.search(r"^job / naive +\d+\.\d\dx median +\d+\.\d\dx min +target >= 3\.0x "
-                     r"+(PASS|MISS)$", out, re.M)
     peak = re.search(r"^job run 1: 6 discovered, 6 accepted, rejects: none; \d+\.\d s in "
-                     r"run\(\) \(\d+\.\d s with process start\), peak tree RSS (\d+) MB"
-                     r"(; the process then exited with code -?\d+)?$",
+                     r"run\(\) \(\d+\.\d s with process start\), peak tree memory (\d+) MB$",
                      out, re.M)
     assert peak and int(peak[1]) > 100  # Python + TensorFlow + Beam are resident
+    assert re.search(r"^3 +inspect CPU per image +\d+\.\d ms inline, \d+\.\d ms isolated "
+                     r"\(4 images\) +<= 3 ms +(PASS|MISS)$", out, re.M)
+    assert re.search(r"^7 +exit codes \(no segfault\) +job processes exited \[0\] +0 +PASS$",
+                     out, re.M)
     assert "naive loop wrote 6 records" in out
-    assert "memory: not checked (--no-memory_check)" in out
     assert os.listdir(tmp_path / "corpus_6_seed0")  # cached for the next run
     assert not os.path.exists(tmp_path / "job_out")  # job output removed after timing

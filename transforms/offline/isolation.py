@@ -228,6 +228,10 @@ class ChildPool:
             if done or not wait or not self.in_flight:
                 return done
 
+    def pids(self) -> list[int]:
+        """The children's process ids (they change when a child is replaced)."""
+        return [child.process.pid for child in self._children]
+
     def close(self) -> None:
         """Stops every child (items still held are dropped)."""
         for child in self._children:

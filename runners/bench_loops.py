@@ -1,0 +1,136 @@
+"""What `pixelmill bench preprocess` times inside its own process: the decode limit, the naive
+tutorial loop, and the job's inspection step alone (inline and isolated), each as images/s and
+CPU milliseconds per image."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import resource
+import time
+
+__all__ = ["time_decode_limit", "time_naive_loop", "InspectCost", "time_inspect",
+           "own_cpu_seconds"]
+
+
+def own_cpu_seconds() -> float:
+    """User + system CPU of this process, all threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_decode_limit(paths, threads: int) -> float:
+    """Seconds for tf.data to read and `tf.io.decode_image` every file, `threads` at a time."""
+    import tensorflow as tf
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1. Received: threads={threads}")
+
+    def decode(path):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
+        return tf.size(image)  # only a scalar leaves the pipeline
+
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = threads
+    dataset = (tf.data.Dataset.from_tensor_slices(list(paths))
+               .map(decode, num_parallel_calls=threads, deterministic=False)
+               .with_options(options))
+    started = time.perf_counter()
+    count = 0
+    for _ in dataset:
+        count += 1
+    seconds = time.perf_counter() - started
+    if count != len(paths):
+        raise RuntimeError(f"decoded {count} of {len(paths)} files")
+    return seconds
+
+
+def time_naive_loop(items, output_path: str, min_variance: float) -> tuple[float, int]:
+    """The tutorial loop in this process: (seconds, records written)."""
+    import numpy as np
+    import tensorflow as tf
+    from PIL import Image
+
+    def int64(value):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+    def bytes_(value):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    class_ids: dict = {}
+    written = 0
+    started = time.perf_counter()
+    with tf.io.TFRecordWriter(output_path) as writer:
+        for path, label in items:
+            with open(path, "rb") as handle:
+                data = handle.read()
+            pixels = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+            if pixels.var() < min_variance:
+                continue
+            example = tf.train.Example(features=tf.train.Features(feature={
+                "image/encoded": bytes_(data),
+                "image/height": int64(pixels.shape[0]),
+                "image/width": int64(pixels.shape[1]),
+                "image/class/label": int64(class_ids.setdefault(label, len(class_ids))),
+                "image/class/text": bytes_(label.encode()),
+            }))
+            writer.write(example.SerializeToString())
+            written += 1
+    return time.perf_counter() - started, written
+
+
+@dataclasses.dataclass(frozen=True)
+class InspectCost:
+    """CPU milliseconds per image of the job's inspection step (read, sha256, header, decode,
+    quality analysis, pHash) on a sample of the corpus, after a warm-up."""
+    images: int
+    inline_ms: float        # InspectImageFn in this process
+    isolated_ms: float      # through one isolating child: this process plus the child
+
+
+def _process_cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+        fields = handle.read().rsplit(")", 1)[-1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _records(paths):
+    from transforms.offline.image_record import ImageRecord
+    return [ImageRecord(uri=path, path=os.path.basename(path), file_bytes=os.path.getsize(path))
+            for path in paths]
+
+
+def _isolated_ms(inspect_fn, records, timeout_s: float) -> float:
+    from transforms.offline import isolation
+    from transforms.offline.inspect_image import ISOLATION_PRELOAD, _IsolatedWorker
+    pool = isolation.ChildPool(_IsolatedWorker(inspect_fn), 1, timeout_s,
+                               preload=ISOLATION_PRELOAD)
+    try:
+        def run_all(batch):
+            for key, record in enumerate(batch):
+                pool.put(key, record)
+            while pool.in_flight:
+                pool.poll(wait=True)
+
+        run_all(records[:10])  # warm-up: the child's TensorFlow and first decodes
+        child_before, own_before = _process_cpu_seconds(pool.pids()[0]), own_cpu_seconds()
+        run_all(records)
+        child = _process_cpu_seconds(pool.pids()[0]) - child_before
+        return 1000.0 * (child + own_cpu_seconds() - own_before) / len(records)
+    finally:
+        pool.close()
+
+
+def time_inspect(paths, config, sample: int = 300) -> InspectCost:
+    """`InspectCost` on the first `sample` of `paths` (inline after a warm-up of 10)."""
+    from transforms.offline.inspect_image import InspectImageFn
+    records = _records(list(paths)[:sample])
+    inspect_fn = InspectImageFn(config)
+    inspect_fn.setup()
+    for record in records[:10]:
+        inspect_fn._inspect(record)
+    started = own_cpu_seconds()
+    for record in records:
+        inspect_fn._inspect(record)
+    inline = 1000.0 * (own_cpu_seconds() - started) / len(records)
+    isolated = _isolated_ms(InspectImageFn(config), records, config.decode.timeout_s)
+    return InspectCost(images=len(records), inline_ms=inline, isolated_ms=isolated)

@@ -1,0 +1,278 @@
+"""The figures of `pixelmill bench preprocess` and its report: the contenders' table, each job
+run, and every target of the offline-throughput issue with its measured value and PASS/MISS."""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+__all__ = ["Measurement", "MemoryCheck", "IdentityCheck", "ScaleCheck", "BenchResult",
+           "TARGETS", "targets", "format_report"]
+
+# The targets (issue 8), in one place: the report's verdicts and the tests read them here.
+TARGETS = {
+    "png_share": (0.03, 0.07),          # 1: ~5% PNG
+    "progressive_share": (0.0, 0.5),    # 1: some progressive JPEGs (exclusive bounds)
+    "quality_range": (70.0, 97.0),      # 1: JPEG quality 75-95 (estimated from the tables)
+    "inspect_ms": 3.0,                  # 3: inspect CPU per image
+    "fixed_s": 10.0,                    # 4: fixed cost of a full run
+    "nightly_s": 8.0,                   # 4: nightly with nothing new
+    "marginal_vs_decode": 1.0,          # 5: job marginal rate / decode limit
+    "vs_naive_2k": 2.0,                 # 5: end to end, 2,000 images
+    "vs_naive_20k": 3.0,                # 5: end to end, 20,000 images
+    "peak_rss_gb": 2.5,                 # 6: whole process tree, 2 cores
+    "memory_growth": 1.3,               # 6: 10x the images
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """images/s of one contender over the repetitions, and CPU milliseconds per image (user +
+    system of all its threads and processes: much less sensitive than wall time to what else
+    runs on the machine)."""
+    name: str
+    description: str
+    rates: tuple
+    cpu_ms_per_image: tuple = ()
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.rates)
+
+    @property
+    def minimum(self) -> float:
+        return min(self.rates)
+
+    @property
+    def cpu_ms(self) -> float | None:
+        return statistics.median(self.cpu_ms_per_image) if self.cpu_ms_per_image else None
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryCheck:
+    small_images: int
+    large_images: int
+    small_peak: int          # bytes, process-tree RSS
+    large_peak: int          # bytes, the highest over the job repetitions
+    small_max_process: int
+    large_max_process: int
+    small_seconds: float     # the small run's time in run()
+    large_seconds: float     # the median time in run() of the job repetitions
+    small_wall: float = 0.0  # the small run's process, start to exit
+
+    @property
+    def growth(self) -> float:
+        return self.large_peak / self.small_peak
+
+    @property
+    def marginal_rate(self) -> float | None:
+        """images/s of the extra images, (large - small) / (time large - time small): the job's
+        rate with its fixed cost (graph construction, worker start and stop, publish) taken
+        out. None when the larger run was not slower (noise)."""
+        extra = self.large_seconds - self.small_seconds
+        return (self.large_images - self.small_images) / extra if extra > 0 else None
+
+    @property
+    def fixed_seconds(self) -> float | None:
+        """The small run's time in run() less its images at the marginal rate."""
+        rate = self.marginal_rate
+        return None if rate is None else self.small_seconds - self.small_images / rate
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentityCheck:
+    """The same corpus through another runner setup: are the shards byte-identical?"""
+    other: str               # what the other run was
+    shards: int
+    identical: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleCheck:
+    """One job run and one naive pass on a larger corpus (`--scale_images`)."""
+    images: int
+    job_rate: float
+    naive_rate: float
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchResult:
+    images: int
+    workers: str
+    decode_threads: int
+    overrides: tuple
+    job: Measurement
+    decode: Measurement
+    naive: Measurement
+    job_runs: tuple          # JobRun per repetition
+    naive_written: int
+    memory: MemoryCheck | None
+    cores: int = 2
+    corpus: str = ""         # what the corpus is
+    profile: dict | None = None   # bench_processes.corpus_profile
+    inspect: object = None   # bench_loops.InspectCost
+    nightly: object = None   # bench_processes.NightlyRun
+    identity: IdentityCheck | None = None
+    scale: ScaleCheck | None = None
+    date: str = ""
+    load: tuple = ()         # 1-minute load average at the start and at the end
+
+
+def _verdict(passed: bool | None) -> str:
+    return "-" if passed is None else ("PASS" if passed else "MISS")
+
+
+def _gb(value: int) -> str:
+    return f"{value / 2**30:.2f} GB"
+
+
+def _mb(value: int) -> str:
+    return f"{value / 2**20:.0f} MB"
+
+
+def _corpus_row(result: BenchResult) -> tuple:
+    profile = result.profile
+    if not profile:
+        return ("1", "corpus is photo-like", "not profiled", "5% PNG, some progressive", None)
+    low, high = TARGETS["quality_range"]
+    qualities = profile["quality_range"]
+    png_low, png_high = TARGETS["png_share"]
+    passed = (png_low <= profile["png_share"] <= png_high
+              and 0.0 < profile["progressive_share"] < TARGETS["progressive_share"][1]
+              and qualities is not None and low <= qualities[0] and qualities[1] <= high)
+    quality = "-" if qualities is None else f"q{qualities[0]:.0f}-{qualities[1]:.0f}"
+    return ("1", "corpus is photo-like",
+            f"{result.corpus}: {100 * profile['png_share']:.1f}% PNG, "
+            f"{100 * profile['progressive_share']:.0f}% of JPEGs progressive, {quality}",
+            "~5% PNG, some progressive, q75-95", passed)
+
+
+def _speed_rows(result: BenchResult) -> list:
+    rows = []
+    inspect = result.inspect
+    if inspect is not None:
+        rows.append(("3", "inspect CPU per image",
+                     f"{inspect.inline_ms:.1f} ms inline, {inspect.isolated_ms:.1f} ms isolated "
+                     f"({inspect.images} images)", f"<= {TARGETS['inspect_ms']:.0f} ms",
+                     inspect.isolated_ms <= TARGETS["inspect_ms"]))
+    memory = result.memory
+    fixed = memory.fixed_seconds if memory else None
+    rows.append(("4", "fixed cost of a full run",
+                 "not measured" if fixed is None else
+                 f"{fixed:.1f} s in run() (+{memory.small_wall - memory.small_seconds:.1f} s "
+                 f"process start and exit)", f"<= {TARGETS['fixed_s']:.0f} s",
+                 None if fixed is None else fixed <= TARGETS["fixed_s"]))
+    nightly = result.nightly
+    rows.append(("4", "nightly with nothing new",
+                 "not measured" if nightly is None else
+                 f"{nightly.wall_seconds:.1f} s, the whole command ({nightly.cpu_seconds:.1f} s "
+                 f"CPU){'' if nightly.nothing_new else '; it published a snapshot'}",
+                 f"<= {TARGETS['nightly_s']:.0f} s",
+                 None if nightly is None else (nightly.nothing_new and
+                                               nightly.wall_seconds <= TARGETS["nightly_s"])))
+    rate = memory.marginal_rate if memory else None
+    rows.append(("5", "job marginal rate / decode limit",
+                 "not measured" if rate is None else
+                 f"{rate / result.decode.median:.2f}x ({rate:.0f} vs "
+                 f"{result.decode.median:.0f} images/s)",
+                 f">= {TARGETS['marginal_vs_decode']:.1f}x",
+                 None if rate is None else rate / result.decode.median
+                 >= TARGETS["marginal_vs_decode"]))
+    ratio = result.job.median / result.naive.median
+    rows.append(("5", f"end to end vs naive, {result.images} images",
+                 f"{ratio:.2f}x ({result.job.median:.0f} vs {result.naive.median:.0f} images/s)",
+                 f">= {TARGETS['vs_naive_2k']:.0f}x", ratio >= TARGETS["vs_naive_2k"]))
+    scale = result.scale
+    rows.append(("5", "end to end vs naive, 20,000 images" if scale is None
+                 else f"end to end vs naive, {scale.images} images",
+                 "not measured (--scale_images 20000)" if scale is None else
+                 f"{scale.job_rate / scale.naive_rate:.2f}x ({scale.job_rate:.0f} vs "
+                 f"{scale.naive_rate:.0f} images/s)", f">= {TARGETS['vs_naive_20k']:.0f}x",
+                 None if scale is None else
+                 scale.job_rate / scale.naive_rate >= TARGETS["vs_naive_20k"]))
+    return rows
+
+
+def _resource_rows(result: BenchResult) -> list:
+    peak = max(job.peak_tree_rss for job in result.job_runs)
+    processes = {job.decode_processes for job in result.job_runs}
+    busy = statistics.median(job.cpu_seconds / job.wall_seconds for job in result.job_runs)
+    rows = [("2", "every core, decode isolated",
+             f"{'/'.join(map(str, sorted(processes)))} decoding processes on {result.cores} "
+             f"cores; {busy:.1f} cores busy on average (CPU / wall, whole run)",
+             "a process per core", processes == {result.cores}),
+            ("6", "peak memory, whole process tree",
+             f"{_gb(peak)} (PSS: a page shared by the forkserver's children counts once; "
+             f"RSS summed {_gb(max(job.peak_rss_sum for job in result.job_runs))})",
+             f"<= {TARGETS['peak_rss_gb']} GB", peak <= TARGETS["peak_rss_gb"] * 2**30)]
+    memory = result.memory
+    rows.append(("6", "memory growth, 10x the images",
+                 "not measured" if memory is None else
+                 f"{memory.growth:.2f}x ({_gb(memory.small_peak)} at {memory.small_images}, "
+                 f"{_gb(memory.large_peak)} at {memory.large_images})",
+                 f"< {TARGETS['memory_growth']}x",
+                 None if memory is None else memory.growth < TARGETS["memory_growth"]))
+    codes = [job.exit_code for job in result.job_runs]
+    text = f"job processes exited {sorted(set(codes))}"
+    if result.nightly is not None:
+        codes.append(result.nightly.exit_code)
+        text += f", nightly {result.nightly.exit_code}"
+    rows.append(("7", "exit codes (no segfault)", text, "0", all(c == 0 for c in codes)))
+    identity = result.identity
+    rows.append(("8", "shards across runners and workers",
+                 "not checked" if identity is None else
+                 f"{'identical' if identity.identical else 'DIFFERENT'} ({identity.shards} "
+                 f"shards; default run vs {identity.other})", "byte-identical",
+                 None if identity is None else identity.identical))
+    return rows
+
+
+def targets(result: BenchResult) -> list[tuple]:
+    """(target number, what, measured, target, True/False/None) for every target."""
+    rows = [_corpus_row(result)] + _resource_rows(result) + _speed_rows(result)
+    return sorted(rows, key=lambda row: row[0])  # stable: a target's rows keep their order
+
+
+def _contender_lines(result: BenchResult) -> list[str]:
+    lines = [f"{'':<10}{'images/s median':>16}{'images/s min':>14}{'CPU ms/image':>14}   what",
+             f"{'':-<10}{'':->16}{'':->14}{'':->14}   {'':-<40}"]
+    for row in (result.job, result.decode, result.naive):
+        cpu = "-" if row.cpu_ms is None else f"{row.cpu_ms:.1f}"
+        lines.append(f"{row.name:<10}{row.median:>16.1f}{row.minimum:>14.1f}{cpu:>14}   "
+                     f"{row.description}")
+    return lines
+
+
+def _run_lines(result: BenchResult) -> list[str]:
+    lines = []
+    for index, job in enumerate(result.job_runs, 1):
+        rejects = ", ".join(f"{k} {v}" for k, v in job.rejects.items()) or "none"
+        lines.append(f"job run {index}: {job.images} discovered, {job.accepted} accepted, "
+                     f"rejects: {rejects}; {job.seconds:.1f} s in run() "
+                     f"({job.wall_seconds:.1f} s with process start), "
+                     f"peak tree memory {_mb(job.peak_tree_rss)}"
+                     + (f"; the process then exited with code {job.exit_code}"
+                        if job.exit_code else ""))
+    lines.append(f"naive loop wrote {result.naive_written} records")
+    return lines
+
+
+def format_report(result: BenchResult) -> str:
+    """The contenders' table, each job run, and the targets with PASS/MISS."""
+    lines = [f"pixelmill bench preprocess{' (' + result.date + ')' if result.date else ''}: "
+             f"{result.images} images, {len(result.job.rates)} repetitions, job workers: "
+             f"{result.workers}, decode threads: {result.decode_threads}, cores: {result.cores}"
+             + (f", overrides: {' '.join(result.overrides)}" if result.overrides else "")]
+    if result.load:
+        lines.append(f"machine load average {result.load[0]:.1f} at the start, "
+                     f"{result.load[1]:.1f} at the end (wall times stretch when it is above "
+                     f"the cores; CPU per image much less)")
+    lines.append("")
+    lines += _contender_lines(result) + [""] + _run_lines(result) + [""]
+    rows = targets(result)
+    widths = [max(len(row[i]) for row in rows) for i in (1, 2, 3)]
+    lines.append(f"{'#':<3}{'target':<{widths[0] + 2}}{'measured':<{widths[1] + 2}}"
+                 f"{'wanted':<{widths[2] + 2}}verdict")
+    for number, what, measured, wanted, passed in rows:
+        lines.append(f"{number:<3}{what:<{widths[0] + 2}}{measured:<{widths[1] + 2}}"
+                     f"{wanted:<{widths[2] + 2}}{_verdict(passed)}")
+    return "\n".join(lines)
