@@ -27,7 +27,7 @@ def brute_force(tonight, archive, max_hamming):
     return best
 
 
-def banded(tonight, archive, max_hamming, parts=1):
+def banded(tonight, archive, max_hamming, parts=1, by_value=False):
     """What DropNearDuplicates computes, without Beam: every member under its band keys, each
     bucket searched (in `parts` parts, every pair of parts on its own when parts > 1), the
     answers combined with min per path."""
@@ -40,7 +40,7 @@ def banded(tonight, archive, max_hamming, parts=1):
             buckets[key][1].append((run_id, rel, phash))
     best, compared = {}, 0
     for (band, _value), (mine, old) in buckets.items():
-        for queries, refs, archived in _part_pairs(mine, old, parts):
+        for queries, refs, archived in _part_pairs(mine, old, parts, by_value):
             found, n = near_search.search_bucket(queries, refs, archived, max_hamming, band)
             compared += n
             for rel, neighbour in found:
@@ -48,12 +48,16 @@ def banded(tonight, archive, max_hamming, parts=1):
     return best, compared
 
 
-def _part_pairs(tonight, archive, parts):
+def _part_pairs(tonight, archive, parts, by_value):
     if parts == 1:
         yield tonight, tonight, archive
         return
-    split_t = [[m for m in tonight if zlib.crc32(m[0].encode()) % parts == p] for p in range(parts)]
-    split_a = [[m for m in archive if zlib.crc32(m[1].encode()) % parts == p] for p in range(parts)]
+
+    def part(text):
+        return zlib.crc32(text.encode()) % parts
+
+    split_t = [[m for m in tonight if part(m[1] if by_value else m[0]) == p] for p in range(parts)]
+    split_a = [[m for m in archive if part(m[2] if by_value else m[1]) == p] for p in range(parts)]
     for p in range(parts):
         yield split_t[p], split_t[p], split_a[p]
         for q in range(p + 1, parts):
@@ -112,11 +116,13 @@ def test_banded_search_equals_brute_force(path, seed, n, hot, max_hamming):
     assert expected  # the corpus has near duplicates to find
 
 
-@pytest.mark.parametrize("parts", [2, 3])
-def test_searching_a_bucket_in_parts_gives_the_same_answers(path, parts):
+@pytest.mark.parametrize("parts,by_value", [(2, True), (3, True), (2, False)])
+def test_searching_a_bucket_in_parts_gives_the_same_answers(path, parts, by_value):
+    """Any split into parts searched pairwise gives the same answers (the job splits a hot
+    bucket by hash value)."""
     tonight, archive = corpus(11, 1200, 0.6)
     whole, _ = banded(tonight, archive, 4)
-    assert banded(tonight, archive, 4, parts=parts)[0] == whole == brute_force(
+    assert banded(tonight, archive, 4, parts, by_value)[0] == whole == brute_force(
         tonight, archive, 4)
 
 
@@ -197,8 +203,8 @@ def test_drop_near_duplicates_equals_brute_force_with_and_without_hot_bucket_spl
     pipeline = beam.Pipeline(runner=FnApiRunner())
     kept = pipeline | "Tonight" >> beam.Create(records)
     archived = pipeline | "Archive" >> beam.Create([(rel, ph, run) for run, rel, ph in archive])
-    whole = kept | "Whole" >> DropNearDuplicates(4, archived, hot_bucket_size=None)
-    split = kept | "InParts" >> DropNearDuplicates(4, archived, hot_bucket_size=25)
+    whole = kept | "Whole" >> DropNearDuplicates(4, archived, hot_bucket_values=None)
+    split = kept | "InParts" >> DropNearDuplicates(4, archived, hot_bucket_values=6)
     assert_that(whole, equal_to(expected), label="WholeBuckets")
     assert_that(split, equal_to(expected), label="SplitBuckets")
     result = pipeline.run()
@@ -207,8 +213,8 @@ def test_drop_near_duplicates_equals_brute_force_with_and_without_hot_bucket_spl
     assert counters["near_dup_hot_buckets"] >= 5  # the hot cluster's buckets, one per band
 
 
-def test_hot_bucket_size_must_be_positive():
+def test_hot_bucket_values_must_be_positive():
     from transforms.offline.dedup import DropNearDuplicates
-    with pytest.raises(ValueError, match=r"hot_bucket_size must be a positive integer or None"
-                                         r"\. Received: hot_bucket_size=0"):
-        DropNearDuplicates(4, None, hot_bucket_size=0)
+    with pytest.raises(ValueError, match=r"hot_bucket_values must be a positive integer or "
+                                         r"None\. Received: hot_bucket_values=0"):
+        DropNearDuplicates(4, None, hot_bucket_values=0)

@@ -17,11 +17,14 @@ hash of its central region (`center_phash`); a second banded search (`crop_searc
 images whose centre hash is within `crop_max_hamming` bits of another's full hash, either way
 round, with the same keep rule; the detail says which hash matched.
 
-A bucket larger than `hot_bucket_size` members (a hot cluster: product shots on white, burst
-photos) is not searched by the one worker that grouped it: its members are dealt into
-`ceil(size / hot_bucket_size)` parts by a hash of their path, and each pair of parts is an
-explicit sub-key searched on its own, so no worker compares more than two parts. The best
-neighbour of each image is then combined with `min` per path (constant memory per path).
+A bucket's cost is in its distinct hash values (`near_search` searches equal hashes once).
+A bucket with more than `hot_bucket_values` distinct values is not searched by the one worker
+that grouped it: its values are dealt into `ceil(values / hot_bucket_values)` parts by a hash
+of the value (equal hashes stay together), and each pair of parts is an explicit sub-key
+searched on its own, so no worker compares more than two parts' values. A hot cluster of
+near-identical hashes (product shots on white, burst photos) has few distinct values however
+many images it holds, and stays whole: splitting it would copy every image to every part for
+no gain. The best neighbour of each image is then combined with `min` per path.
 """
 from __future__ import annotations
 
@@ -34,12 +37,14 @@ from transforms.offline import quality
 from transforms.offline.crop_search import CENTER, search_crop_bucket
 from transforms.offline.near_search import search_bucket
 
-__all__ = ["DropExactDuplicates", "DropNearDuplicates", "HOT_BUCKET_SIZE"]
+__all__ = ["DropExactDuplicates", "DropNearDuplicates", "HOT_BUCKET_VALUES"]
 
-# Members of one band bucket searched by one worker; above it the bucket is searched in parts.
-# A bucket's expected size is images / 8192 (13-bit bands at max_hamming 4): 12k at 100M, so
-# only true hot clusters are split; a part pair costs at most ~2 s at this size (bench scale).
-HOT_BUCKET_SIZE = 20_000
+# Distinct hash values of one band bucket searched by one worker; above it, in parts. A bucket
+# holds images / 8192 random values (13-bit bands at max_hamming 4): 12k at 100M images. Two
+# parts of 20k values cost ~1-2 s of XORs; a whole 100k-image hot cluster of near-identical
+# hashes (~2k values) ~5 s of CPU (bench scale). Splitting that cluster by image instead cost
+# 74 s on this machine: every part held nearly all of its values, and every image was copied.
+HOT_BUCKET_VALUES = 20_000
 _HOT = "hot"
 
 
@@ -91,26 +96,29 @@ def _sides(members):
 
 
 def _part(member, parts: int) -> int:
-    rel, _phash, run_id = member
-    return zlib.crc32(f"{run_id}\x1f{rel}".encode("utf-8", "surrogatepass")) % parts
+    """The part of a member: by its hash value, so equal hashes share a part."""
+    return zlib.crc32(int(member[1], 16).to_bytes(8, "big")) % parts
 
 
 class _SearchBucketFn(beam.DoFn):
-    """((band, value), members) -> (tonight's rel, best neighbour here); a hot bucket goes out
-    tagged `hot` instead, each member once per sub-key (pair of parts) that holds its part."""
+    """((band, value), members) -> (tonight's rel, best neighbour here); a bucket with too
+    many distinct values goes out tagged `hot` instead, each member once per sub-key (pair of
+    parts) that holds its part."""
 
-    def __init__(self, max_hamming: int, hot_bucket_size: int | None):
+    def __init__(self, max_hamming: int, hot_bucket_values: int | None):
         self._max_hamming = max_hamming
-        self._hot_size = hot_bucket_size
+        self._hot_values = hot_bucket_values
         self._compared = Metrics.counter("pixelmill", "near_dup_comparisons")
         self._hot = Metrics.counter("pixelmill", "near_dup_hot_buckets")
 
     def process(self, item):
         (band, value), members = item
         members = list(members)
-        if self._hot_size and len(members) > self._hot_size:
+        values = (len({int(m[1], 16) for m in members})
+                  if self._hot_values and len(members) > self._hot_values else 0)
+        if values > (self._hot_values or 0):
             self._hot.inc()
-            parts = -(-len(members) // self._hot_size)
+            parts = -(-values // self._hot_values)
             for member in members:
                 mine = _part(member, parts)
                 for other in range(parts):
@@ -196,22 +204,23 @@ def _mark(item, max_hamming: int, crop_max_hamming: int | None = None):
 
 class DropNearDuplicates(beam.PTransform):
     """ImageRecords -> ImageRecords (near duplicates rejected). `archive`: PCollection of
-    (rel, phash, run_id) accepted earlier. `hot_bucket_size`: members above which a band
-    bucket is searched in parts (None: never split; the answers are the same either way).
+    (rel, phash, run_id) accepted earlier. `hot_bucket_values`: distinct hashes above which a
+    band bucket is searched in parts (None: never split; the answers are the same either way).
     `crop_max_hamming`: also the crop-tolerant search (records carry `center_phash`) within
     this distance; None: off."""
 
-    def __init__(self, max_hamming: int, archive, hot_bucket_size: int | None = HOT_BUCKET_SIZE,
+    def __init__(self, max_hamming: int, archive,
+                 hot_bucket_values: int | None = HOT_BUCKET_VALUES,
                  crop_max_hamming: int | None = None):
         super().__init__()
-        if hot_bucket_size is not None and (isinstance(hot_bucket_size, bool)
-                                            or not isinstance(hot_bucket_size, int)
-                                            or hot_bucket_size < 1):
-            raise ValueError(f"hot_bucket_size must be a positive integer or None. "
-                             f"Received: hot_bucket_size={hot_bucket_size!r}")
+        if hot_bucket_values is not None and (isinstance(hot_bucket_values, bool)
+                                              or not isinstance(hot_bucket_values, int)
+                                              or hot_bucket_values < 1):
+            raise ValueError(f"hot_bucket_values must be a positive integer or None. "
+                             f"Received: hot_bucket_values={hot_bucket_values!r}")
         self._max_hamming = max_hamming
         self._archive = archive
-        self._hot_bucket_size = hot_bucket_size
+        self._hot_bucket_values = hot_bucket_values
         self._crop_max_hamming = crop_max_hamming
 
     def expand(self, records):
@@ -223,7 +232,7 @@ class DropNearDuplicates(beam.PTransform):
             | "HashBands" >> beam.FlatMap(_band_keys, max_hamming)
             | "GroupByBand" >> beam.GroupByKey()
             | "SearchBuckets" >> beam.ParDo(
-                _SearchBucketFn(max_hamming, self._hot_bucket_size)).with_outputs(
+                _SearchBucketFn(max_hamming, self._hot_bucket_values)).with_outputs(
                     _HOT, main="found"))
         in_parts = (searched[_HOT]
                     | "GroupHotParts" >> beam.GroupByKey()
