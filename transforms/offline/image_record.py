@@ -39,6 +39,12 @@ class ImageRecord:
     center_phash: str | None = None  # perceptual hash of the central region; only with
                                      # dedup.crop_tolerant (quality.center_hash)
 
+    def __reduce__(self):
+        """Pickled as its field values in order, without their names: Beam's fallback coder
+        pickles every record at every shuffle, and this is ~35% fewer bytes (660 -> 420 for a
+        typical record; `bench scale`: -29% shuffled bytes, -21% peak memory)."""
+        return ImageRecord, tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
     def rejected(self, reason: str, detail: str) -> "ImageRecord":
         return dataclasses.replace(self, reject=Reject(
             path=self.path, reason=reason, detail=detail, kind=IMAGE, sha256=self.sha256))

@@ -65,5 +65,9 @@ class Reject:
         if self.kind not in KINDS:
             raise ValueError(f"Unknown reject kind {self.kind!r}. Expected one of {KINDS}.")
 
+    def __reduce__(self):
+        """Pickled as its field values in order, without their names (fewer shuffled bytes)."""
+        return Reject, tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True, allow_nan=False)
