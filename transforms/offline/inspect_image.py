@@ -147,10 +147,13 @@ class InspectImageFn(beam.DoFn):
         rule = size_reject(header.width, header.height, limits)
         if rule:
             return record.rejected(*rule)
-        analysis = quality.analyse(image, analysis_size)
+        dedup = self._config.dedup
+        analysis = quality.analyse(image, analysis_size,
+                                   center=dedup.near_duplicates and dedup.crop_tolerant)
         record = dataclasses.replace(
             record, metrics=tuple(sorted(analysis.metrics.items())),
-            moments=tuple(analysis.means) + tuple(analysis.square_means), phash=analysis.phash)
+            moments=tuple(analysis.means) + tuple(analysis.square_means), phash=analysis.phash,
+            center_phash=analysis.center_phash)
         verdict = quality.judge(analysis.metrics, self._config.quality)
         if verdict:
             return record.rejected(*verdict)
