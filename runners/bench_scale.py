@@ -10,7 +10,8 @@ runs the job's planning, class table, exact and near dedup, split, shard assignm
 accounting and rejects-ledger steps on it, each step alone in a fresh Python process on the
 in-process runner (the FnApiRunner, one worker). Per step and size it prints wall time, CPU
 time (user + system of that process, during the run only), peak resident memory (`ru_maxrss`
-of the process, including ~250 MB of Python, Beam and imports), elements and bytes shuffled
+of the process, including ~210 MB of Python, Beam and imports; the in-process runner keeps
+each stage's output and each shuffle of the step in memory, so this grows with the images), elements and bytes shuffled
 (inputs of every GroupByKey / CoGroupByKey / Reshuffle; combiner inputs are pre-combined on
 the worker and not counted) and hash comparisons of the near-duplicate search, with the growth
 factor per image between sizes. Each step's figures include generating its input (the
@@ -161,8 +162,8 @@ def whole_path(results: list[StepResult], images: int) -> StepResult:
 
 def _growth(results: list[StepResult], step: str, value) -> str:
     rows = sorted((r for r in results if r.step == step and not r.label), key=lambda r: r.images)
-    ratios = [value(b) / value(a) if value(a) else float("nan") for a, b in zip(rows, rows[1:])]
-    return " ".join(f"{x:.2f}x" for x in ratios) or "-"
+    ratios = [f"{value(b) / value(a):.2f}x" if value(a) else "-" for a, b in zip(rows, rows[1:])]
+    return " ".join(ratios) or "-"
 
 
 def format_table(results: list[StepResult]) -> str:
