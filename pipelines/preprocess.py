@@ -26,6 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import ReadAllFromParquet, WriteToParquet
 
 from configs.schema import Config
+from pipelines.job import PreprocessJob
 from transforms.offline import classes, quality_rules, splits
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
@@ -49,24 +50,6 @@ __all__ = ["PreprocessJob", "build_preprocess", "ReadInputs",
 _ROW_COUNT = {LABEL_ROW: "label_rows", BOX_ROW: "box_rows"}
 _QUALITY = "quality"
 _QUALITY_REASONS = frozenset(rule.reason for rule in quality_rules.RULES)
-
-
-@dataclasses.dataclass(frozen=True)
-class PreprocessJob:
-    """Everything the graph needs, resolved and validated by the runner before it is built."""
-    data_roots: tuple
-    label_csvs: tuple
-    box_csvs: tuple
-    class_table: tuple          # the table this run starts from (ids of these names are fixed)
-    frozen_classes: bool
-    staging_dir: str
-    config: Config
-    archive: tuple = ()         # (run_id, index.parquet path) of committed snapshots (nightly)
-
-    @property
-    def folder_labels(self) -> bool:
-        """Labels come from `<root>/<class>/<image>` when no label CSV is given."""
-        return not self.label_csvs and self.config.labels.folder_labels
 
 
 def _route(record: ImageRecord):

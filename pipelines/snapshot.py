@@ -21,7 +21,8 @@ import posixpath
 from apache_beam.io.filesystems import FileSystems
 
 from configs.schema import config_to_dict
-from pipelines.preprocess import PreprocessJob
+from pipelines.beam_files import BEAM_FILES, BeamStorage, read_json, remove_tree
+from pipelines.job import PreprocessJob
 from transforms.offline import classes, quality_rules
 from transforms.reporting.history import fingerprint, reject_key, snapshot_summary
 from transforms.reporting.report import render_report
@@ -47,32 +48,6 @@ _NO_THUMBNAIL = ("unsafe_path", "too_large", "decoder_crash", "unreadable", "mis
 
 class AccountingError(RuntimeError):
     """The job lost or double-counted inputs: it fails and publishes nothing."""
-
-
-class BeamStorage:
-    """`transforms.snapshot_layout.Storage` through Beam's FileSystems (gs://, s3://, any
-    registered scheme): nightly reads the committed snapshots the way the job wrote them."""
-
-    def glob(self, pattern: str) -> list[str]:
-        return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
-
-    def exists(self, path: str) -> bool:
-        return FileSystems.exists(path)
-
-    def read_text(self, path: str) -> str:
-        with FileSystems.open(path, compression_type="uncompressed") as handle:
-            return handle.read().decode("utf-8")
-
-    def mtime(self, path: str) -> float:
-        return FileSystems.last_updated(path)
-
-
-BEAM_FILES = BeamStorage()
-
-
-def read_json(path: str):
-    with FileSystems.open(path, compression_type="uncompressed") as handle:
-        return json.loads(handle.read().decode("utf-8"))
 
 
 def _write_bytes(path: str, data: bytes) -> None:
@@ -279,14 +254,3 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
     remove_tree(staging)
     return Snapshot(run_id=run_id, path=final, accounting=accounting, stats=stats,
                     manifest=manifest)
-
-
-def remove_tree(path: str) -> None:
-    """Deletes a folder and everything under it (on object stores: every object under it)."""
-    matched = FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list
-    if matched:
-        FileSystems.delete([m.path for m in matched])
-    if "://" not in path:
-        import shutil
-        shutil.rmtree(path, ignore_errors=True)
-

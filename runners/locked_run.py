@@ -22,7 +22,7 @@ import re
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.snapshot import BEAM_FILES, remove_tree
+from pipelines.beam_files import BEAM_FILES, remove_tree
 from runners.errors import UsageError
 from runners.run_lock import RunLock, clear_blocked
 from transforms import snapshot_layout as layout

@@ -26,8 +26,8 @@ import sys
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.snapshot import (BEAM_FILES, discard_staging, publish_snapshot,
-                                staged_rejects, staged_stats)
+from pipelines.beam_files import BEAM_FILES
+from runners.nightly_precheck import quick_look
 from runners.options import NightlyOptions, PreprocessOptions, print_help, wants_help
 from runners.preprocess import execute, parse_options, resolve_job
 from transforms.reporting.drift import check_drift, cumulative_stats
@@ -91,17 +91,24 @@ def run(argv=None) -> NightlyResult:
 
 
 def _night(job, options, nightly, inputs, output_dir: str, run_id: str, lock) -> NightlyResult:
-    """The night itself, under the lock (see `run`)."""
+    """The night itself, under the lock (see `run`): a quick look first (`nightly_precheck`),
+    the whole job only when the look cannot rule out news."""
     history_ids = _committed_run_ids(output_dir)
+    # One summary.json per earlier snapshot, never their ledgers or stats.json.
+    history, reported, _old = read_history(
+        [layout.snapshot_dir(output_dir, rid) for rid in history_ids], BEAM_FILES)
+    if not nightly.always_run_job:
+        message = quick_look(job, output_dir, history_ids, reported)
+        if message:
+            return NightlyResult(run_id, None, message, {}, 0)
+    from pipelines.snapshot import (discard_staging, publish_snapshot, staged_rejects,
+                                    staged_stats)  # TensorFlow: only for a night that works
     job = dataclasses.replace(job, archive=tuple(
         (rid, FileSystems.join(layout.snapshot_dir(output_dir, rid), layout.INDEX))
         for rid in history_ids))
     execute(job, options)
     accounting, stats = staged_stats(job)
     images = accounting["images"]
-    # One summary.json per earlier snapshot, never their ledgers or stats.json.
-    history, reported, _old = read_history(
-        [layout.snapshot_dir(output_dir, rid) for rid in history_ids], BEAM_FILES)
     new_rejects = {key for key in _reject_keys(staged_rejects(job))
                    if fingerprint(key) not in reported}
     if images["accepted"] == 0 and not new_rejects:

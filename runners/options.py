@@ -69,3 +69,7 @@ class NightlyOptions(PipelineOptions):
         parser.add_argument("--lock_blocked_max", type=int, default=3,
                             help="Exit 1 (an error, not a skip) once the lock has turned away "
                                  "this many runs in a row.")
+        parser.add_argument("--always_run_job", action="store_true", default=False,
+                            help="Run the whole job even when a quick look at the listing, "
+                                 "the CSVs and the archive's index finds nothing new (by "
+                                 "default such a night exits 0 without starting the job).")

@@ -29,8 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from configs.schema import ConfigError, load_config
-from pipelines.preprocess import PreprocessJob, build_preprocess
-from pipelines.snapshot import publish_snapshot
+from pipelines.job import PreprocessJob
 from runners.beam_runner import prepare_job, runner_for
 from runners.errors import UsageError
 from runners.options import PreprocessOptions, print_help, wants_help
@@ -148,6 +147,7 @@ def translate_flags(argv) -> list[str]:
 
 def execute(job: PreprocessJob, options: PipelineOptions) -> None:
     """Builds and runs the graph; everything lands in `job.staging_dir`. Raises on failure."""
+    from pipelines.preprocess import build_preprocess  # TensorFlow: only for a run that works
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
     build_preprocess(pipeline, prepare_job(job, options))
     state = pipeline.run().wait_until_finish()
@@ -169,6 +169,7 @@ def run(argv=None) -> layout.Snapshot:
     """Runs the job over every input and commits the snapshot; raises on any failure
     (nothing published, its own staging removed). Holds the output folder's lock while it
     runs, and first removes what killed runs left (`runners.locked_run`)."""
+    from pipelines.snapshot import publish_snapshot
     options, job_options, run_id, output_dir = parse_options(argv)
     job, inputs = resolve_job(job_options, layout.staging_dir(output_dir, run_id))
     with locked_run(output_dir, run_id) as lock:

@@ -95,7 +95,7 @@ def test_failed_run_publishes_nothing_and_keeps_the_previous_snapshot(folder_sna
     def broken_publish(*args, **kwargs):
         raise snapshot_module.AccountingError("simulated crash before the manifest")
 
-    monkeypatch.setattr("runners.preprocess.publish_snapshot", broken_publish)
+    monkeypatch.setattr("pipelines.snapshot.publish_snapshot", broken_publish)
     with pytest.raises(snapshot_module.AccountingError):
         run_job(folder_dataset, out)
     assert layout.read_latest(str(out)) == first.run_id

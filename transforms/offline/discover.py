@@ -19,7 +19,8 @@ from apache_beam.metrics import Metrics
 from transforms.offline import paths
 from transforms.offline.image_record import ImageRecord
 
-__all__ = ["FileRef", "DiscoverImages", "root_and_pattern", "UNSAFE_TAG"]
+__all__ = ["FileRef", "DiscoverImages", "root_and_pattern", "UNSAFE_TAG", "classify_file",
+           "one_per_rel_path", "list_images"]
 
 UNSAFE_TAG = "unsafe"
 _GLOB_CHARS = "*?["
@@ -45,8 +46,77 @@ def root_and_pattern(root: str) -> tuple[str, str]:
     return base, FileSystems.join(base, "**")
 
 
+def _refusal(metadata, max_file_bytes: int | None) -> tuple[str, str] | None:
+    """(reason, detail) for a file that is never opened: not a regular file (`unreadable`)
+    or bigger than `limits.max_file_bytes` by its listed size (`too_large`)."""
+    irregular = paths.not_a_regular_file(metadata.path)
+    if irregular:
+        return "unreadable", irregular
+    size = int(metadata.size_in_bytes)
+    if max_file_bytes is not None and size > max_file_bytes:
+        return "too_large", (f"{size} bytes, more than limits.max_file_bytes="
+                             f"{max_file_bytes}; never opened")
+    return None
+
+
+def classify_file(root: str, metadata, extensions: tuple,
+                  max_file_bytes: int | None) -> FileRef | ImageRecord | None:
+    """One listed file under `root`: a FileRef to read, a rejected ImageRecord for a file that
+    must never be opened, or None when its extension is not an image's."""
+    extension = posixpath.splitext(metadata.path)[1].lower().lstrip(".")
+    if extension not in extensions:
+        return None
+    size = int(metadata.size_in_bytes)
+    try:
+        rel = paths.relative_to_root(root, metadata.path)
+    except paths.UnsafePath as exc:
+        shown = paths.printable(metadata.path)  # the raw name may not even be UTF-8
+        return ImageRecord(uri=shown, path=shown, file_bytes=size).rejected("unsafe_path",
+                                                                            str(exc))
+    escape = paths.escapes_root(root, metadata.path)
+    if escape:
+        return ImageRecord(uri=metadata.path, path=rel, file_bytes=size).rejected(
+            "unsafe_path", escape)
+    refusal = _refusal(metadata, max_file_bytes)
+    if refusal:
+        return ImageRecord(uri=metadata.path, path=rel, file_bytes=size).rejected(*refusal)
+    return FileRef(uri=metadata.path, path=rel, file_bytes=size,
+                   mtime=getattr(metadata, "last_updated_in_seconds", None))
+
+
+def one_per_rel_path(rel: str, refs) -> tuple[FileRef, list[ImageRecord]]:
+    """The file kept for a root-relative path and the others rejected as `duplicate` (two
+    roots holding different files at the same relative path): the lowest full path is kept."""
+    unique = sorted({ref.uri: ref for ref in refs}.values(), key=lambda r: r.uri)
+    return unique[0], [
+        ImageRecord(uri=other.uri, path=other.uri, file_bytes=other.file_bytes).rejected(
+            "duplicate", f"same relative path {rel!r} as {unique[0].uri} (kept)")
+        for other in unique[1:]]
+
+
+def list_images(roots, extensions: tuple,
+                max_file_bytes: int | None) -> tuple[list[FileRef], list[ImageRecord]]:
+    """What `DiscoverImages` finds, in one process without a pipeline: (FileRefs, rejected
+    ImageRecords). For a quick look at a listing (nightly's pre-check), not for big jobs."""
+    by_path, rejected = {}, []
+    for root in roots:
+        base, pattern = root_and_pattern(root)
+        for metadata in FileSystems.match([pattern])[0].metadata_list:
+            found = classify_file(base, metadata, tuple(extensions), max_file_bytes)
+            if isinstance(found, FileRef):
+                by_path.setdefault(found.path, []).append(found)
+            elif found is not None:
+                rejected.append(found)
+    refs = []
+    for rel, group in sorted(by_path.items()):
+        kept, others = one_per_rel_path(rel, group)
+        refs.append(kept)
+        rejected.extend(others)
+    return refs, rejected
+
+
 class _ClassifyFileFn(beam.DoFn):
-    """Keeps image files by extension; splits off files that escape their root."""
+    """Keeps image files by extension; splits off files that must never be opened."""
 
     def __init__(self, root: str, extensions: tuple, max_file_bytes: int | None):
         self._root = root
@@ -54,45 +124,14 @@ class _ClassifyFileFn(beam.DoFn):
         self._max_file_bytes = max_file_bytes
         self._skipped = Metrics.counter("pixelmill", "skipped_not_image_extension")
 
-    def _refusal(self, metadata) -> tuple[str, str] | None:
-        """(reason, detail) for a file that is never opened: not a regular file (`unreadable`)
-        or bigger than `limits.max_file_bytes` by its listed size (`too_large`)."""
-        irregular = paths.not_a_regular_file(metadata.path)
-        if irregular:
-            return "unreadable", irregular
-        size = int(metadata.size_in_bytes)
-        if self._max_file_bytes is not None and size > self._max_file_bytes:
-            return "too_large", (f"{size} bytes, more than limits.max_file_bytes="
-                                 f"{self._max_file_bytes}; never opened")
-        return None
-
     def process(self, metadata):
-        extension = posixpath.splitext(metadata.path)[1].lower().lstrip(".")
-        if extension not in self._extensions:
+        found = classify_file(self._root, metadata, self._extensions, self._max_file_bytes)
+        if found is None:
             self._skipped.inc()
-            return
-        try:
-            rel = paths.relative_to_root(self._root, metadata.path)
-        except paths.UnsafePath as exc:
-            shown = paths.printable(metadata.path)  # the raw name may not even be UTF-8
-            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
-                uri=shown, path=shown, file_bytes=int(metadata.size_in_bytes)
-            ).rejected("unsafe_path", str(exc)))
-            return
-        escape = paths.escapes_root(self._root, metadata.path)
-        if escape:
-            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
-                uri=metadata.path, path=rel, file_bytes=int(metadata.size_in_bytes)
-            ).rejected("unsafe_path", escape))
-            return
-        refusal = self._refusal(metadata)
-        if refusal:
-            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
-                uri=metadata.path, path=rel, file_bytes=int(metadata.size_in_bytes)
-            ).rejected(*refusal))
-            return
-        yield FileRef(uri=metadata.path, path=rel, file_bytes=int(metadata.size_in_bytes),
-                      mtime=getattr(metadata, "last_updated_in_seconds", None))
+        elif isinstance(found, FileRef):
+            yield found
+        else:
+            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, found)
 
 
 class DiscoverImages(beam.PTransform):
@@ -139,10 +178,8 @@ class _OnePerRelPathFn(beam.DoFn):
 
     def process(self, item):
         rel, refs = item
-        unique = sorted({ref.uri: ref for ref in refs}.values(), key=lambda r: r.uri)
-        self._discovered.inc(len(unique))
-        yield unique[0]
-        for other in unique[1:]:
-            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, ImageRecord(
-                uri=other.uri, path=other.uri, file_bytes=other.file_bytes).rejected(
-                    "duplicate", f"same relative path {rel!r} as {unique[0].uri} (kept)"))
+        kept, others = one_per_rel_path(rel, refs)
+        self._discovered.inc(1 + len(others))
+        yield kept
+        for other in others:
+            yield beam.pvalue.TaggedOutput(UNSAFE_TAG, other)

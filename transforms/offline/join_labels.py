@@ -19,7 +19,7 @@ import posixpath
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from configs.schema import Config
+from configs.schema import Config, LabelsConfig
 from transforms.offline import boxes as box_rules
 from transforms.offline import labels as label_rules
 from transforms.offline.classes import class_name_problem
@@ -29,7 +29,8 @@ from transforms.offline.rejects import BOX_ROW, LABEL_ROW, Reject
 
 __all__ = ["ReadLabelRows", "ReadBoxRows", "PlanImages", "resolve_labels", "label_key",
            "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "RETRIED_REASONS",
-           "read_csv_header"]
+           "read_csv_header", "read_label_csv", "read_box_csv", "unchanged_since",
+           "missing_file_rejects"]
 
 ROW_REJECTS = "row_rejects"
 MATCHED = "matched"
@@ -54,6 +55,16 @@ def read_csv_header(path: str, max_cell_bytes: int = DEFAULT_MAX_CELL_BYTES) -> 
     return ""
 
 
+def read_label_csv(path: str, config: LabelsConfig):
+    """LabelRow or Reject(kind=label_row), one per data row of one label CSV."""
+    return label_rules.parse_label_csv(path, _csv_lines(path, config.max_cell_bytes), config)
+
+
+def read_box_csv(path: str, max_cell_bytes: int = DEFAULT_MAX_CELL_BYTES):
+    """BoxRow or Reject(kind=box_row), one per data row of one box CSV."""
+    return box_rules.parse_box_csv(path, _csv_lines(path, max_cell_bytes), max_cell_bytes)
+
+
 class ReadLabelRows(beam.PTransform):
     """CSV paths -> LabelRow or Reject(kind=label_row), one per data row."""
 
@@ -65,9 +76,7 @@ class ReadLabelRows(beam.PTransform):
         labels_config = self._config.labels
         return (csv_paths
                 | "SpreadCsvFiles" >> beam.Reshuffle()
-                | "ParseLabelCsv" >> beam.FlatMap(
-                    lambda path: label_rules.parse_label_csv(
-                        path, _csv_lines(path, labels_config.max_cell_bytes), labels_config)))
+                | "ParseLabelCsv" >> beam.FlatMap(read_label_csv, labels_config))
 
 
 class ReadBoxRows(beam.PTransform):
@@ -82,8 +91,7 @@ class ReadBoxRows(beam.PTransform):
         cap = self._max_cell_bytes
         return (csv_paths
                 | "SpreadBoxFiles" >> beam.Reshuffle()
-                | "ParseBoxCsv" >> beam.FlatMap(
-                    lambda path: box_rules.parse_box_csv(path, _csv_lines(path, cap), cap)))
+                | "ParseBoxCsv" >> beam.FlatMap(read_box_csv, cap))
 
 
 def _folder_label(rel: str) -> str | None:
@@ -148,13 +156,25 @@ def resolve_labels(record: ImageRecord, config: Config, folder_labels: bool) -> 
     return record
 
 
-def _unchanged(ref, prior: dict | None, key: str) -> bool:
+def unchanged_since(ref, prior: dict | None, key: str) -> bool:
+    """Whether a discovered file (`FileRef`) whose labels give `key` is the one its latest
+    remembered index row (`prior`, None when never seen) describes, and need not be read again:
+    same size, modification time and labels, and not an outcome worth retrying."""
     return (prior is not None
             and prior["bytes"] == ref.file_bytes
             and prior["mtime"] is not None and ref.mtime is not None
             and abs(prior["mtime"] - ref.mtime) < 1e-3
             and (prior["label_key"] or "") == key
             and prior["reason"] not in RETRIED_REASONS)
+
+
+def missing_file_rejects(label_rows, box_rows) -> list[Reject]:
+    """The rejects of CSV rows whose path names no discovered file."""
+    return [Reject(path=row.path, reason="missing_file", kind=kind,
+                   detail=f"{row.source}: no image {row.path!r} was discovered under the "
+                          f"data root")
+            for row, kind in [(r, LABEL_ROW) for r in label_rows]
+            + [(r, BOX_ROW) for r in box_rows]]
 
 
 class _PlanFn(beam.DoFn):
@@ -171,12 +191,8 @@ class _PlanFn(beam.DoFn):
         box_rows = tuple(sorted(grouped["boxes"], key=lambda r: r.source))
         priors = sorted(grouped["prior"], key=lambda row: row["run_id"])
         if not refs and not rejected:
-            for row, kind in [(r, LABEL_ROW) for r in label_rows] + [(r, BOX_ROW)
-                                                                      for r in box_rows]:
-                yield beam.pvalue.TaggedOutput(ROW_REJECTS, Reject(
-                    path=row.path, reason="missing_file", kind=kind,
-                    detail=f"{row.source}: no image {row.path!r} was discovered under the "
-                           f"data root"))
+            for reject in missing_file_rejects(label_rows, box_rows):
+                yield beam.pvalue.TaggedOutput(ROW_REJECTS, reject)
             return
         if label_rows:
             yield beam.pvalue.TaggedOutput(MATCHED, (LABEL_ROW, len(label_rows)))
@@ -186,7 +202,7 @@ class _PlanFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(REJECTED, record)
         key = label_key(rel, label_rows, self._renames, self._folder_labels)
         for ref in refs:  # discovery guarantees at most one file per relative path
-            if _unchanged(ref, priors[-1] if priors else None, key):
+            if unchanged_since(ref, priors[-1] if priors else None, key):
                 yield beam.pvalue.TaggedOutput(SKIPPED, (rel, priors[-1]["run_id"]))
                 continue
             yield ImageRecord(uri=ref.uri, path=ref.path, file_bytes=ref.file_bytes,

@@ -1,0 +1,28 @@
+"""What one run of the offline job works on (`PreprocessJob`), apart from the graph that does
+the work: the runners resolve it, and nightly's quick look (`runners.nightly_precheck`) reads
+it, without importing TensorFlow or building a pipeline."""
+from __future__ import annotations
+
+import dataclasses
+
+from configs.schema import Config
+
+__all__ = ["PreprocessJob"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessJob:
+    """Everything the graph needs, resolved and validated by the runner before it is built."""
+    data_roots: tuple
+    label_csvs: tuple
+    box_csvs: tuple
+    class_table: tuple          # the table this run starts from (ids of these names are fixed)
+    frozen_classes: bool
+    staging_dir: str
+    config: Config
+    archive: tuple = ()         # (run_id, index.parquet path) of committed snapshots (nightly)
+
+    @property
+    def folder_labels(self) -> bool:
+        """Labels come from `<root>/<class>/<image>` when no label CSV is given."""
+        return not self.label_csvs and self.config.labels.folder_labels
