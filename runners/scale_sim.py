@@ -205,21 +205,13 @@ def step_split(pipeline, corpus, _workdir):
 def step_shards(pipeline, corpus, _workdir):
     """WriteShards' assignment without the writing: shard counts from bytes per split, each
     record keyed by its shard, grouped per shard (what one shard writer receives)."""
-    from transforms.offline.write_shards import shard_counts  # imports TensorFlow
+    from transforms.offline.write_shards import AssignShards  # imports TensorFlow
     config = load_config()
-    ratios, output = config.split, config.output
+    ratios = config.split
     records = _records(pipeline, corpus) | "Split" >> beam.Map(
         lambda r: dataclasses.replace(r, split=splits.assign_split(r.sha256, ratios)))
-    counts = beam.pvalue.AsSingleton(
-        records
-        | "BytesPerSplit" >> beam.Map(lambda r: (r.split, r.file_bytes))
-        | "SumBytes" >> beam.CombinePerKey(sum)
-        | "AllSplits" >> beam.combiners.ToDict()
-        | "ShardCounts" >> beam.Map(shard_counts, output))
-    per_shard = (records
-                 | "KeyByShard" >> beam.Map(
-                     lambda r, n: ((r.split, splits.shard_index(r.sha256, n[r.split])), r),
-                     counts)
+    keyed, _counts = records | "AssignShards" >> AssignShards(config.output)
+    per_shard = (keyed
                  | "GroupByShard" >> beam.GroupByKey()
                  | "RecordsPerShard" >> beam.MapTuple(lambda key, rs: (key, sum(1 for _ in rs))))
     _count(per_shard, "Shards")

@@ -17,7 +17,8 @@ from transforms import codec
 from transforms.offline import splits
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import record_row
-from transforms.offline.write_shards import FILES, ShardFile, WriteShards, shard_counts
+from transforms.offline.write_shards import (FILES, AssignShards, ShardFile, WriteShards,
+                                             shard_counts)
 
 CLASSES = ["cat", "dog"]
 
@@ -114,6 +115,22 @@ def test_shard_count_comes_from_the_split_bytes_and_the_target_size():
         "train": 4, "test": 1}
     assert shard_counts({"train": 3 * 1024 * 1024 + 1}, OutputConfig(num_shards=8)) == {
         "train": 8}
+
+
+def test_assign_shards_keys_each_record_by_the_shard_of_its_hash():
+    output = OutputConfig(target_shard_mb=1.0)
+    records = [ImageRecord(uri=f"/r/{i}.jpg", path=f"{i}.jpg", file_bytes=400 * 1024,
+                           sha256=hashlib.sha256(bytes([i])).hexdigest(),
+                           split="train" if i < 7 else "test") for i in range(9)]
+    counts = {"train": 3, "test": 1}  # 7 x 400 KiB = 2.7 MiB -> 3 shards; 800 KiB -> 1
+    expected = [((r.split, splits.shard_index(r.sha256, counts[r.split])), r.path)
+                for r in records]
+    with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+        keyed, shard_numbers = (pipeline | beam.Create(records)
+                                | AssignShards(output))
+        assert_that(keyed | beam.MapTuple(lambda key, r: (key, r.path)), equal_to(expected),
+                    label="Keys")
+        assert_that(shard_numbers, equal_to([counts]), label="Counts")
 
 
 def test_a_file_that_changed_since_it_was_validated_fails_the_job(tmp_path):

@@ -30,8 +30,8 @@ from transforms.offline.index_table import record_row
 from transforms.reporting.feature_stats import record_features
 from transforms.snapshot_layout import dali_index_name, shard_name
 
-__all__ = ["WriteShards", "MetaColumns", "shard_counts", "frame_record", "ShardFile",
-           "FILES", "FEATURES"]
+__all__ = ["AssignShards", "WriteShards", "MetaColumns", "shard_counts", "frame_record",
+           "ShardFile", "FILES", "FEATURES"]
 
 FILES = "files"
 FEATURES = "features"  # (split, reporting.feature_stats.record_features) per written record
@@ -145,6 +145,28 @@ class _WriteShardFn(beam.DoFn):
                              records=len(records)))
 
 
+class AssignShards(beam.PTransform):
+    """Accepted ImageRecords (with split) -> (((split, shard index), record) pairs, a singleton
+    {split: number of shards}). The number of shards of a split comes from its total file
+    bytes (`shard_counts`), a record's shard from its sha256 (`splits.shard_index`), so the
+    assignment is the same on every runner and worker count."""
+
+    def __init__(self, output: OutputConfig):
+        super().__init__()
+        self._output = output
+
+    def expand(self, records):
+        counts = (records
+                  | "BytesPerSplit" >> beam.Map(lambda r: (r.split, r.file_bytes))
+                  | "SumBytes" >> beam.CombinePerKey(sum)
+                  | "AllSplits" >> beam.combiners.ToDict()
+                  | "ShardCounts" >> beam.Map(shard_counts, self._output))
+        keyed = records | "KeyByShard" >> beam.Map(
+            lambda r, n: ((r.split, splits.shard_index(r.sha256, n[r.split])), r),
+            beam.pvalue.AsSingleton(counts))
+        return keyed, counts
+
+
 class WriteShards(beam.PTransform):
     """Accepted ImageRecords (with split and label_id) -> index rows; tagged `files` output:
     one ShardFile per written shard; tagged `features`: (split, each record's features) for
@@ -160,14 +182,8 @@ class WriteShards(beam.PTransform):
 
     def expand(self, records):
         output = self._output
-        counts = beam.pvalue.AsSingleton(
-            records
-            | "BytesPerSplit" >> beam.Map(lambda r: (r.split, r.file_bytes))
-            | "SumBytes" >> beam.CombinePerKey(sum)
-            | "AllSplits" >> beam.combiners.ToDict()
-            | "ShardCounts" >> beam.Map(shard_counts, output))
-        keyed = records | "KeyByShard" >> beam.Map(
-            lambda r, n: ((r.split, splits.shard_index(r.sha256, n[r.split])), r), counts)
+        keyed, shard_counts_per_split = records | "AssignShards" >> AssignShards(output)
+        counts = beam.pvalue.AsSingleton(shard_counts_per_split)
         # Every shard exists even when the hash sent it no record (names must not have gaps).
         every_shard = (
             records.pipeline
