@@ -23,9 +23,8 @@ import math
 from typing import Iterable, Iterator, Sequence
 
 from configs.schema import BoxesConfig
-from transforms.offline.classes import class_name_problem
 from transforms.offline.csv_records import DEFAULT_MAX_CELL_BYTES, CsvRecord, read_csv_records
-from transforms.offline.paths import UnsafePath, normalize_relative
+from transforms.offline.labels import checked_path_and_label
 from transforms.offline.rejects import BOX_ROW, Reject
 
 __all__ = ["BoxRow", "BadBox", "BOX_COLUMNS", "parse_box_csv", "resolve_boxes"]
@@ -92,15 +91,9 @@ def _box_row(csv_name: str, record: CsvRecord) -> BoxRow | Reject:
             return bad_row(f"{csv_name} line {record.line}: {column} is not a finite number. "
                            f"Received: {column}={values[column]!r}")
         coordinates[column] = number
-    try:
-        path = normalize_relative(raw_path)
-    except UnsafePath as exc:
-        return Reject(path=raw_path, reason="unsafe_path",
-                      detail=f"{exc} ({csv_name} line {record.line})", kind=BOX_ROW)
-    problem = class_name_problem(label)
-    if problem:
-        return Reject(path=path, reason="bad_label", kind=BOX_ROW,
-                      detail=f"{csv_name} line {record.line}: the label {problem}")
+    path = checked_path_and_label(raw_path, label, csv_name, record.line, BOX_ROW)
+    if isinstance(path, Reject):
+        return path
     return BoxRow(path=path, label=label, source=where, **coordinates)
 
 

@@ -30,7 +30,7 @@ from transforms.offline.csv_records import CsvRecord, read_csv_records
 from transforms.offline.paths import UnsafePath, normalize_relative
 from transforms.offline.rejects import LABEL_ROW, Reject
 
-__all__ = ["LabelRow", "parse_label_csv", "SPLIT_ALIASES"]
+__all__ = ["LabelRow", "parse_label_csv", "SPLIT_ALIASES", "checked_path_and_label"]
 
 SPLIT_ALIASES = {
     "train": "train", "training": "train",
@@ -73,6 +73,23 @@ def parse_label_csv(csv_name: str, lines: Iterable[str],
         yield _label_row(csv_name, record, config, has_split, meta_columns)
 
 
+def checked_path_and_label(raw_path: str, label: str, csv_name: str, line: int,
+                           kind: str) -> str | Reject:
+    """A CSV row's image path, normalized relative to the data root, or the row's Reject
+    (`kind`: label or box row) when the path is unsafe or the label is not a valid class
+    name. Label and box CSVs apply the same two checks in the same order."""
+    try:
+        path = normalize_relative(raw_path)
+    except UnsafePath as exc:
+        return Reject(path=raw_path, reason="unsafe_path",
+                      detail=f"{exc} ({csv_name} line {line})", kind=kind)
+    problem = class_name_problem(label)
+    if problem:
+        return Reject(path=path, reason="bad_label", kind=kind,
+                      detail=f"{csv_name} line {line}: the label {problem}")
+    return path
+
+
 def _label_row(csv_name: str, record: CsvRecord, config: LabelsConfig, has_split: bool,
                meta_columns: list[str]) -> LabelRow | Reject:
     where = f"{csv_name}:{record.line}"
@@ -89,15 +106,9 @@ def _label_row(csv_name: str, record: CsvRecord, config: LabelsConfig, has_split
                           (config.label_column, label)):
         if not value:
             return bad_row(f"{csv_name} line {record.line}: empty value in column {column!r}")
-    try:
-        path = normalize_relative(raw_path)
-    except UnsafePath as exc:
-        return Reject(path=raw_path, reason="unsafe_path",
-                      detail=f"{exc} ({csv_name} line {record.line})", kind=LABEL_ROW)
-    problem = class_name_problem(label)
-    if problem:
-        return Reject(path=path, reason="bad_label", kind=LABEL_ROW,
-                      detail=f"{csv_name} line {record.line}: the label {problem}")
+    path = checked_path_and_label(raw_path, label, csv_name, record.line, LABEL_ROW)
+    if isinstance(path, Reject):
+        return path
     split = None
     if has_split:
         raw_split = values[config.split_column].strip()
