@@ -1,0 +1,59 @@
+"""Beam's construction caches (`runners.construction_caches`) give the answers Beam gives."""
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.coders import VarIntCoder
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import userstate
+from apache_beam.transforms.core import CallableWrapperDoFn
+from apache_beam.transforms.userstate import BagStateSpec
+
+from runners import construction_caches
+
+COUNT = BagStateSpec("count", VarIntCoder())
+
+
+class Stateful(beam.DoFn):
+    def process(self, item, count=beam.DoFn.StateParam(COUNT)):
+        yield item
+
+
+class Plain(beam.DoFn):
+    def __init__(self, factor):
+        self.factor = factor
+
+    def process(self, item):
+        yield item * self.factor
+
+
+class HoldsAMethod(beam.DoFn):
+    def __init__(self, other):
+        self.helper = other.process
+
+    def process(self, item):
+        yield item
+
+
+def test_class_based_dofns_share_one_answer_and_keep_their_state_specs():
+    construction_caches.install()
+    assert userstate.get_dofn_specs(Stateful()) == ({COUNT}, set())
+    assert userstate.get_dofn_specs(Stateful()) == ({COUNT}, set())
+    assert userstate.get_dofn_specs(Plain(2)) == (set(), set())
+    assert construction_caches._class_key(Plain(3)) is Plain
+
+
+def test_dofns_holding_callables_are_answered_per_object():
+    construction_caches.install()
+    holder = HoldsAMethod(Stateful())
+    assert construction_caches._class_key(holder) is None
+    assert construction_caches._class_key(CallableWrapperDoFn(lambda x: x)) is None
+    assert userstate.get_dofn_specs(holder) == ({COUNT}, set())  # the held method's state
+    assert userstate.get_dofn_specs(CallableWrapperDoFn(lambda x: x)) == (set(), set())
+
+
+def test_a_pipeline_with_a_stateful_step_runs_with_the_caches():
+    construction_caches.install()
+    with beam.Pipeline() as pipeline:
+        out = (pipeline | beam.Create([("a", 1), ("a", 2), ("b", 3)])
+               | beam.ParDo(Stateful()) | beam.Map(lambda kv: kv[1]))
+        assert_that(out, equal_to([1, 2, 3]))
