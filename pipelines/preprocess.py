@@ -49,6 +49,8 @@ __all__ = ["PreprocessJob", "build_preprocess", "ReadInputs",
 
 _ROW_COUNT = {LABEL_ROW: "label_rows", BOX_ROW: "box_rows"}
 _QUALITY = "quality"
+_SEEDED_COUNTS = ("images.discovered", "images.accepted", "images.rejected", "images.skipped",
+                  "label_rows.total", "box_rows.total")
 _QUALITY_REASONS = frozenset(rule.reason for rule in quality_rules.RULES)
 
 
@@ -315,6 +317,8 @@ class Accounting(beam.PTransform):
 
     def expand(self, parts):
         counts = [
+            parts["refs"].pipeline | "Zeros" >> beam.Create(
+                [(name, 0) for name in _SEEDED_COUNTS]),  # a count of nothing is 0, not absent
             parts["refs"] | "CountDiscoveredOk" >> CountInto("images.discovered"),
             parts["discovery_rejects"] | "CountDiscoveryRejects" >> CountInto(
                 "images.discovered"),

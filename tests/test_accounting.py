@@ -1,0 +1,34 @@
+"""Accounting as a Beam step: every count through one combiner, a count of nothing is 0."""
+from __future__ import annotations
+
+import json
+
+import apache_beam as beam
+
+from pipelines.preprocess import Accounting
+from tests.beamutil import fn_api_pipeline
+from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
+
+
+def test_counts_of_every_part_and_zeros_for_empty_ones(tmp_path):
+    rejects = [Reject("a.jpg", "blurry", "", IMAGE), Reject("b.jpg", "blurry", "", IMAGE),
+               Reject("x.csv:3", "bad_csv_row", "", LABEL_ROW),
+               Reject("y.jpg", "missing_file", "", BOX_ROW)]
+    with fn_api_pipeline() as pipeline:
+        def make(name, items):
+            return pipeline | name >> beam.Create(items)
+        parts = {
+            "refs": make("Refs", ["r1", "r2", "r3"]), "discovery_rejects": make("Disc", ["d"]),
+            "accepted_rows": make("Acc", ["a1", "a2"]), "image_rejects": make("ImgRej", ["i1"]),
+            "skipped": make("Skip", []), "label_items": make("Labels", ["l"] * 5),
+            "box_items": make("Boxes", []), "all_rejects": make("All", rejects),
+            "matched": make("Matched", [(LABEL_ROW, 3), (LABEL_ROW, 1)]),
+        }
+        parts | Accounting(str(tmp_path))
+    counts = json.loads((tmp_path / "_work" / "counts.json").read_text())
+    assert counts == {
+        "images.discovered": 4, "images.accepted": 2, "images.rejected": 1,
+        "images.skipped": 0, "label_rows.total": 5, "box_rows.total": 0,
+        "label_rows.rejected": 1, "box_rows.rejected": 1, "label_rows.matched": 4,
+        "reasons.image.blurry": 2, "reasons.label_row.bad_csv_row": 1,
+        "reasons.box_row.missing_file": 1}
