@@ -21,6 +21,8 @@ construction 5.8 -> 3.0, run 8.1 -> 6.5 (both caches per object); per class: see
 """
 from __future__ import annotations
 
+import functools
+import types
 import weakref
 
 __all__ = ["install"]
@@ -29,14 +31,39 @@ _installed = False
 
 
 def _class_key(dofn):
-    """The DoFn's class when the answer of `get_dofn_specs(dofn)` depends on it alone: the
-    signatures of its methods, with the instance holding no callable of its own (a Map's
-    function, a bound method kept as an attribute). None otherwise."""
+    """The DoFn's class when the answer of `get_dofn_specs(dofn)` depends on it alone, else
+    None. Beam inspects the DoFn's attributes that are bound methods (a method's parameters
+    are its argspec's, `_process_argspec_fn` for `process`). They are the class's own when the
+    instance holds no bound method (a Map of a plain function holds a function, which Beam
+    skips), no property could return one, and `process`, when it is a method, is inspected
+    through the base `_process_argspec_fn` (a Map of a bound method is answered per object)."""
     try:
         held = vars(dofn)
     except TypeError:
         return None
-    return None if any(callable(value) for value in held.values()) else type(dofn)
+    cls = type(dofn)
+    if any(isinstance(value, types.MethodType) for value in held.values()) \
+            or _has_properties(cls):
+        return None
+    if isinstance(getattr(dofn, "process", None), types.MethodType) \
+            and getattr(cls, "_process_argspec_fn", None) is not _BASE_ARGSPEC_FN():
+        return None
+    return cls
+
+
+@functools.lru_cache(maxsize=None)
+def _has_properties(cls) -> bool:
+    """Whether a class between `cls` and Beam's DoFn defines a property (DoFn's own return
+    flags, never a method)."""
+    from apache_beam.transforms.core import DoFn
+    return any(isinstance(value, property) for klass in cls.__mro__
+               if klass not in DoFn.__mro__ for value in vars(klass).values())
+
+
+@functools.lru_cache(maxsize=1)
+def _BASE_ARGSPEC_FN():
+    from apache_beam.transforms.core import DoFn
+    return DoFn._process_argspec_fn
 
 
 def install() -> None:

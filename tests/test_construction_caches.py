@@ -46,7 +46,6 @@ def test_dofns_holding_callables_are_answered_per_object():
     construction_caches.install()
     holder = HoldsAMethod(Stateful())
     assert construction_caches._class_key(holder) is None
-    assert construction_caches._class_key(CallableWrapperDoFn(lambda x: x)) is None
     assert userstate.get_dofn_specs(holder) == ({COUNT}, set())  # the held method's state
     assert userstate.get_dofn_specs(CallableWrapperDoFn(lambda x: x)) == (set(), set())
 
@@ -57,3 +56,23 @@ def test_a_pipeline_with_a_stateful_step_runs_with_the_caches():
         out = (pipeline | beam.Create([("a", 1), ("a", 2), ("b", 3)])
                | beam.ParDo(Stateful()) | beam.Map(lambda kv: kv[1]))
         assert_that(out, equal_to([1, 2, 3]))
+
+
+def test_a_map_of_a_plain_function_is_answered_per_class_and_of_a_bound_method_per_object():
+    construction_caches.install()
+    assert construction_caches._class_key(CallableWrapperDoFn(lambda x: x)) is CallableWrapperDoFn
+    assert construction_caches._class_key(CallableWrapperDoFn(Stateful().process)) is None
+    assert userstate.get_dofn_specs(CallableWrapperDoFn(Stateful().process)) == ({COUNT}, set())
+
+
+class WithProperty(beam.DoFn):
+    @property
+    def helper(self):
+        return self.process
+
+    def process(self, item):
+        yield item
+
+
+def test_a_dofn_with_its_own_property_is_answered_per_object():
+    assert construction_caches._class_key(WithProperty()) is None
