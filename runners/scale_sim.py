@@ -44,8 +44,7 @@ __all__ = ["ScaleCorpus", "STEPS", "MAX_HAMMING", "write_archive"]
 
 MAX_HAMMING = 4            # the base config's dedup.max_hamming
 _CHUNK = 20_000            # images generated per element of the seed list
-_METRICS = ("blur", "brightness", "contrast", "entropy", "exposure", "noise", "saturation",
-            "sharpness")   # eight floats per record, about the size of the real ones
+_METRICS = tuple(sorted(quality_rules.metric_names()))  # as inspection names them
 _REASONS = ("blurry", "too_dark", "too_small", "decode_error")
 
 
