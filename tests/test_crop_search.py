@@ -9,6 +9,7 @@ import io
 import apache_beam as beam
 import numpy as np
 import pytest
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
@@ -134,6 +135,39 @@ def test_drop_near_duplicates_with_the_crop_search_names_the_hash_that_matched()
                 "center-crop hash 2 bit(s) from the perceptual hash of 'a.jpg'")),
             records[4],
         ]))
+
+
+def test_hot_crop_buckets_searched_in_parts_give_the_same_decisions():
+    rng = np.random.default_rng(7)
+    center = int(rng.integers(0, 2**63))
+    records, archive = [], []
+    for k in range(240):   # most hashes in one hot cluster around `center`, both kinds
+        base = center if k % 4 else int(rng.integers(0, 2**63))
+        records.append(_record(f"img{k:03d}.jpg", _near(rng, base, int(rng.integers(0, 7))),
+                               _near(rng, base, int(rng.integers(0, 7))) if k % 3 else None))
+        if k % 11 == 0:
+            archive.append((f"old/{k}.jpg", _near(rng, base, int(rng.integers(0, 7))), "run1"))
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    kept = pipeline | "Tonight" >> beam.Create(records)
+    archived = pipeline | "Archive" >> beam.Create(archive)
+    whole = kept | "Whole" >> DropNearDuplicates(4, archived, hot_bucket_values=None,
+                                                 crop_max_hamming=4)
+    split = kept | "InParts" >> DropNearDuplicates(4, archived, hot_bucket_values=5,
+                                                   crop_max_hamming=4)
+    both = ({"whole": whole | "KeyWhole" >> beam.Map(lambda r: (r.path, r)),
+             "split": split | "KeySplit" >> beam.Map(lambda r: (r.path, r))}
+            | beam.CoGroupByKey())
+    differ = both | beam.Filter(lambda kv: list(kv[1]["whole"]) != list(kv[1]["split"])
+                                or len(kv[1]["whole"]) != 1)
+    assert_that(differ, equal_to([]), label="SameDecisions")
+    crops = (whole
+             | beam.Filter(lambda r: r.reject is not None and "center-crop" in r.reject.detail)
+             | beam.combiners.Count.Globally())
+    assert_that(crops | beam.Map(lambda n: n > 5), equal_to([True]), label="SomeCropRejects")
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]}
+    assert counters["near_dup_crop_hot_buckets"] >= 1
 
 
 def test_without_the_crop_search_centre_hashes_are_not_compared():

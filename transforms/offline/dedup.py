@@ -114,11 +114,9 @@ class _SearchBucketFn(beam.DoFn):
     def process(self, item):
         (band, value), members = item
         members = list(members)
-        values = (len({int(m[1], 16) for m in members})
-                  if self._hot_values and len(members) > self._hot_values else 0)
-        if values > (self._hot_values or 0):
+        parts = _hot_parts(members, self._hot_values)
+        if parts > 1:
             self._hot.inc()
-            parts = -(-values // self._hot_values)
             for member in members:
                 mine = _part(member, parts)
                 for other in range(parts):
@@ -152,22 +150,67 @@ class _SearchPartsFn(beam.DoFn):
             yield from found
 
 
+def _hot_parts(members, hot_values: int | None) -> int:
+    """How many parts a bucket is searched in: 1 unless it holds more than `hot_values`
+    distinct hash values."""
+    if not hot_values or len(members) <= hot_values:
+        return 1
+    values = len({int(m[1], 16) for m in members})
+    return -(-values // hot_values) if values > hot_values else 1
+
+
+def _crop_sides(members):
+    """(rel, hash, run_id, kind) members -> tonight's centres, tonight's fulls, archived."""
+    centers, fulls, archived = [], [], []
+    for rel, phash, run_id, kind in members:
+        if run_id:
+            archived.append((run_id, rel, phash))
+        else:
+            (centers if kind == CENTER else fulls).append((rel, phash))
+    return centers, fulls, archived
+
+
 class _SearchCropBucketFn(beam.DoFn):
-    """((band, value), [(rel, hash, run_id, kind)]) -> (tonight's rel, best crop neighbour)."""
+    """((band, value), [(rel, hash, run_id, kind)]) -> (tonight's rel, best crop neighbour).
+    A bucket with too many distinct values goes out tagged `hot` instead: sub-key (p, q)
+    pairs the centre hashes of part p with the full hashes of part q, so each (centre, full)
+    pair of values is searched in exactly one sub-bucket."""
+
+    def __init__(self, max_hamming: int, hot_bucket_values: int | None = HOT_BUCKET_VALUES):
+        self._max_hamming = max_hamming
+        self._hot_values = hot_bucket_values
+        self._compared = Metrics.counter("pixelmill", "near_dup_crop_comparisons")
+        self._hot = Metrics.counter("pixelmill", "near_dup_crop_hot_buckets")
+
+    def process(self, item):
+        (band, value), members = item
+        members = list(members)
+        parts = _hot_parts(members, self._hot_values)
+        if parts > 1:
+            self._hot.inc()
+            for member in members:
+                mine = _part(member, parts)
+                for other in range(parts):
+                    sub_key = ((band, value, mine, other) if member[3] == CENTER and not member[2]
+                               else (band, value, other, mine))
+                    yield beam.pvalue.TaggedOutput(_HOT, (sub_key, member))
+            return
+        found, compared = search_crop_bucket(*_crop_sides(members), self._max_hamming, band)
+        self._compared.inc(compared)
+        yield from found
+
+
+class _SearchCropPartsFn(beam.DoFn):
+    """((band, value, p, q), members) -> best crop neighbours of part p's centre hashes among
+    part q's full hashes (and of those full hashes' images among p's centres)."""
 
     def __init__(self, max_hamming: int):
         self._max_hamming = max_hamming
         self._compared = Metrics.counter("pixelmill", "near_dup_crop_comparisons")
 
     def process(self, item):
-        (band, _value), members = item
-        centers, fulls, archived = [], [], []
-        for rel, phash, run_id, kind in members:
-            if run_id:
-                archived.append((run_id, rel, phash))
-            else:
-                (centers if kind == CENTER else fulls).append((rel, phash))
-        found, compared = search_crop_bucket(centers, fulls, archived, self._max_hamming, band)
+        (band, _value, _p, _q), members = item
+        found, compared = search_crop_bucket(*_crop_sides(members), self._max_hamming, band)
         self._compared.inc(compared)
         yield from found
 
@@ -253,10 +296,16 @@ class DropNearDuplicates(beam.PTransform):
     def _crop_search(self, records):
         """(rel, best crop neighbour) from the centre hashes against the full hashes."""
         crop_max = self._crop_max_hamming
-        return (
+        searched = (
             (records | "CropHashes" >> beam.FlatMap(_crop_members),
              self._archive | "ArchiveFullHashes" >> beam.Map(lambda m: (*m, "full")))
             | "AllCropHashes" >> beam.Flatten()
             | "CropHashBands" >> beam.FlatMap(_band_keys, crop_max)
             | "GroupByCropBand" >> beam.GroupByKey()
-            | "SearchCropBuckets" >> beam.ParDo(_SearchCropBucketFn(crop_max)))
+            | "SearchCropBuckets" >> beam.ParDo(
+                _SearchCropBucketFn(crop_max, self._hot_bucket_values)).with_outputs(
+                    _HOT, main="found"))
+        in_parts = (searched[_HOT]
+                    | "GroupHotCropParts" >> beam.GroupByKey()
+                    | "SearchHotCropParts" >> beam.ParDo(_SearchCropPartsFn(crop_max)))
+        return (searched.found, in_parts) | "AllCropFound" >> beam.Flatten()
