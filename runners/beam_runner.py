@@ -78,13 +78,13 @@ def prepare_job(job, options: PipelineOptions):
     script that ran the job from crashing at interpreter exit (`exit_safety`), and, when the
     graph will run
     in this process with isolated decoding, starts the decoders' forkserver now, so that its
-    TensorFlow import runs on another core while the graph is built."""
+    TensorFlow import runs on another core while the launcher imports TensorFlow and builds the
+    graph (call it before importing the graph's modules; it imports no TensorFlow itself)."""
     from runners import construction_caches, exit_safety
     construction_caches.install()
     exit_safety.install()
     job = with_decode_processes(job, options)
     if job.config.decode.isolation == "subprocess" and _runs_in_this_process(options):
         from transforms.offline import isolation
-        from transforms.offline.inspect_image import ISOLATION_PRELOAD
-        isolation.start_forkserver(ISOLATION_PRELOAD)
+        isolation.start_forkserver(isolation.DECODER_PRELOAD)
     return job

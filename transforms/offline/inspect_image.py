@@ -26,7 +26,7 @@ __all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages", "size_reject"
            "jpeg_scans", "ISOLATION_PRELOAD"]
 
 # What the isolating processes' forkserver imports once, so each child starts in milliseconds.
-ISOLATION_PRELOAD = ("tensorflow", "transforms.offline.inspect_image")
+ISOLATION_PRELOAD = isolation.DECODER_PRELOAD
 
 _LOG = logging.getLogger(__name__)
 

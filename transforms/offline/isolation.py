@@ -25,8 +25,13 @@ import multiprocessing.connection
 import sys
 import time
 
-__all__ = ["ChildPool", "Failure", "main_script_hidden", "start_forkserver", "QUEUED_PER_CHILD"]
+__all__ = ["ChildPool", "Failure", "main_script_hidden", "start_forkserver", "QUEUED_PER_CHILD",
+           "DECODER_PRELOAD"]
 
+# What the forkserver of the decoding children imports once for all of them. Named here, not
+# in inspect_image (which imports TensorFlow), so the launcher can start the forkserver before
+# its own TensorFlow import and the two imports run side by side.
+DECODER_PRELOAD = ("tensorflow", "transforms.offline.inspect_image")
 QUEUED_PER_CHILD = 4   # items a child holds: it never waits for the parent between items
 _READY = "ready"
 _START_TIMEOUT_S = 300.0  # a child's setup (imports, first decode) on a very busy machine
