@@ -100,16 +100,18 @@ def _part(member, parts: int) -> int:
     return zlib.crc32(int(member[1], 16).to_bytes(8, "big")) % parts
 
 
-class _SearchBucketFn(beam.DoFn):
-    """((band, value), members) -> (tonight's rel, best neighbour here); a bucket with too
-    many distinct values goes out tagged `hot` instead, each member once per sub-key (pair of
-    parts) that holds its part."""
+class _BucketFn(beam.DoFn):
+    """((band, value), members) -> (tonight's rel, best neighbour here), for the plain and the
+    crop-tolerant search alike; a bucket with more than `hot_bucket_values` distinct values
+    goes out tagged `hot` instead, each member once per sub-key (`_sub_keyed`) that holds its
+    part, to be searched in parts by more than one worker."""
+    COMPARED = HOT = ""   # counter names
 
     def __init__(self, max_hamming: int, hot_bucket_values: int | None):
         self._max_hamming = max_hamming
         self._hot_values = hot_bucket_values
-        self._compared = Metrics.counter("pixelmill", "near_dup_comparisons")
-        self._hot = Metrics.counter("pixelmill", "near_dup_hot_buckets")
+        self._compared = Metrics.counter("pixelmill", self.COMPARED)
+        self._hot = Metrics.counter("pixelmill", self.HOT)
 
     def process(self, item):
         (band, value), members = item
@@ -120,13 +122,30 @@ class _SearchBucketFn(beam.DoFn):
             for member in members:
                 mine = _part(member, parts)
                 for other in range(parts):
-                    sub_key = (band, value, min(mine, other), max(mine, other))
-                    yield beam.pvalue.TaggedOutput(_HOT, (sub_key, (mine, member)))
+                    yield beam.pvalue.TaggedOutput(
+                        _HOT, self._sub_keyed(band, value, member, mine, other))
             return
-        tonight, archived = _sides(members)
-        found, compared = search_bucket(tonight, tonight, archived, self._max_hamming, band)
+        found, compared = self._search(band, members)
         self._compared.inc(compared)
         yield from found
+
+    def _sub_keyed(self, band, value, member, mine: int, other: int) -> tuple:
+        raise NotImplementedError
+
+    def _search(self, band: int, members: list) -> tuple[list, int]:
+        raise NotImplementedError
+
+
+class _SearchBucketFn(_BucketFn):
+    """The plain search: sub-key (p, q), p <= q, holds the members of parts p and q."""
+    COMPARED, HOT = "near_dup_comparisons", "near_dup_hot_buckets"
+
+    def _sub_keyed(self, band, value, member, mine, other):
+        return (band, value, min(mine, other), max(mine, other)), (mine, member)
+
+    def _search(self, band, members):
+        tonight, archived = _sides(members)
+        return search_bucket(tonight, tonight, archived, self._max_hamming, band)
 
 
 class _SearchPartsFn(beam.DoFn):
@@ -170,34 +189,21 @@ def _crop_sides(members):
     return centers, fulls, archived
 
 
-class _SearchCropBucketFn(beam.DoFn):
-    """((band, value), [(rel, hash, run_id, kind)]) -> (tonight's rel, best crop neighbour).
-    A bucket with too many distinct values goes out tagged `hot` instead: sub-key (p, q)
-    pairs the centre hashes of part p with the full hashes of part q, so each (centre, full)
-    pair of values is searched in exactly one sub-bucket."""
+class _SearchCropBucketFn(_BucketFn):
+    """The crop-tolerant search over (rel, hash, run_id, kind) members: sub-key (p, q) pairs
+    the centre hashes of part p with the full hashes of part q, so each (centre, full) pair of
+    values is searched in exactly one sub-bucket."""
+    COMPARED, HOT = "near_dup_crop_comparisons", "near_dup_crop_hot_buckets"
 
     def __init__(self, max_hamming: int, hot_bucket_values: int | None = HOT_BUCKET_VALUES):
-        self._max_hamming = max_hamming
-        self._hot_values = hot_bucket_values
-        self._compared = Metrics.counter("pixelmill", "near_dup_crop_comparisons")
-        self._hot = Metrics.counter("pixelmill", "near_dup_crop_hot_buckets")
+        super().__init__(max_hamming, hot_bucket_values)
 
-    def process(self, item):
-        (band, value), members = item
-        members = list(members)
-        parts = _hot_parts(members, self._hot_values)
-        if parts > 1:
-            self._hot.inc()
-            for member in members:
-                mine = _part(member, parts)
-                for other in range(parts):
-                    sub_key = ((band, value, mine, other) if member[3] == CENTER and not member[2]
-                               else (band, value, other, mine))
-                    yield beam.pvalue.TaggedOutput(_HOT, (sub_key, member))
-            return
-        found, compared = search_crop_bucket(*_crop_sides(members), self._max_hamming, band)
-        self._compared.inc(compared)
-        yield from found
+    def _sub_keyed(self, band, value, member, mine, other):
+        center = member[3] == CENTER and not member[2]
+        return ((band, value, mine, other) if center else (band, value, other, mine)), member
+
+    def _search(self, band, members):
+        return search_crop_bucket(*_crop_sides(members), self._max_hamming, band)
 
 
 class _SearchCropPartsFn(beam.DoFn):
