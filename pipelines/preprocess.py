@@ -235,11 +235,19 @@ class Dedup(beam.PTransform):
                               | "ArchiveHashes" >> beam.Map(
                                   lambda r: (r["path"], r["phash"], r["run_id"])))
             dedup = self._config.dedup
+            archive_centers = None
+            if dedup.crop_tolerant:  # archived images indexed with a centre hash
+                archive_centers = (archive_accepted
+                                   | "ArchiveWithCenter" >> beam.Filter(
+                                       lambda r: r.get("center_phash"))
+                                   | "ArchiveCenters" >> beam.Map(
+                                       lambda r: (r["path"], r["center_phash"], r["run_id"])))
             unique, rejected_near = (unique
                                      | "DropNearDuplicates" >> DropNearDuplicates(
                                          dedup.max_hamming, archive_hashes,
                                          crop_max_hamming=dedup.crop_max_hamming
-                                         if dedup.crop_tolerant else None)
+                                         if dedup.crop_tolerant else None,
+                                         archive_centers=archive_centers)
                                      | "RouteNear" >> _Route())
             rejected.append(rejected_near)
         return unique, rejected

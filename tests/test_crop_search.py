@@ -16,7 +16,8 @@ from PIL import Image
 from runners import quality_eval
 from tests.beamutil import fn_api_pipeline
 from tests.imageutil import encode, photo, write_bytes
-from tests.jobutil import rejects, run_job
+from runners import nightly
+from tests.jobutil import index_rows, rejects, run_job
 from transforms.offline import quality
 from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
 from transforms.offline.dedup import DropNearDuplicates
@@ -41,8 +42,13 @@ def test_a_centre_crop_hashes_close_to_its_photos_centre_hash_not_to_its_full_ha
     assert quality.analyse(image, 256).center_phash is None
 
 
-def _brute_force(centers, fulls, archive, max_hamming):
+def _brute_force(centers, fulls, archive, max_hamming, archive_centers=()):
     best = {}
+    for other, full in fulls:   # tonight's full hash close to an archived centre hash
+        for run_id, rel, center in archive_centers:
+            if quality.hamming(center, full) <= max_hamming:
+                found = (0, quality.hamming(center, full), f"{rel!r} in snapshot {run_id}", FULL)
+                best[other] = min(best.get(other, found), found)
     for path, center in centers:
         for run_id, rel, full in archive:
             if quality.hamming(center, full) <= max_hamming:
@@ -59,19 +65,20 @@ def _brute_force(centers, fulls, archive, max_hamming):
     return best
 
 
-def _bucketed(centers, fulls, archive, max_hamming):
+def _bucketed(centers, fulls, archive, max_hamming, archive_centers=()):
     """The search as DropNearDuplicates runs it: per band bucket, combined with min."""
-    buckets = collections.defaultdict(lambda: ([], [], []))
+    buckets = collections.defaultdict(lambda: ([], [], [], []))
     for side, members in ((0, centers), (1, fulls)):
         for path, phash in members:
             for key in quality.hash_bands(phash, max_hamming):
                 buckets[key][side].append((path, phash))
-    for run_id, rel, phash in archive:
-        for key in quality.hash_bands(phash, max_hamming):
-            buckets[key][2].append((run_id, rel, phash))
+    for side, members in ((2, archive), (3, archive_centers)):
+        for run_id, rel, phash in members:
+            for key in quality.hash_bands(phash, max_hamming):
+                buckets[key][side].append((run_id, rel, phash))
     best = {}
-    for (band, _value), (c, f, a) in sorted(buckets.items()):
-        found, _compared = search_crop_bucket(c, f, a, max_hamming, band)
+    for (band, _value), (c, f, a, ac) in sorted(buckets.items()):
+        found, _compared = search_crop_bucket(c, f, a, max_hamming, band, ac)
         for path, neighbour in found:
             best[path] = min(best.get(path, neighbour), neighbour)
     return best
@@ -86,7 +93,7 @@ def _near(rng, base: int, bits: int) -> str:
 def test_bucketed_crop_search_equals_the_brute_force_reference(seed):
     rng = np.random.default_rng(seed)
     bases = [int(v) for v in rng.integers(0, 2**63, 6)]   # clusters of near hashes
-    centers, fulls, archive = [], [], []
+    centers, fulls, archive, archive_centers = [], [], [], []
     for k in range(60):
         base = bases[k % len(bases)]
         path = f"img{int(rng.integers(0, 40)):02d}_{k}.jpg"
@@ -96,10 +103,15 @@ def test_bucketed_crop_search_equals_the_brute_force_reference(seed):
         if k % 7 == 0:
             archive.append((f"run{k % 3}", f"old/{k}.jpg",
                             _near(rng, base, int(rng.integers(0, 9)))))
+        if k % 9 == 0:
+            archive_centers.append((f"run{k % 2}", f"old/c{k}.jpg",
+                                    _near(rng, base, int(rng.integers(0, 9)))))
     for max_hamming in (0, 3, 4):
-        expected = _brute_force(centers, fulls, archive, max_hamming)
-        assert _bucketed(centers, fulls, archive, max_hamming) == expected
+        for with_centers in ((), archive_centers):
+            expected = _brute_force(centers, fulls, archive, max_hamming, with_centers)
+            assert _bucketed(centers, fulls, archive, max_hamming, with_centers) == expected
     assert expected, "the clusters must hold close pairs"
+    assert any(n[3] == FULL and n[0] == 0 for n in expected.values()), "archived centres match"
 
 
 def _record(path: str, phash: str, center: str | None) -> ImageRecord:
@@ -137,23 +149,44 @@ def test_drop_near_duplicates_with_the_crop_search_names_the_hash_that_matched()
         ]))
 
 
+def test_a_crop_of_an_archived_photo_is_caught_through_the_archived_centre_hash():
+    records = [_record("crop.jpg", "0f0f0f0f0f0f0f0c", None),   # 2 bits from y's centre
+               _record("other.jpg", "cccccccccccccccc", None)]
+    archive = [("old/y.jpg", "00000000ffffffff", "run1")]
+    centers = [("old/y.jpg", "0f0f0f0f0f0f0f0f", "run1")]
+    with fn_api_pipeline() as pipeline:
+        kept = (pipeline | "Tonight" >> beam.Create(records)
+                | DropNearDuplicates(4, pipeline | "Archive" >> beam.Create(archive),
+                                     crop_max_hamming=4,
+                                     archive_centers=pipeline | "Centers" >> beam.Create(centers)))
+        assert_that(kept, equal_to([
+            records[0].rejected("near_duplicate", _crop_detail(
+                "perceptual hash 2 bit(s) from the center-crop hash of 'old/y.jpg' in snapshot "
+                "run1")),
+            records[1]]))
+
+
 def test_hot_crop_buckets_searched_in_parts_give_the_same_decisions():
     rng = np.random.default_rng(7)
     center = int(rng.integers(0, 2**63))
-    records, archive = [], []
+    records, archive, centers = [], [], []
     for k in range(240):   # most hashes in one hot cluster around `center`, both kinds
         base = center if k % 4 else int(rng.integers(0, 2**63))
         records.append(_record(f"img{k:03d}.jpg", _near(rng, base, int(rng.integers(0, 7))),
                                _near(rng, base, int(rng.integers(0, 7))) if k % 3 else None))
         if k % 11 == 0:
             archive.append((f"old/{k}.jpg", _near(rng, base, int(rng.integers(0, 7))), "run1"))
+            centers.append((f"old/{k}.jpg", _near(rng, base, int(rng.integers(0, 7))), "run1"))
     pipeline = beam.Pipeline(runner=FnApiRunner())
     kept = pipeline | "Tonight" >> beam.Create(records)
     archived = pipeline | "Archive" >> beam.Create(archive)
+    archived_centers = pipeline | "ArchiveCenters" >> beam.Create(centers)
     whole = kept | "Whole" >> DropNearDuplicates(4, archived, hot_bucket_values=None,
-                                                 crop_max_hamming=4)
+                                                 crop_max_hamming=4,
+                                                 archive_centers=archived_centers)
     split = kept | "InParts" >> DropNearDuplicates(4, archived, hot_bucket_values=5,
-                                                   crop_max_hamming=4)
+                                                   crop_max_hamming=4,
+                                                   archive_centers=archived_centers)
     both = ({"whole": whole | "KeyWhole" >> beam.Map(lambda r: (r.path, r)),
              "split": split | "KeySplit" >> beam.Map(lambda r: (r.path, r))}
             | beam.CoGroupByKey())
@@ -201,3 +234,22 @@ def test_the_job_rejects_a_centre_crop_only_with_the_option_on(photo_set, tmp_pa
     assert _outcomes(photo_set, tmp_path / "on", crop=True) == {
         "a/01_photo_crop92.png": ("near_duplicate", _crop_detail(
             "perceptual hash 0 bit(s) from the center-crop hash of 'a/00_photo.png'"))}
+
+
+def test_a_crop_that_arrives_a_night_later_is_caught_through_the_index(tmp_path):
+    root = tmp_path / "images"
+    original = photo(5, 240, 320, 1)
+    write_bytes(root / "a" / "00_photo.png", encode(original, "PNG"))
+    write_bytes(root / "b" / "1.png", encode(photo(11, 240, 320, 1), "PNG"))
+    argv = ["--data_root", str(root), "--output_dir", str(tmp_path / "out"),
+            "--set", "decode.isolation=inline", "--set", "transform.enabled=false",
+            "--set", "dedup.crop_tolerant=true"]
+    first = nightly.run(argv)
+    center = index_rows(first.snapshot)["a/00_photo.png"]["center_phash"]
+    assert center and len(center) == 16
+    write_bytes(root / "z" / "crop.png", encode(_crop92(original), "PNG"))
+    second = nightly.run(argv)
+    assert {r["path"]: (r["reason"], r["detail"]) for r in rejects(second.snapshot)} == {
+        "z/crop.png": ("near_duplicate", _crop_detail(
+            f"perceptual hash 0 bit(s) from the center-crop hash of 'a/00_photo.png' in "
+            f"snapshot {first.run_id}"))}

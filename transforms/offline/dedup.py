@@ -34,7 +34,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.offline import quality
-from transforms.offline.crop_search import CENTER, search_crop_bucket
+from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
 from transforms.offline.near_search import search_bucket
 
 __all__ = ["DropExactDuplicates", "DropNearDuplicates", "HOT_BUCKET_VALUES"]
@@ -178,15 +178,16 @@ def _hot_parts(members, hot_values: int | None) -> int:
     return -(-values // hot_values) if values > hot_values else 1
 
 
-def _crop_sides(members):
-    """(rel, hash, run_id, kind) members -> tonight's centres, tonight's fulls, archived."""
-    centers, fulls, archived = [], [], []
+def _crop_sides(members) -> dict:
+    """(rel, hash, run_id, kind) members -> `search_crop_bucket`'s keyword arguments:
+    tonight's centres and fulls, the archive's fulls and centres."""
+    sides = {"centers": [], "fulls": [], "archive": [], "archive_centers": []}
     for rel, phash, run_id, kind in members:
         if run_id:
-            archived.append((run_id, rel, phash))
+            sides["archive_centers" if kind == CENTER else "archive"].append((run_id, rel, phash))
         else:
-            (centers if kind == CENTER else fulls).append((rel, phash))
-    return centers, fulls, archived
+            sides["centers" if kind == CENTER else "fulls"].append((rel, phash))
+    return sides
 
 
 class _SearchCropBucketFn(_BucketFn):
@@ -199,11 +200,12 @@ class _SearchCropBucketFn(_BucketFn):
         super().__init__(max_hamming, hot_bucket_values)
 
     def _sub_keyed(self, band, value, member, mine, other):
-        center = member[3] == CENTER and not member[2]
+        center = member[3] == CENTER  # tonight's or archived
         return ((band, value, mine, other) if center else (band, value, other, mine)), member
 
     def _search(self, band, members):
-        return search_crop_bucket(*_crop_sides(members), self._max_hamming, band)
+        return search_crop_bucket(max_hamming=self._max_hamming, band=band,
+                                  **_crop_sides(members))
 
 
 class _SearchCropPartsFn(beam.DoFn):
@@ -216,13 +218,14 @@ class _SearchCropPartsFn(beam.DoFn):
 
     def process(self, item):
         (band, _value, _p, _q), members = item
-        found, compared = search_crop_bucket(*_crop_sides(members), self._max_hamming, band)
+        found, compared = search_crop_bucket(max_hamming=self._max_hamming, band=band,
+                                             **_crop_sides(members))
         self._compared.inc(compared)
         yield from found
 
 
 def _crop_members(record):
-    yield record.path, record.phash, "", "full"
+    yield record.path, record.phash, "", FULL
     if record.center_phash:
         yield record.path, record.center_phash, "", CENTER
 
@@ -256,11 +259,12 @@ class DropNearDuplicates(beam.PTransform):
     (rel, phash, run_id) accepted earlier. `hot_bucket_values`: distinct hashes above which a
     band bucket is searched in parts (None: never split; the answers are the same either way).
     `crop_max_hamming`: also the crop-tolerant search (records carry `center_phash`) within
-    this distance; None: off."""
+    this distance; None: off. `archive_centers`: PCollection of (rel, center_phash, run_id) of
+    archived images indexed with a centre hash, for the crop search (None: none)."""
 
     def __init__(self, max_hamming: int, archive,
                  hot_bucket_values: int | None = HOT_BUCKET_VALUES,
-                 crop_max_hamming: int | None = None):
+                 crop_max_hamming: int | None = None, archive_centers=None):
         super().__init__()
         if hot_bucket_values is not None and (isinstance(hot_bucket_values, bool)
                                               or not isinstance(hot_bucket_values, int)
@@ -271,6 +275,7 @@ class DropNearDuplicates(beam.PTransform):
         self._archive = archive
         self._hot_bucket_values = hot_bucket_values
         self._crop_max_hamming = crop_max_hamming
+        self._archive_centers = archive_centers
 
     def expand(self, records):
         max_hamming = self._max_hamming
@@ -302,9 +307,13 @@ class DropNearDuplicates(beam.PTransform):
     def _crop_search(self, records):
         """(rel, best crop neighbour) from the centre hashes against the full hashes."""
         crop_max = self._crop_max_hamming
+        members = [records | "CropHashes" >> beam.FlatMap(_crop_members),
+                   self._archive | "ArchiveFullHashes" >> beam.Map(lambda m: (*m, FULL))]
+        if self._archive_centers is not None:
+            members.append(self._archive_centers
+                           | "ArchiveCenterHashes" >> beam.Map(lambda m: (*m, CENTER)))
         searched = (
-            (records | "CropHashes" >> beam.FlatMap(_crop_members),
-             self._archive | "ArchiveFullHashes" >> beam.Map(lambda m: (*m, "full")))
+            tuple(members)
             | "AllCropHashes" >> beam.Flatten()
             | "CropHashBands" >> beam.FlatMap(_band_keys, crop_max)
             | "GroupByCropBand" >> beam.GroupByKey()

@@ -37,6 +37,7 @@ INDEX_SCHEMA = pa.schema(
         ("label_id", pa.int64()),       # class id; null when none
         ("split", pa.string()),         # train/validation/test when accepted
         ("phash", pa.string()),         # 16 hex chars; null when not decoded
+        ("center_phash", pa.string()),  # hash of the central region (dedup.crop_tolerant); null
         ("shard", pa.string()),         # shard file (relative to the snapshot) when accepted
         ("num_boxes", pa.int64()),
     ]
@@ -65,7 +66,8 @@ def record_row(record, shard: str | None = None) -> dict:
         label_key=record.label_key, reason=reject.reason if reject else None,
         accepted=reject is None,
         detail=reject.detail if reject else "", label=record.label, label_id=record.label_id,
-        split=None if reject else record.split, phash=record.phash, shard=shard,
+        split=None if reject else record.split, phash=record.phash,
+        center_phash=record.center_phash, shard=shard,
         num_boxes=len(record.boxes),
         **{f"quality_{name}": metrics.get(name) for name in QUALITY_METRICS},
         **dict(zip(CHANNEL_COLUMNS, record.moments)))
@@ -75,9 +77,11 @@ def upgrade_row(row: Mapping) -> dict:
     """A row read back from an `index.parquet`, in the current columns. An index written
     before `reason` replaced `outcome` (the split when accepted, else the reject reason) is
     mapped: `reason` is the old `outcome` of a rejected row and None for an accepted one,
-    whose split is in `split` in both versions. Other columns are kept as read."""
+    whose split is in `split` in both versions. An index from before `center_phash` existed
+    has None there. Other columns are kept as read."""
     row = dict(row)
     if "outcome" in row and "reason" not in row:
         outcome = row.pop("outcome")
         row["reason"] = None if row.get("accepted") else outcome
+    row.setdefault("center_phash", None)
     return row
