@@ -97,8 +97,9 @@ def _night(job, options, nightly, inputs, output_dir: str, run_id: str, lock) ->
     # One summary.json per earlier snapshot, never their ledgers or stats.json.
     history, reported, _old = read_history(
         [layout.snapshot_dir(output_dir, rid) for rid in history_ids], BEAM_FILES)
-    if not nightly.always_run_job:
-        message = quick_look(job, output_dir, history_ids, reported)
+    if not nightly.always_run_job and nightly.quick_look_max_files > 0:
+        message = quick_look(job, output_dir, history_ids, reported,
+                             nightly.quick_look_max_files)
         if message:
             return NightlyResult(run_id, None, message, {}, 0)
     from pipelines.snapshot import (discard_staging, publish_snapshot, staged_rejects,

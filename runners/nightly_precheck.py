@@ -13,7 +13,9 @@ name no file) has already been reported. Anything else, including an error while
 "maybe": the full job runs and decides, as it always did.
 
 What it reads: the listing of the data roots, the CSVs, the `path, bytes, mtime, label_key,
-reason` columns of each committed index, and the summaries the caller already read.
+reason` columns of each committed index, and the summaries the caller already read. It holds
+the listing in memory, so a listing of more than `--quick_look_max_files` files (default 1M)
+is left to the job.
 """
 from __future__ import annotations
 
@@ -24,24 +26,29 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.job import PreprocessJob
 from transforms import snapshot_layout as layout
-from transforms.offline.discover import list_images
+from transforms.offline.discover import TooManyFiles, list_images
 from transforms.offline.join_labels import (label_key, missing_file_rejects, read_box_csv,
                                             read_label_csv, unchanged_since)
 from transforms.offline.rejects import Reject
 from transforms.reporting.history import fingerprint, reject_key
 
-__all__ = ["QuickLook", "quick_look"]
+__all__ = ["QuickLook", "quick_look", "DEFAULT_MAX_FILES"]
 
 _LOG = logging.getLogger(__name__)
 _PRIOR_COLUMNS = ("path", "bytes", "mtime", "label_key", "reason")
+# The look keeps tonight's listing in the launcher's memory (~400 bytes a file): past this many
+# files the job, which streams it, decides (`pixelmill nightly --quick_look_max_files`).
+DEFAULT_MAX_FILES = 1_000_000
 
 
 class QuickLook:
-    """Tonight's inputs, listed and joined the way the job joins them."""
+    """Tonight's inputs, listed and joined the way the job joins them (`TooManyFiles` past
+    `max_files` listed files: the look holds the listing in memory)."""
 
-    def __init__(self, job: PreprocessJob):
+    def __init__(self, job: PreprocessJob, max_files: int | None = None):
         self.refs, self.discovery_rejects = list_images(
-            job.data_roots, job.config.discovery.extensions, job.config.limits.max_file_bytes)
+            job.data_roots, job.config.discovery.extensions, job.config.limits.max_file_bytes,
+            max_files)
         self.label_rows, self.row_rejects = _split(
             item for path in job.label_csvs for item in read_label_csv(path, job.config.labels))
         box_rows, box_rejects = _split(
@@ -101,18 +108,22 @@ def _latest_priors(output_dir: str, run_ids: list[str], wanted: set) -> dict:
     return priors
 
 
-def quick_look(job: PreprocessJob, output_dir: str, run_ids: list[str],
-               reported: set) -> str | None:
+def quick_look(job: PreprocessJob, output_dir: str, run_ids: list[str], reported: set,
+               max_files: int | None = DEFAULT_MAX_FILES) -> str | None:
     """The nightly "nothing new" message when tonight certainly has nothing new, else None
     (the full job must run). `run_ids`: the committed snapshots, oldest first; `reported`:
-    the fingerprints of every reject they reported (`reporting.history.read_history`)."""
+    the fingerprints of every reject they reported (`reporting.history.read_history`);
+    `max_files`: a listing with more files is left to the job (None: no limit)."""
     if not run_ids:
         return None
     try:
-        look = QuickLook(job)
+        look = QuickLook(job, max_files)
         changed = look.changed(_latest_priors(output_dir, run_ids,
                                               {ref.path for ref in look.refs}))
         news = [r for r in look.rejects() if fingerprint(reject_key(_line(r))) not in reported]
+    except TooManyFiles as exc:
+        _LOG.info("quick look skipped: %s (--quick_look_max_files); running the job", exc)
+        return None
     except Exception as exc:  # the job will meet the same problem and say it properly
         _LOG.info("quick look failed (%s: %s); running the job", type(exc).__name__, exc)
         return None

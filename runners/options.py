@@ -11,6 +11,8 @@ import argparse
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from runners.nightly_precheck import DEFAULT_MAX_FILES
+
 __all__ = ["PreprocessOptions", "NightlyOptions", "wants_help", "print_help"]
 
 
@@ -73,3 +75,7 @@ class NightlyOptions(PipelineOptions):
                             help="Run the whole job even when a quick look at the listing, "
                                  "the CSVs and the archive's index finds nothing new (by "
                                  "default such a night exits 0 without starting the job).")
+        parser.add_argument("--quick_look_max_files", type=int, default=DEFAULT_MAX_FILES,
+                            help="Skip the quick look when the data roots hold more files "
+                                 "than this (it keeps the listing in the launcher's memory, "
+                                 "~400 bytes a file; 0: never look).")

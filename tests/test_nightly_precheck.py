@@ -45,7 +45,7 @@ class Folder:
         with contextlib.chdir(self.base):
             return nightly.run(self.argv(*extra))
 
-    def look(self):
+    def look(self, max_files=None):
         """quick_look's answer for the folder as it is now (None: the job must run)."""
         with contextlib.chdir(self.base):
             options, job_options, run_id, output_dir = parse_options(self.argv())
@@ -53,7 +53,7 @@ class Folder:
             run_ids = [s.run_id for s in layout.committed_snapshots(output_dir)]
             _, reported, _ = read_history([layout.snapshot_dir(output_dir, r)
                                            for r in run_ids])
-            return quick_look(job, output_dir, run_ids, reported)
+            return quick_look(job, output_dir, run_ids, reported, max_files)
 
     def append(self, path, line):
         with open(path, "a") as handle:
@@ -217,3 +217,10 @@ def test_an_index_written_before_reason_replaced_outcome_is_read(folder):
         row["split"] if row["accepted"] else row["reason"]))
     os.replace(path.with_suffix(".old"), path)
     assert folder.look() is None
+
+
+def test_a_listing_over_the_limit_is_left_to_the_job(folder):
+    assert folder.look(max_files=8) is not None   # 8 files: 7 images and the symlink
+    assert folder.look(max_files=7) is None
+    result = folder.night("--quick_look_max_files", "0")
+    assert result.snapshot is None and QUICK not in result.message

@@ -20,7 +20,7 @@ from transforms.offline import paths
 from transforms.offline.image_record import ImageRecord
 
 __all__ = ["FileRef", "DiscoverImages", "root_and_pattern", "UNSAFE_TAG", "classify_file",
-           "one_per_rel_path", "list_images"]
+           "one_per_rel_path", "list_images", "TooManyFiles"]
 
 UNSAFE_TAG = "unsafe"
 _GLOB_CHARS = "*?["
@@ -94,14 +94,22 @@ def one_per_rel_path(rel: str, refs) -> tuple[FileRef, list[ImageRecord]]:
         for other in unique[1:]]
 
 
-def list_images(roots, extensions: tuple,
-                max_file_bytes: int | None) -> tuple[list[FileRef], list[ImageRecord]]:
+class TooManyFiles(RuntimeError):
+    """The listing holds more files than the caller of `list_images` wants in memory."""
+
+
+def list_images(roots, extensions: tuple, max_file_bytes: int | None,
+                max_files: int | None = None) -> tuple[list[FileRef], list[ImageRecord]]:
     """What `DiscoverImages` finds, in one process without a pipeline: (FileRefs, rejected
-    ImageRecords). For a quick look at a listing (nightly's pre-check), not for big jobs."""
-    by_path, rejected = {}, []
+    ImageRecords). For a quick look at a listing (nightly's pre-check), not for big jobs:
+    raises `TooManyFiles` once more than `max_files` files are listed."""
+    by_path, rejected, listed = {}, [], 0
     for root in roots:
         base, pattern = root_and_pattern(root)
         for metadata in FileSystems.match([pattern])[0].metadata_list:
+            listed += 1
+            if max_files is not None and listed > max_files:
+                raise TooManyFiles(f"more than {max_files} files under {list(roots)}")
             found = classify_file(base, metadata, tuple(extensions), max_file_bytes)
             if isinstance(found, FileRef):
                 by_path.setdefault(found.path, []).append(found)
