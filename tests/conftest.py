@@ -4,7 +4,8 @@ Fixtures: `demo` (the generated demo dataset, every bad-input kind once) and `de
 (the real job run on it, with the TFT analysis); `folder_images` (six photo-like JPEGs in class
 folders, fresh for each test, which may change them) and `folder_snapshot` (the real job run
 once on a read-only copy of them plus one image outside any class folder); `train_snapshot`
-(32 images, all train, gzip shards). The session-scoped ones are built once per test process
+(32 images, all train, gzip shards); `script_job` (a user script that runs the whole job with
+its defaults in a fresh interpreter, once). The session-scoped ones are built once per test process
 and must not be modified.
 
 Scheduling: with `-n 2` (pytest-xdist), tests that use the same module- or session-scoped
@@ -22,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
+import subprocess
 import sys
 import types
 
@@ -117,3 +119,25 @@ def demo_snapshot(demo, tmp_path_factory):
     analysis (inline decoding; `test_preprocess_job` compares it with an isolated run)."""
     return run_job(demo.root, tmp_path_factory.mktemp("demo_out"), labels=[demo.labels_csv],
                    classes=demo.classes_txt, boxes=[demo.boxes_csv], tft=True)
+
+
+@pytest.fixture(scope="session")
+def script_job(tmp_path_factory):
+    """A user script, run once in a fresh interpreter, that calls the whole job as a library
+    with its defaults (decoding in isolating child processes, the TFT analysis on) on the
+    folder corpus, prints the accounting of its images as one JSON line and then simply ends:
+    no `if __name__ == "__main__":` guard and no hard exit. `test_exit_safety` checks its exit
+    code, `test_preprocess_modes` that the unguarded script was not re-run inside the decoding
+    processes. Read-only: the finished process (`.returncode`, `.stdout`, `.stderr`)."""
+    base = tmp_path_factory.mktemp("script_job")
+    root = write_folder_images(base / "images")
+    script = base / "nightly_job.py"
+    script.write_text(
+        "import json, sys\n"
+        "from runners import preprocess\n"
+        f"snap = preprocess.run(['--data_root', {root!r}, '--output_dir', "
+        f"{str(base / 'out')!r}])\n"
+        "print(json.dumps(snap.accounting['images']))\n"
+        "sys.stdout.flush()\n")
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=600, cwd=str(base))

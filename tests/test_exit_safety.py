@@ -4,22 +4,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from runners import exit_safety
 
 
-def test_a_script_that_ran_the_job_exits_0(folder_images, tmp_path):
-    script = tmp_path / "job.py"
-    script.write_text(
-        "import json\n"
-        "from runners import preprocess\n"
-        f"snap = preprocess.run(['--data_root', {str(folder_images)!r}, '--output_dir', "
-        f"{str(tmp_path / 'out')!r}])\n"
-        "print(json.dumps(snap.accounting['images']))\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=600, cwd=str(tmp_path))
+def test_a_script_that_ran_the_job_exits_0(script_job):
+    """conftest's script_job: the whole job with its defaults (TFT on), then the script ends."""
+    done = script_job
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["accepted"] == 6
 

@@ -1,9 +1,9 @@
 """The offline job's modes and failure behaviour: isolation, publishing, config, file systems."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
-import sys
 import time
 
 import pytest
@@ -230,22 +230,12 @@ def test_help_lists_pixelmills_options(command, capsys):
     assert "--data_root" in out and "--output_dir" in out and "Beam pipeline option" in out
 
 
-def test_job_called_from_an_unguarded_script_decodes_in_isolation(folder_dataset, tmp_path):
+def test_job_called_from_an_unguarded_script_decodes_in_isolation(script_job):
     """A user script without `if __name__ == "__main__":` must not be re-run inside the
-    isolating decoder processes (which would turn every image into a decoder_crash)."""
-    script = tmp_path / "nightly_job.py"
-    script.write_text(
-        "import json, os, sys\n"
-        "from runners import preprocess\n"
-        f"snap = preprocess.run(['--data_root', {str(folder_dataset)!r}, '--output_dir', "
-        f"{str(tmp_path / 'out')!r}, '--set', 'transform.enabled=false'])\n"
-        "print(json.dumps(snap.accounting['images']))\n"
-        "sys.stdout.flush()\n"
-        "os._exit(0)\n")
-    import json
-    import subprocess
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=300, cwd=str(tmp_path))
+    isolating decoder processes (which would turn every image into a decoder_crash).
+    conftest's script_job: such a script, run with the defaults (decode.isolation=subprocess)
+    on the six-image folder corpus."""
+    done = script_job
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
         "discovered": 6, "accepted": 6, "rejected": 0, "skipped": 0, "ok": True}
