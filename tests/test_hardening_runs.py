@@ -303,22 +303,35 @@ def _snapshot_files(snapshot_dir) -> dict:
     return names
 
 
+# A second job in the same interpreter: `pixelmill preprocess`'s own entry (`cli.main`), then
+# the hard exit `console_main` ends with.
+_TWO_RUNS_CODE = ("import json, os, sys; from runners import cli; "
+                  "codes = [cli.main(argv) for argv in json.loads(sys.argv[1])]; "
+                  "sys.stdout.flush(); sys.stderr.flush(); os._exit(max(codes))")
+
+
 @pytest.fixture(scope="module")
 def three_tft_runs(tmp_path_factory):
-    """The same inputs three times, each run in its own process (as a user runs it), with its
-    own output folder and run id: twice plainly, once with every bundle replayed."""
+    """The same inputs three times, with their own output folders and run ids: twice plainly,
+    each the first run of a fresh process (as a user runs it: the byte-identity test compares
+    these two, and a traced transform graph names its functions by per-process counters), then
+    once with every bundle replayed, in the second run's process after it (only the transform's
+    traced graph is compared there, so sharing a process changes nothing it checks)."""
+    import subprocess
+    import sys
     base = tmp_path_factory.mktemp("tft_runs")
     root = good_folder(base / "images", count=4)
     junk_folder(root / "junk")
-    runs = []
-    for index, extra in enumerate([[], [], ["--direct_runner_bundle_repeat", "1"]]):
-        out = base / f"out{index}"
-        result = _cli(["preprocess", "--data_root", str(root), "--output_dir", str(out),
-                       "--run_id", f"R{index}", "--set", "decode.isolation=inline", *extra],
-                      cwd=os.path.dirname(os.path.dirname(__file__)))
-        assert result.returncode == 0, result.stderr[-3000:]
-        runs.append(out / "snapshots" / f"R{index}")
-    return runs
+    argvs = [["preprocess", "--data_root", str(root), "--output_dir", str(base / f"out{index}"),
+              "--run_id", f"R{index}", "--set", "decode.isolation=inline", *extra]
+             for index, extra in enumerate([[], [], ["--direct_runner_bundle_repeat", "1"]])]
+    repo = os.path.dirname(os.path.dirname(__file__))
+    first = _cli(argvs[0], cwd=repo)
+    assert first.returncode == 0, first.stderr[-3000:]
+    others = subprocess.run([sys.executable, "-c", _TWO_RUNS_CODE, json.dumps(argvs[1:])],
+                            capture_output=True, text=True, cwd=repo, timeout=600)
+    assert others.returncode == 0, others.stderr[-3000:]
+    return [base / f"out{index}" / "snapshots" / f"R{index}" for index in range(3)]
 
 
 def test_identical_inputs_give_a_byte_identical_snapshot_transform_included(three_tft_runs):
