@@ -59,25 +59,31 @@ def test_png_holds_original_beside_augmented(output_dir, tmp_path):
                                       _enlarged(result.augmented[index], augmented))
 
 
-def test_grid_is_the_reader_batch_and_training_step_zero(output_dir):
+@pytest.fixture(scope="module")
+def seed2(output_dir):
+    """`build_preview` of all 8 samples at seed 2 (uncompiled), and the reader's first batch
+    of 8 at seed 2, unnormalized: plain, and augmented as training step 0 (resize then warp)."""
     config = load_config(overrides=["online.image_size=16"])
-    result = preview.build_preview(output_dir, config, n=4, seed=2, jit_compile=False)
-    kwargs = dict(batch_size=4, config=config, seed=2, normalize=False, jit_compile=False)
-    plain = next(iter(make_dataset(output_dir, augment=False, **kwargs)))[0].numpy()
+    kwargs = dict(batch_size=8, config=config, seed=2, normalize=False, jit_compile=False)
+    return (preview.build_preview(output_dir, config, n=8, seed=2, jit_compile=False),
+            next(iter(make_dataset(output_dir, augment=False, **kwargs))),
+            next(iter(make_dataset(output_dir, resample_once=False, **kwargs))))
+
+
+def test_grid_is_the_reader_batch_and_training_step_zero(seed2):
+    result, plain, trained = seed2
+    plain, trained = plain[0].numpy(), trained[0].numpy()
     # The preview warps the resized batch: training's resize-then-warp path.
-    trained = next(iter(make_dataset(output_dir, resample_once=False, **kwargs)))[0].numpy()
     np.testing.assert_array_equal(result.originals, preview._to_uint8(plain))
     difference = np.abs(result.augmented.astype(int) - preview._to_uint8(trained).astype(int))
     assert difference.max() <= 1  # eager vs tf.data graph: at most a rounding step
     assert not np.array_equal(result.originals, result.augmented)
 
 
-def test_captions_name_the_classes(output_dir):
-    config = load_config(overrides=["online.image_size=16"])
-    result = preview.build_preview(output_dir, config, n=8, seed=2, jit_compile=False)
-    plain = next(iter(make_dataset(output_dir, batch_size=8, config=config, seed=2,
-                                   augment=False)))[1].numpy()
-    assert [c[0] for c in result.captions] == [f"class_{i}" for i in plain.argmax(axis=1)]
+def test_captions_name_the_classes(seed2):
+    result, plain, _ = seed2
+    assert [c[0] for c in result.captions] == [f"class_{i}" for i in
+                                               plain[1].numpy().argmax(axis=1)]
     assert any(" + " in c[1] for c in result.captions)  # mixed labels show their weights
 
 
