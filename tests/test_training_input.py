@@ -209,10 +209,16 @@ def test_boxes_come_out_padded_with_count_in_ymin_xmin_ymax_xmax(box_dir, config
     assert batch["boxes"].dtype == np.float32 and batch["box_labels"].dtype == np.int32
 
 
-def test_augmented_boxes_keep_the_format(box_dir, config):
-    dataset = training_input.make_dataset(box_dir, batch_size=4, config=config, max_boxes=3,
-                                          **EAGER)
-    for batch in _batches(dataset):
+@pytest.fixture(scope="module")
+def box_epoch(box_dir, config):
+    """The augmented epoch of the box snapshot (batches of 4, seed SEED, unnormalized, up to 3
+    boxes an image), as training reads it (the default: resize folded into the warp)."""
+    return _batches(training_input.make_dataset(box_dir, batch_size=4, config=config, seed=SEED,
+                                                normalize=False, max_boxes=3, **EAGER))
+
+
+def test_augmented_boxes_keep_the_format(box_epoch):
+    for batch in box_epoch:
         assert batch["boxes"].shape == (4, 6, 4)  # mix on: own and partner boxes
         for boxes, labels, count in zip(batch["boxes"], batch["box_labels"],
                                         batch["num_boxes"]):
@@ -314,13 +320,14 @@ def test_resample_once_equals_resize_then_warp_when_the_size_is_kept(output_dir)
         np.testing.assert_array_equal(a[1], b[1])
 
 
-def test_resample_once_moves_boxes_like_resize_then_warp(box_dir, config):
+def test_resample_once_moves_boxes_like_resize_then_warp(box_dir, config, box_epoch):
     """24 px sources to 16 px: same parameters, matrix, labels and boxes; the pixels differ
     only by resampling once instead of twice."""
-    kwargs = dict(batch_size=4, config=config, seed=SEED, normalize=False, **EAGER)
-    once = _batches(training_input.make_dataset(box_dir, **kwargs))
-    twice = _batches(training_input.make_dataset(box_dir, resample_once=False, **kwargs))
-    for a, b in zip(once, twice):
+    twice = _batches(training_input.make_dataset(box_dir, batch_size=4, config=config,
+                                                 seed=SEED, normalize=False, max_boxes=3,
+                                                 resample_once=False, **EAGER))
+    assert len(box_epoch) == len(twice) == 2
+    for a, b in zip(box_epoch, twice):
         for key in ("labels", "boxes", "box_labels", "num_boxes", "matrix"):
             np.testing.assert_array_equal(a[key], b[key])
         assert a["images"].shape == b["images"].shape == (4, 16, 16, 3)
