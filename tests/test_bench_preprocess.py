@@ -1,5 +1,5 @@
 """`pixelmill bench preprocess`: the report's arithmetic and verdicts, the corpus cache, the
-process-tree memory probe, and one tiny end-to-end pass (20 images, 1 repetition)."""
+process-tree memory probe, and one tiny end-to-end pass (2 images, 1 repetition)."""
 from __future__ import annotations
 
 import dataclasses
@@ -222,23 +222,23 @@ def test_bad_options_are_usage_errors(argv, message, tmp_path):
 
 
 def test_one_tiny_run_prints_the_table_and_the_targets(tmp_path, capsys):
-    code = bench.main(["--images", "6", "--repetitions", "1", "--workdir", str(tmp_path),
+    code = bench.main(["--images", "2", "--repetitions", "1", "--workdir", str(tmp_path),
                        "--workers", "in_memory", "--set", "decode.isolation=inline",
                        "--set", "transform.enabled=false", "--no-memory_check",
-                       "--inspect_images", "4"])
+                       "--inspect_images", "2"])
     out = capsys.readouterr().out
     assert code == 0
     assert re.search(r"^job +\d+\.\d +\d+\.\d +\d+\.\d +\(a\)", out, re.M)
     assert re.search(r"^decode +\d+\.\d +\d+\.\d +\d+\.\d +\(b\) .*, 1 parallel$", out, re.M)
     assert re.search(r"^naive +\d+\.\d +\d+\.\d +\d+\.\d +\(c\)", out, re.M)
-    peak = re.search(r"^job run 1: 6 discovered, 6 accepted, rejects: none; \d+\.\d s in "
+    peak = re.search(r"^job run 1: 2 discovered, 2 accepted, rejects: none; \d+\.\d s in "
                      r"run\(\) \(\d+\.\d s with process start\), peak tree memory (\d+) MB$",
                      out, re.M)
     assert peak and int(peak[1]) > 100  # Python + TensorFlow + Beam are resident
     assert re.search(r"^3 +inspect CPU per image +\d+\.\d ms inline, \d+\.\d ms isolated "
-                     r"\(4 images\) +<= 3 ms +(PASS|MISS)$", out, re.M)
+                     r"\(2 images\) +<= 3 ms +(PASS|MISS)$", out, re.M)
     assert re.search(r"^7 +exit codes \(no segfault\) +job processes exited \[0\] +0 +PASS$",
                      out, re.M)
-    assert "naive loop wrote 6 records" in out
-    assert os.listdir(tmp_path / "corpus_6_seed0")  # cached for the next run
+    assert "naive loop wrote 2 records" in out
+    assert os.listdir(tmp_path / "corpus_2_seed0")  # cached for the next run
     assert not os.path.exists(tmp_path / "job_out")  # job output removed after timing
