@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import pathlib
 import struct
 
 import numpy as np
@@ -13,7 +14,7 @@ from PIL import Image
 from configs.schema import Config, LabelsConfig
 from runners.demo_data import photo_like
 from tests.imageutil import photo_bytes
-from tests.jobutil import index_rows, read_records, rejects, run_job
+from tests.jobutil import copy_output, index_rows, read_records, rejects, run_job
 from transforms import codec
 from transforms.decode import decode_image
 from transforms.offline import classes, image_header, paths
@@ -82,14 +83,13 @@ def test_the_class_table_is_read_by_newline_only():
         "cat", "ze\u2028bra", "ne\x85w", "dog"]
 
 
-def test_bad_labels_never_reach_the_class_table_and_ids_never_move(tmp_path):
+def test_bad_labels_never_reach_the_class_table_and_ids_never_move(folder_snapshot, tmp_path):
     root = tmp_path / "images"
     for i, name in enumerate(["a", "b", "c", "d"]):
         write(root, f"{name}.jpg", jpeg(40 + i, i % 3))
-    first_csv = tmp_path / "first.csv"
-    first_csv.write_text("path,label\na.jpg,cat\nb.jpg,dog\n", encoding="utf-8")
-    out = tmp_path / "out"
-    run_job(root, out, labels=[first_csv], sets=FAST)
+    # An earlier run's output (conftest folder_snapshot, copied): its class table is cat, dog.
+    out = pathlib.Path(copy_output(folder_snapshot.out, tmp_path / "out"))
+    assert (out / "classes.txt").read_text() == "cat\ndog\n"
     second_csv = tmp_path / "second.csv"
     second_csv.write_text("path,label\na.jpg,cat\nb.jpg,dog\nc.jpg,ne\u2028w\nd.jpg,zebra\n",
                           encoding="utf-8")
