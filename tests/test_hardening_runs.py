@@ -10,7 +10,7 @@ import pytest
 
 from pipelines.training_input import make_dataset
 from tests.imageutil import write_photo
-from tests.jobutil import rejects, run_job
+from tests.jobutil import copy_output, rejects, run_job
 
 FAST = ["decode.isolation=inline", "transform.enabled=false"]
 
@@ -251,16 +251,16 @@ def test_an_unsafe_run_id_is_a_usage_error(tmp_path, capsys, run_id):
     assert not out.exists() or not os.listdir(out)
 
 
-def test_a_committed_run_id_is_never_overwritten(tmp_path, capsys):
+def test_a_committed_run_id_is_never_overwritten(folder_snapshot, tmp_path, capsys):
+    """A second run named like a committed snapshot (conftest folder_snapshot, copied)."""
     from runners import cli
-    out = tmp_path / "out"
-    root = good_folder(tmp_path / "images")
-    assert cli.main(_preprocess_argv(root, out, "--run_id", "R1")) == 0
-    manifest = (out / "snapshots" / "R1" / "manifest.json").read_bytes()
-    good_folder(root, count=4)
-    assert cli.main(_preprocess_argv(root, out, "--run_id", "R1")) == 2
-    assert "snapshot R1 is already committed" in capsys.readouterr().err
-    assert (out / "snapshots" / "R1" / "manifest.json").read_bytes() == manifest
+    out = copy_output(folder_snapshot.out, tmp_path / "out")
+    run_id = folder_snapshot.snapshot.run_id
+    manifest = (tmp_path / "out" / "snapshots" / run_id / "manifest.json").read_bytes()
+    root = good_folder(tmp_path / "images", count=4)
+    assert cli.main(_preprocess_argv(root, out, "--run_id", run_id)) == 2
+    assert f"snapshot {run_id} is already committed" in capsys.readouterr().err
+    assert (tmp_path / "out" / "snapshots" / run_id / "manifest.json").read_bytes() == manifest
 
 
 # Case 15: nightly on unchanged inputs.
