@@ -306,12 +306,19 @@ def test_source_batch_without_geometry_is_rejected():
         augmenter(_source_batch(), step_seed(0, 0, 0))
 
 
-def test_tf_data_map_gives_the_same_batches_as_a_direct_call():
-    """The XLA-compiled augmenter (the default) inside a dataset map; one op of each section
-    keeps the two compiles short (the base config under XLA has its own test)."""
+@pytest.fixture(scope="module")
+def one_op_per_section():
+    """(config, its XLA-compiled augmenter: the default): one op of each section keeps the
+    compiles short (the base config under XLA has its own test). The direct calls of the tests
+    that share it have one input signature, so it compiles them once."""
     config = _config(geometry={"rotation_degrees": 20.0}, pixel={"brightness": 0.3},
                      mix={"mixup_alpha": 0.4})
-    augmenter = augment.build_batch_augmenter(config, CLASSES)
+    return config, augment.build_batch_augmenter(config, CLASSES)
+
+
+def test_tf_data_map_gives_the_same_batches_as_a_direct_call(one_op_per_section):
+    """The XLA-compiled augmenter (the default) inside a dataset map."""
+    _, augmenter = one_op_per_section
     batch = _batch()
     dataset = tf.data.Dataset.from_tensors(batch).repeat(2).enumerate().map(
         lambda step, b: augmenter(b, step_seed(9, 0, step)))
@@ -327,14 +334,13 @@ def test_augment_layer_passes_through_when_not_training():
     np.testing.assert_array_equal(layer(images, training=False).numpy(), images.numpy())
 
 
-def test_augment_layer_with_a_seed_equals_the_augmenter():
-    config = _config(geometry={"rotation_degrees": 20.0}, pixel={"brightness": 0.3},
-                     mix={"mixup_alpha": 0.4})
+def test_augment_layer_with_a_seed_equals_the_augmenter(one_op_per_section):
+    config, augmenter = one_op_per_section
     layer = augment.AugmentLayer(config, CLASSES)
     batch = _batch()
     seed = step_seed(2, 0, 5)
     out = layer(batch, training=True, seed=seed)
-    expected = augment.build_batch_augmenter(config, CLASSES)(batch, seed)
+    expected = augmenter(batch, seed)
     for key in expected:
         np.testing.assert_allclose(out[key].numpy(), expected[key].numpy(), atol=1e-6)
 
