@@ -38,6 +38,7 @@ __all__ = [
     "OutputConfig",
     "DecodeConfig",
     "DriftConfig",
+    "ReportConfig",
     "TransformConfig",
     "load_config",
     "config_from_dict",
@@ -285,6 +286,17 @@ class TransformConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReportConfig:
+    """What `report.html` shows. `thumbnails_per_reason`: rejected images drawn per reject
+    reason (decoded in an isolated child process that imports TensorFlow, a few seconds of
+    publishing when the decoders' process is not already running); 0: none, only their paths."""
+    thumbnails_per_reason: int = 4
+
+    def __post_init__(self):
+        check_range("report.thumbnails_per_reason", self.thumbnails_per_reason, 0, 50)
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     """The whole configuration. Each section is documented on its dataclass."""
     discovery: DiscoveryConfig = dataclasses.field(default_factory=DiscoveryConfig)
@@ -299,6 +311,7 @@ class Config:
     decode: DecodeConfig = dataclasses.field(default_factory=DecodeConfig)
     drift: DriftConfig = dataclasses.field(default_factory=DriftConfig)
     transform: TransformConfig = dataclasses.field(default_factory=TransformConfig)
+    report: ReportConfig = dataclasses.field(default_factory=ReportConfig)
     online: OnlineConfig = dataclasses.field(default_factory=OnlineConfig)
 
 

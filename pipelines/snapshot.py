@@ -38,7 +38,6 @@ __all__ = ["AccountingError", "BeamStorage", "BEAM_FILES", "check_accounting",
            "publish_snapshot", "staged_stats", "staged_rejects", "discard_staging",
            "remove_tree", "read_json"]
 
-_THUMBNAILS_PER_REASON = 4
 # Never open unsafe files, never decode bombs or files that crashed or hung the decoder (even
 # isolated they would cost the timeout again), never open what could not be read (a FIFO),
 # nothing to show for rows.
@@ -97,7 +96,7 @@ def _find_input(data_roots, rel: str) -> str | None:
 
 def _thumbnails(job: PreprocessJob, stats: dict) -> dict:
     """{reason: [(path, PNG or None)]}, the PNGs made in an isolated process (never here)."""
-    shown = {reason: examples[:_THUMBNAILS_PER_REASON]
+    shown = {reason: examples[:job.config.report.thumbnails_per_reason]
              for reason, examples in sorted(stats.get("reject_examples", {}).items())}
     found = {rel: _find_input(job.data_roots, rel) for reason, rels in shown.items()
              if reason not in _NO_THUMBNAIL for rel in rels}

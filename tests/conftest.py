@@ -116,9 +116,10 @@ def demo(tmp_path_factory):
 @pytest.fixture(scope="session")
 def demo_snapshot(demo, tmp_path_factory):
     """The job run once on the demo with its labels, class table and boxes, with the TFT
-    analysis (inline decoding; `test_preprocess_job` compares it with an isolated run)."""
+    analysis and the report's thumbnails (inline decoding; `test_preprocess_job` compares it
+    with an isolated run)."""
     return run_job(demo.root, tmp_path_factory.mktemp("demo_out"), labels=[demo.labels_csv],
-                   classes=demo.classes_txt, boxes=[demo.boxes_csv], tft=True)
+                   classes=demo.classes_txt, boxes=[demo.boxes_csv], tft=True, thumbnails=True)
 
 
 @pytest.fixture(scope="session")

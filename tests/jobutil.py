@@ -15,7 +15,8 @@ from transforms import codec
 
 
 def job_argv(data_root, output_dir, labels=(), classes=None, boxes=(), sets=(), extra=(),
-             isolation: str = "inline", tft: bool = False) -> list[str]:
+             isolation: str = "inline", tft: bool = False,
+             thumbnails: bool = False) -> list[str]:
     """The `pixelmill preprocess` flags for `run_job`."""
     argv = ["--data_root", str(data_root), "--output_dir", str(output_dir)]
     for path in labels:
@@ -25,21 +26,23 @@ def job_argv(data_root, output_dir, labels=(), classes=None, boxes=(), sets=(), 
     if classes:
         argv += ["--classes", str(classes)]
     for item in [f"decode.isolation={isolation}",
-                 f"transform.enabled={'true' if tft else 'false'}", *sets]:
+                 f"transform.enabled={'true' if tft else 'false'}",
+                 *([] if thumbnails else ["report.thumbnails_per_reason=0"]), *sets]:
         argv += ["--set", item]
     return argv + list(extra)
 
 
 def run_job(data_root, output_dir, labels=(), classes=None, boxes=(), sets=(), extra=(),
-            isolation: str = "inline", tft: bool = False):
+            isolation: str = "inline", tft: bool = False, thumbnails: bool = False):
     """Runs the offline job in this process and returns its committed Snapshot.
 
-    Decoding is inline and the TFT analysis off unless a test is about them
-    (`isolation="subprocess"`, `tft=True`): on a 6-image job they are ~15 s of ~20 s (the
-    decoder child imports TensorFlow; TFT traces and saves a graph). `sets` come after these
-    two, so a `--set` there wins."""
+    Decoding is inline, the TFT analysis off and the report without thumbnails unless a test
+    is about them (`isolation="subprocess"`, `tft=True`, `thumbnails=True`): on a 6-image job
+    they are ~15 s of ~20 s (the decoder child imports TensorFlow; TFT traces and saves a
+    graph), and the thumbnails' isolated child imports TensorFlow too (~7 s of a 10 s demo job
+    with inline decoding). `sets` come after these, so a `--set` there wins."""
     return preprocess.run(job_argv(data_root, output_dir, labels, classes, boxes, sets, extra,
-                                   isolation, tft))
+                                   isolation, tft, thumbnails))
 
 
 def copy_output(source, destination) -> str:

@@ -84,3 +84,25 @@ def test_thumbnails_are_made_in_an_isolated_process_and_hostile_files_get_none(t
 def test_the_demo_report_shows_thumbnails_of_rejects(demo_snapshot):
     page = (pathlib.Path(demo_snapshot.path) / "report.html").read_text(encoding="utf-8")
     assert page.count('<img src="data:image/png;base64,') >= 3  # blurry, too_dark, duplicate...
+
+
+def test_a_report_with_no_thumbnails_draws_none_and_still_names_the_rejects(tmp_path):
+    from tests.imageutil import photo_bytes
+    from tests.jobutil import rejects, run_job
+    root = tmp_path / "images"
+    (root / "cat").mkdir(parents=True)
+    (root / "cat" / "ok.jpg").write_bytes(photo_bytes(1, 96, 128))
+    (root / "cat" / "tiny.jpg").write_bytes(photo_bytes(2, 8, 8))
+    snapshot = run_job(root, tmp_path / "out")   # report.thumbnails_per_reason=0
+    assert [r["reason"] for r in rejects(snapshot)] == ["too_small"]
+    page = (pathlib.Path(snapshot.path) / "report.html").read_text(encoding="utf-8")
+    assert "<img" not in page and "Rejected images" not in page
+    assert "cat/tiny.jpg" in page
+
+
+def test_report_thumbnails_per_reason_is_checked_at_load():
+    import pytest
+    from configs.schema import ConfigError
+    with pytest.raises(ConfigError, match=r"report\.thumbnails_per_reason.*-1"):
+        load_config(None, ["report.thumbnails_per_reason=-1"])
+    assert load_config(None, ()).report.thumbnails_per_reason == 4
