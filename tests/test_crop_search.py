@@ -243,6 +243,7 @@ def test_a_crop_that_arrives_a_night_later_is_caught_through_the_index(tmp_path)
     write_bytes(root / "b" / "1.png", encode(photo(11, 240, 320, 1), "PNG"))
     argv = ["--data_root", str(root), "--output_dir", str(tmp_path / "out"),
             "--set", "decode.isolation=inline", "--set", "transform.enabled=false",
+            "--set", "report.thumbnails_per_reason=0",
             "--set", "dedup.crop_tolerant=true"]
     first = nightly.run(argv)
     center = index_rows(first.snapshot)["a/00_photo.png"]["center_phash"]

@@ -12,7 +12,11 @@ from pipelines.training_input import make_dataset
 from tests.imageutil import write_photo
 from tests.jobutil import copy_output, rejects, run_job
 
-FAST = ["decode.isolation=inline", "transform.enabled=false"]
+FAST = ["decode.isolation=inline", "transform.enabled=false", "report.thumbnails_per_reason=0"]
+
+
+def _sets(items) -> list[str]:
+    return [arg for item in items for arg in ("--set", item)]
 
 
 def junk_folder(root):
@@ -97,7 +101,7 @@ def test_a_run_that_raises_is_exit_1_with_the_error(tmp_path, monkeypatch, capsy
 
     monkeypatch.setattr(preprocess, "execute", broken)
     code = cli.main(["preprocess", "--data_root", str(junk_folder(tmp_path / "images")),
-                     "--output_dir", str(tmp_path / "out"), "--set", FAST[0], "--set", FAST[1]])
+                     "--output_dir", str(tmp_path / "out"), *_sets(FAST)])
     assert code == 1
     assert capsys.readouterr().err.rstrip().endswith(
         "pixelmill preprocess: failed: RuntimeError: a worker died")
@@ -204,7 +208,7 @@ def good_folder(root, count: int = 3):
 
 def _preprocess_argv(root, out, *extra):
     return ["preprocess", "--data_root", str(root), "--output_dir", str(out),
-            "--set", FAST[0], "--set", FAST[1], *extra]
+            *_sets(FAST), *extra]
 
 
 # Case 12: leftovers of killed and failed runs.
@@ -274,7 +278,7 @@ def test_nightly_publishes_nothing_when_only_known_rejects_come_back(tmp_path):
     (root / "cat" / "junk.jpg").write_bytes(b"junk")  # unknown_format: read once, then skipped
     os.mkfifo(root / "cat" / "pipe.jpg")  # unreadable, never opened: found every night
     argv = ["--data_root", str(root), "--output_dir", str(tmp_path / "out"),
-            "--set", FAST[0], "--set", FAST[1]]
+            *_sets(FAST)]
     first = nightly.run(argv)
     assert sorted(r["reason"] for r in rejects(first.snapshot)) == [
         "unknown_format", "unreadable", "unsafe_path"]

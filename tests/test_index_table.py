@@ -75,7 +75,8 @@ def test_nightly_reads_an_index_written_before_reason_replaced_outcome(tmp_path)
     (root / "loose.jpg").write_bytes(_jpeg(99, 0))  # no label: rejected as unlabeled
     labels.write_text("path,label\n" + "".join(rows))
     argv = ["--data_root", str(root), "--labels", str(labels), "--output_dir", str(out),
-            "--set", "decode.isolation=inline", "--set", "transform.enabled=false"]
+            "--set", "decode.isolation=inline", "--set", "transform.enabled=false",
+            "--set", "report.thumbnails_per_reason=0"]
     first = nightly.run(argv)
     assert first.snapshot.accounting["images"]["accepted"] == 6
     _downgrade_index(first.snapshot.path)

@@ -57,7 +57,8 @@ class World:
         """One nightly run (inline decoding; the TFT analysis only when `tft`)."""
         argv = ["--data_root", str(self.root), "--labels", str(self.labels),
                 "--output_dir", str(self.out), "--set", "decode.isolation=inline",
-                "--set", f"transform.enabled={'true' if tft else 'false'}", *extra]
+                "--set", f"transform.enabled={'true' if tft else 'false'}",
+                "--set", "report.thumbnails_per_reason=0", *extra]
         return nightly.run(argv)
 
 

@@ -26,7 +26,7 @@ def _world(tmp_path):
     (tmp_path / "labels.csv").write_text("path,label\n" + "\n".join(rows) + "\n")
     return ["--data_root", str(root), "--labels", str(tmp_path / "labels.csv"),
             "--output_dir", str(tmp_path / "out"), "--set", "decode.isolation=inline",
-            "--set", "transform.enabled=false"]
+            "--set", "transform.enabled=false", "--set", "report.thumbnails_per_reason=0"]
 
 
 def _opened_during(monkeypatch, run):

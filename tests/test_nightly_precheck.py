@@ -39,7 +39,8 @@ class Folder:
         CSV, and a copy of the folder must name the same one."""
         return ["--data_root", "images", "--labels", "labels.csv", "--boxes", "boxes.csv",
                 "--output_dir", "out", "--set", "decode.isolation=inline",
-                "--set", "transform.enabled=false", *extra]
+                "--set", "transform.enabled=false", "--set", "report.thumbnails_per_reason=0",
+                *extra]
 
     def night(self, *extra):
         with contextlib.chdir(self.base):
