@@ -170,9 +170,9 @@ def run(argv=None) -> layout.Snapshot:
     """Runs the job over every input and commits the snapshot; raises on any failure
     (nothing published, its own staging removed). Holds the output folder's lock while it
     runs, and first removes what killed runs left (`runners.locked_run`)."""
-    from pipelines.snapshot import publish_snapshot
     options, job_options, run_id, output_dir = parse_options(argv)
     job, inputs = resolve_job(job_options, layout.staging_dir(output_dir, run_id))
+    from pipelines.snapshot import publish_snapshot  # TensorFlow: after flags are checked
     with locked_run(output_dir, run_id) as lock:
         execute(job, options)
         lock.check()

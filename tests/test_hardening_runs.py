@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -68,6 +70,22 @@ def test_an_output_dir_that_is_a_file_is_a_usage_error_in_one_line(tmp_path, whe
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("pixelmill")]
     assert line.startswith(f"pixelmill preprocess: error: --output_dir {out} ")
     assert "expected a folder" in line
+
+
+def test_a_usage_error_is_found_before_tensorflow_is_imported(tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    code = ("import sys\n"
+            "from runners import preprocess\n"
+            "from runners.errors import UsageError\n"
+            "try:\n"
+            f"    preprocess.run(['--data_root', {str(tmp_path)!r}, '--output_dir', "
+            f"{str(blocker)!r}])\n"
+            "except UsageError as exc:\n"
+            "    print('usage error;', 'tensorflow' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(__file__)), check=True)
+    assert done.stdout.strip() == "usage error; False"
 
 
 def test_a_failed_run_exits_1_with_the_error_and_without_interpreter_teardown(monkeypatch,
