@@ -101,9 +101,9 @@ def _records(paths):
 
 def _isolated_ms(inspect_fn, records, timeout_s: float) -> float:
     from transforms.offline import isolation
-    from transforms.offline.inspect_image import ISOLATION_PRELOAD, _IsolatedWorker
+    from transforms.offline.inspect_image import _IsolatedWorker
     pool = isolation.ChildPool(_IsolatedWorker(inspect_fn), 1, timeout_s,
-                               preload=ISOLATION_PRELOAD)
+                               preload=isolation.DECODER_PRELOAD)
     try:
         def run_all(batch):
             for key, record in enumerate(batch):

@@ -196,9 +196,6 @@ class _SearchCropBucketFn(_BucketFn):
     values is searched in exactly one sub-bucket."""
     COMPARED, HOT = "near_dup_crop_comparisons", "near_dup_crop_hot_buckets"
 
-    def __init__(self, max_hamming: int, hot_bucket_values: int | None = HOT_BUCKET_VALUES):
-        super().__init__(max_hamming, hot_bucket_values)
-
     def _sub_keyed(self, band, value, member, mine, other):
         center = member[3] == CENTER  # tonight's or archived
         return ((band, value, mine, other) if center else (band, value, other, mine)), member

@@ -103,14 +103,14 @@ def list_images(roots, extensions: tuple, max_file_bytes: int | None,
     """What `DiscoverImages` finds, in one process without a pipeline: (FileRefs, rejected
     ImageRecords). For a quick look at a listing (nightly's pre-check), not for big jobs:
     raises `TooManyFiles` once more than `max_files` files are listed."""
-    by_path, rejected, listed = {}, [], 0
+    by_path, rejected, listed, extensions = {}, [], 0, tuple(extensions)
     for root in roots:
         base, pattern = root_and_pattern(root)
         for metadata in FileSystems.match([pattern])[0].metadata_list:
             listed += 1
             if max_files is not None and listed > max_files:
                 raise TooManyFiles(f"more than {max_files} files under {list(roots)}")
-            found = classify_file(base, metadata, tuple(extensions), max_file_bytes)
+            found = classify_file(base, metadata, extensions, max_file_bytes)
             if isinstance(found, FileRef):
                 by_path.setdefault(found.path, []).append(found)
             elif found is not None:

@@ -23,10 +23,7 @@ from transforms.offline import image_header, isolation, quality
 from transforms.offline.image_record import ImageRecord
 
 __all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages", "size_reject",
-           "jpeg_scans", "ISOLATION_PRELOAD"]
-
-# What the isolating processes' forkserver imports once, so each child starts in milliseconds.
-ISOLATION_PRELOAD = isolation.DECODER_PRELOAD
+           "jpeg_scans"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -235,7 +232,7 @@ class IsolatedInspectFn(beam.DoFn):
         self._tally = _Tally(self._inspect_fn._config.limits)
         self._pool = isolation.ChildPool(
             _IsolatedWorker(self._inspect_fn), self._processes, self._timeout_s,
-            preload=ISOLATION_PRELOAD)
+            preload=isolation.DECODER_PRELOAD)
         self._waiting: dict = {}
         self._next_key = 0
 

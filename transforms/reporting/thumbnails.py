@@ -69,11 +69,10 @@ def thumbnails_png(paths, limits, timeout_s: float) -> dict:
     """{path: PNG bytes or None} for `paths`, each thumbnail made in an isolated child process
     with a `timeout_s` limit per file (None for a file that crashed, hung or does not decode)."""
     from transforms.offline import isolation
-    from transforms.offline.inspect_image import ISOLATION_PRELOAD
     paths = list(dict.fromkeys(paths))
     if not paths:
         return {}
-    pool = isolation.ChildPool(_ThumbnailWorker(limits), 1, timeout_s, preload=ISOLATION_PRELOAD)
+    pool = isolation.ChildPool(_ThumbnailWorker(limits), 1, timeout_s, preload=isolation.DECODER_PRELOAD)
     results = {}
     try:
         for key, path in enumerate(paths):
