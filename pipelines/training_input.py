@@ -158,16 +158,24 @@ def plan_reading(output_dir: str, spec: ReaderSpec,
             f"{num_pipelines} input pipelines")
     augmenter = None
     if spec.augment:
-        augmenter = build_batch_augmenter(
-            spec.online, num_classes, jit_compile=spec.jit_compile,
-            image_size=spec.image_size if spec.resample_once else None)
+        augmenter = _shared_augmenter(spec.online, num_classes, spec.jit_compile,
+                                      spec.image_size if spec.resample_once else None)
     return ReadPlan(spec, tuple(selected), groups, num_classes, with_boxes, numbers,
                     pipeline_id, num_pipelines, augmenter, stored_offset - kept_offset)
 
 
+@functools.lru_cache(maxsize=8)
+def _shared_augmenter(online, num_classes, jit_compile, image_size) -> BatchAugmenter:
+    """One augmenter per setting in this process, so its traced graph is shared by every
+    dataset built with that setting (a dataset per epoch re-traces nothing)."""
+    return build_batch_augmenter(online, num_classes, jit_compile=jit_compile,
+                                 image_size=image_size)
+
+
 def augment_batch(augmenter, batch: dict, seed: int, epoch, step, replica=0) -> dict:
     """Applies the batch augmenter with the seed of `(seed, epoch, step, replica)`: exactly what
-    `make_dataset` does to that batch (the preview calls this to show a training batch)."""
+    `make_dataset` does to that batch (the preview calls this to show a training batch).
+    `augmenter` is a `BatchAugmenter` or its `traced` function (what the datasets call)."""
     return augmenter(batch, step_seed(seed, epoch, step, replica))
 
 
@@ -202,8 +210,8 @@ def _one_epoch(plan: ReadPlan, epoch_index: tf.Tensor) -> tf.data.Dataset:
     if plan.augmenter is not None:
         steps = tf.data.Dataset.range(first_step, tf.int64.max)
         batches = tf.data.Dataset.zip((steps, batches)).map(
-            lambda step, batch: augment_batch(plan.augmenter, batch, spec.seed, epoch_index,
-                                              step, plan.pipeline_id),
+            lambda step, batch: augment_batch(plan.augmenter.traced, batch, spec.seed,
+                                              epoch_index, step, plan.pipeline_id),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return batches.map(lambda batch: select_output(batch, plan.with_boxes, plan.normalization),
                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -19,8 +19,9 @@ NUM_CLASSES = 4
 TRAIN_IMAGES = 32
 BATCH = 4
 SEED = 3
-# XLA compiles per dataset (seconds each); the reader's logic is the same either way, so these
-# tests read uncompiled, and test_xla_batches_are_reproducible covers the compiled default.
+# XLA compiles once per augmenter setting (seconds); the reader's logic is the same either way,
+# so these tests read uncompiled, and test_xla_batches_are_reproducible covers the compiled
+# default.
 EAGER = dict(jit_compile=False)
 
 
@@ -255,6 +256,26 @@ def test_xla_batches_are_reproducible_and_match_the_uncompiled_ops(output_dir, c
         _assert_same(a, b)
         np.testing.assert_allclose(a[0], eager[0], atol=1e-4)
         np.testing.assert_allclose(a[1], eager[1], atol=1e-6)
+
+
+def test_datasets_with_the_same_settings_share_one_traced_augmentation(output_dir):
+    """A dataset per epoch (or per seed) re-traces nothing: the augmentation is traced once
+    per setting in the process; another setting gets its own augmenter."""
+    config = load_config(overrides=["online.image_size=12"])  # a setting no other test uses
+
+    def plan_and_batch(**kwargs):
+        spec = training_input.ReaderSpec.from_config(config, batch_size=BATCH, **EAGER,
+                                                     **kwargs)
+        dataset = training_input.read_dataset(output_dir, spec)
+        next(iter(dataset))
+        return training_input.plan_reading(output_dir, spec).augmenter
+
+    first = plan_and_batch(seed=1, epoch=0)
+    assert first.traced.experimental_get_tracing_count() == 1
+    assert plan_and_batch(seed=2, epoch=3) is first
+    assert first.traced.experimental_get_tracing_count() == 1
+    other = plan_and_batch(seed=1, epoch=0, resample_once=False)
+    assert other is not first and other.traced.experimental_get_tracing_count() == 1
 
 
 def test_read_dataset_with_a_spec_equals_make_dataset(output_dir, config, epoch0):
