@@ -30,7 +30,6 @@ import types
 import pytest
 
 from tests.imageutil import write_photo
-from tests.jobutil import run_job
 from tests.xdist_groups import (  # noqa: F401  (hooks)
     pytest_collection_modifyitems, pytest_configure_node, pytest_xdist_make_scheduler,
     remove_groups_file)
@@ -50,6 +49,14 @@ def pytest_unconfigure(config):
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_EXIT_STATUS["status"])
+
+
+def run_job(*args, **kwargs):
+    """`tests.jobutil.run_job`, imported when a fixture runs a job: this module stays light for
+    pytest-xdist's controller, which loads it but runs no test (importing Beam and TensorFlow
+    there cost ~7.5 s of CPU while the workers were starting)."""
+    from tests.jobutil import run_job as run
+    return run(*args, **kwargs)
 
 
 # ---------------------------------------------------------------- image corpora

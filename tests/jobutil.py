@@ -1,5 +1,6 @@
 """Helpers shared by the offline-job tests: run the job (fast by default), read back what it
-wrote."""
+wrote. Light to import (TensorFlow and pyarrow load when a reader helper runs): `conftest.py`
+imports it, and so does pytest-xdist's controller process, which runs no test."""
 from __future__ import annotations
 
 import glob
@@ -7,11 +8,7 @@ import json
 import os
 import shutil
 
-import pyarrow.parquet as pq
-import tensorflow as tf
-
 from runners import preprocess
-from transforms import codec
 
 
 def job_argv(data_root, output_dir, labels=(), classes=None, boxes=(), sets=(), extra=(),
@@ -53,6 +50,7 @@ def copy_output(source, destination) -> str:
 
 
 def index_rows(snapshot) -> dict:
+    import pyarrow.parquet as pq
     table = pq.read_table(os.path.join(snapshot.path, "index.parquet"))
     return {row["path"]: row for row in table.to_pylist()}
 
@@ -68,6 +66,9 @@ def shard_files(snapshot) -> list[str]:
 
 def read_records(snapshot, compression: str = "") -> list[dict]:
     """Every record of every shard, parsed with plain tf.data and the contract's spec."""
+    import tensorflow as tf
+
+    from transforms import codec
     records = []
     dataset = tf.data.TFRecordDataset(shard_files(snapshot), compression_type=compression)
     for serialized in dataset:
