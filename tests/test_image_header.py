@@ -153,7 +153,8 @@ def test_module_imports_only_struct_and_dataclasses():
 
 def test_public_surface_is_exactly_the_documented_api():
     assert image_header.__all__ == [
-        "ImageHeader", "HeaderError", "UnknownFormat", "sniff_format", "read_header"]
+        "ImageHeader", "HeaderError", "UnknownFormat", "sniff_format", "read_header",
+        "jpeg_scans"]
     assert image_header.FORMATS == ("jpeg", "png", "gif", "bmp", "webp")
 
 

@@ -13,8 +13,9 @@ import pytest
 from PIL import Image
 
 from configs.schema import load_config
+from transforms.offline.image_header import jpeg_scans
 from transforms.offline.image_record import ImageRecord
-from transforms.offline.inspect_image import InspectImageFn, jpeg_scans
+from transforms.offline.inspect_image import InspectImageFn
 
 
 def _jpeg(progressive: bool, size=(96, 64), exif: bytes = b"") -> bytes:

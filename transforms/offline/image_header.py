@@ -14,6 +14,9 @@ the size is TensorFlow's canvas, the largest frame width by the largest frame he
 logical screen and the frame offsets play no part; measured on TF 2.21: a 38x32 screen whose
 one frame is 27x32 decodes to 27x32), so a huge frame cannot hide behind a small screen.
 
+`jpeg_scans` counts a JPEG's scans from its markers, for `limits.max_jpeg_scans` (the job's
+inspection and the report's thumbnails both check it before decoding).
+
 `total_pixels` is the decoding work over all frames, for `limits.max_total_pixels`: giflib
 decompresses every GIF frame (at its own size) even when only the first is kept, so it is the
 sum of the frames' areas; an animated PNG counts `acTL` frames times the canvas. An animated
@@ -27,7 +30,8 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-__all__ = ["ImageHeader", "HeaderError", "UnknownFormat", "sniff_format", "read_header"]
+__all__ = ["ImageHeader", "HeaderError", "UnknownFormat", "sniff_format", "read_header",
+           "jpeg_scans"]
 
 FORMATS = ("jpeg", "png", "gif", "bmp", "webp")
 
@@ -346,3 +350,26 @@ _READERS = {
     "bmp": _read_bmp,
     "webp": _read_webp,
 }
+
+
+def jpeg_scans(data: bytes) -> int:
+    """The number of scans (SOS markers) of a JPEG, from its markers, without decoding.
+
+    The segments before the first scan are walked by their lengths (an APP segment may embed a
+    whole thumbnail JPEG, whose markers do not count). After it, every SOS marker is an
+    `FF DA` pair: entropy-coded data stuffs each `FF` byte as `FF 00`, so the pair cannot
+    occur inside a scan, and marker segments between scans are tables of a few bytes."""
+    pos = 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker = data[pos + 1]
+        if marker == 0xFF:                      # fill byte
+            pos += 1
+        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:  # standalone markers
+            pos += 2
+        elif marker == 0xDA:                    # the first scan: count them all from here
+            return data.count(b"\xff\xda", pos)
+        elif marker == 0xD9:                    # EOI before any scan
+            return 0
+        else:
+            pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+    return 0

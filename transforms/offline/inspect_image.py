@@ -22,8 +22,7 @@ from configs.schema import Config
 from transforms.offline import image_header, isolation, quality
 from transforms.offline.image_record import ImageRecord
 
-__all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages", "size_reject",
-           "jpeg_scans"]
+__all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages", "size_reject"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -124,7 +123,7 @@ class InspectImageFn(beam.DoFn):
         limits = self._config.limits
         if header.width * header.height > limits.max_pixels:  # never decode a bomb
             return record.rejected(*size_reject(header.width, header.height, limits))
-        scans = jpeg_scans(data) if header.format == "jpeg" else 0
+        scans = image_header.jpeg_scans(data) if header.format == "jpeg" else 0
         if scans > limits.max_jpeg_scans:  # nor a scan bomb: each scan is a pass over the image
             return record.rejected("too_large", f"{scans} JPEG scans > limits.max_jpeg_scans="
                                                 f"{limits.max_jpeg_scans}; never decoded")
@@ -155,29 +154,6 @@ class InspectImageFn(beam.DoFn):
         if verdict:
             return record.rejected(*verdict)
         return record
-
-
-def jpeg_scans(data: bytes) -> int:
-    """The number of scans (SOS markers) of a JPEG, from its markers, without decoding.
-
-    The segments before the first scan are walked by their lengths (an APP segment may embed a
-    whole thumbnail JPEG, whose markers do not count). After it, every SOS marker is an
-    `FF DA` pair: entropy-coded data stuffs each `FF` byte as `FF 00`, so the pair cannot
-    occur inside a scan, and marker segments between scans are tables of a few bytes."""
-    pos = 2
-    while pos + 4 <= len(data) and data[pos] == 0xFF:
-        marker = data[pos + 1]
-        if marker == 0xFF:                      # fill byte
-            pos += 1
-        elif marker == 0x01 or 0xD0 <= marker <= 0xD8:  # standalone markers
-            pos += 2
-        elif marker == 0xDA:                    # the first scan: count them all from here
-            return data.count(b"\xff\xda", pos)
-        elif marker == 0xD9:                    # EOI before any scan
-            return 0
-        else:
-            pos += 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
-    return 0
 
 
 def _decoder_message(exc) -> str:

@@ -29,8 +29,7 @@ def thumbnail_png(path: str, max_side: int = 96, max_bytes: int = _MAX_BYTES,
     job decodes inline."""
     import tensorflow as tf
     from transforms.decode import decode_image
-    from transforms.offline.image_header import HeaderError, read_header
-    from transforms.offline.inspect_image import jpeg_scans
+    from transforms.offline.image_header import HeaderError, jpeg_scans, read_header
     try:
         with FileSystems.open(path, compression_type="uncompressed") as handle:
             data = handle.read(max_bytes + 1)
