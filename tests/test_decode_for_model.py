@@ -52,3 +52,36 @@ def test_jpeg_is_decoded_at_the_dct_scale_then_resized():
     assert scaled.shape == (18, 23, 3)                  # libjpeg rounds 70/4, 90/4 up
     expected = tf.image.resize(scaled, (16, 16)).numpy() / 255.0
     np.testing.assert_array_equal(decode_for_model(encoded, (16, 16)).numpy(), expected)
+
+
+def _encoded(fmt: str, mode: str, height: int, width: int) -> bytes:
+    import io
+
+    from PIL import Image
+    from tests.imageutil import photo
+    image = Image.fromarray(photo(3, height, width, 0)).convert(mode)
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("fmt,mode,stored,ratio", [
+    ("JPEG", "RGB", None, 4),          # 70 x 90 for 16 px: the header's size, DCT ratio 4
+    ("JPEG", "L", None, 4),            # grey JPEG: libjpeg's RGB at ratio 4
+    ("JPEG", "RGB", (20, 20), 1),      # a record's (small) size wins over the header's
+    ("PNG", "RGB", None, 1),           # no header size for other formats: full size
+    ("PNG", "RGBA", (700, 900), 1),    # a large stored size never scales a non-JPEG
+    ("GIF", "P", (700, 900), 1),
+])
+def test_decode_scaled_scales_only_jpegs_and_decodes_the_rest_once(fmt, mode, stored, ratio):
+    encoded = tf.constant(_encoded(fmt, mode, 70, 90))
+    size = None if stored is None else (tf.constant(stored[0], tf.int64),
+                                        tf.constant(stored[1], tf.int64))
+    np.testing.assert_array_equal(decode_scaled(encoded, (16, 16), size).numpy(),
+                                  decode_image(encoded, jpeg_ratio=ratio).numpy())
+
+
+def test_a_corrupt_image_is_an_error_in_the_scaled_decode():
+    data = _encoded("JPEG", "RGB", 70, 90)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        decode_scaled(tf.constant(data[:200]), (16, 16)).numpy()
