@@ -95,15 +95,13 @@ def _find_input(data_roots, rel: str) -> str | None:
 
 
 def _thumbnails(job: PreprocessJob, stats: dict) -> dict:
-    """{reason: [(path, PNG or None)]}, the PNGs decoded as the job decodes: in an isolated
-    process, or here with `decode.isolation: inline`."""
+    """{reason: [(path, PNG or None)]}, the PNGs made in an isolated process (never here)."""
     shown = {reason: examples[:job.config.report.thumbnails_per_reason]
              for reason, examples in sorted(stats.get("reject_examples", {}).items())}
     found = {rel: _find_input(job.data_roots, rel) for reason, rels in shown.items()
              if reason not in _NO_THUMBNAIL for rel in rels}
     pngs = thumbnails_png([path for path in found.values() if path], job.config.limits,
-                          job.config.decode.timeout_s,
-                          isolated=job.config.decode.isolation != "inline")
+                          job.config.decode.timeout_s)
     return {reason: [(rel, pngs.get(found.get(rel))) for rel in rels]
             for reason, rels in shown.items()}
 

@@ -9,7 +9,6 @@ import pathlib
 import time
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from configs.schema import load_config
@@ -81,49 +80,6 @@ def test_thumbnails_are_made_in_an_isolated_process_and_hostile_files_get_none(t
                           timeout_s=20.0)
     assert pngs[str(good)].startswith(b"\x89PNG")
     assert pngs[str(bomb)] is None and pngs[str(text)] is None
-
-
-def test_with_inline_decoding_thumbnails_are_made_here_and_hostile_files_get_none(
-        tmp_path, monkeypatch):
-    from transforms.offline import isolation
-    from transforms.reporting.thumbnails import thumbnails_png
-
-    def no_child(*args, **kwargs):
-        raise AssertionError("an isolated child was started")
-
-    monkeypatch.setattr(isolation, "ChildPool", no_child)
-    good, bomb, text = tmp_path / "good.jpg", tmp_path / "bomb.jpg", tmp_path / "text.jpg"
-    good.write_bytes(_jpeg(progressive=False))
-    bomb.write_bytes(_scan_bomb(copies=2000))
-    text.write_bytes(b"not an image")
-    started = time.monotonic()
-    pngs = thumbnails_png([str(good), str(bomb), str(text)], load_config(None, ()).limits,
-                          timeout_s=20.0, isolated=False)
-    assert time.monotonic() - started < 5.0  # the bomb is refused by its header, not decoded
-    assert pngs[str(good)].startswith(b"\x89PNG")
-    assert pngs[str(bomb)] is None and pngs[str(text)] is None
-
-
-@pytest.mark.parametrize("isolation_mode,isolated", [("subprocess", True), ("inline", False)])
-def test_the_report_draws_thumbnails_the_way_the_job_decodes(tmp_path, monkeypatch,
-                                                             isolation_mode, isolated):
-    import types
-
-    from pipelines import snapshot
-    (tmp_path / "cat").mkdir()
-    (tmp_path / "cat" / "tiny.jpg").write_bytes(b"x")
-    calls = []
-
-    def fake_thumbnails(paths, limits, timeout_s, isolated=True):
-        calls.append((list(paths), timeout_s, isolated))
-        return {path: b"PNG" for path in paths}
-
-    monkeypatch.setattr(snapshot, "thumbnails_png", fake_thumbnails)
-    config = load_config(None, (f"decode.isolation={isolation_mode}", "decode.timeout_s=7"))
-    job = types.SimpleNamespace(config=config, data_roots=[str(tmp_path)])
-    shown = snapshot._thumbnails(job, {"reject_examples": {"too_small": ["cat/tiny.jpg"]}})
-    assert calls == [([str(tmp_path / "cat" / "tiny.jpg")], 7.0, isolated)]
-    assert shown == {"too_small": [("cat/tiny.jpg", b"PNG")]}
 
 
 def test_the_demo_report_shows_thumbnails_of_rejects(demo_snapshot):

@@ -1,16 +1,12 @@
-"""Small PNG thumbnails of a few rejected images for the report, made with the shared decoder the
-way the job decodes (`decode.isolation`): by default in an isolated child process, so the
-launcher never decodes untrusted bytes itself.
+"""Small PNG thumbnails of a few rejected images for the report, made with the shared decoder in
+an isolated child process: the launcher never decodes untrusted bytes itself.
 
 The files shown are rejected ones, some for being hostile: a scan-bomb JPEG took 32 s to decode
 in the launcher for its thumbnail, with no timeout, and a large-frame GIF could exhaust the
 launcher's memory. `thumbnails_png` decodes them the way the job inspects images
 (`transforms.offline.isolation.ChildPool`: a forkserver child per file batch, a per-file
 timeout, a crash or hang costs only that thumbnail), and only files that pass the header checks
-(`limits.max_pixels`, `limits.max_jpeg_scans`). With `decode.isolation: inline` the user has
-chosen in-process decoding (the job inspected these very files in its own process), so the
-thumbnails are decoded in-process too, under the same header checks: no child, and no cold
-TensorFlow import in a forkserver (~6 s of a small inline job).
+(`limits.max_pixels`, `limits.max_jpeg_scans`).
 """
 from __future__ import annotations
 
@@ -25,8 +21,7 @@ def thumbnail_png(path: str, max_side: int = 96, max_bytes: int = _MAX_BYTES,
                   max_pixels: int = 40_000_000, max_scans: int = 100) -> bytes | None:
     """PNG bytes of the image at `path` shrunk to `max_side`, or None when it is missing, too
     big to read or decode for a thumbnail, or does not decode (often why it was rejected).
-    It decodes untrusted bytes: call it through `thumbnails_png`, which isolates it unless the
-    job decodes inline."""
+    It decodes untrusted bytes: call it in an isolated process (`thumbnails_png`)."""
     import tensorflow as tf
     from transforms.decode import decode_image
     from transforms.offline.image_header import HeaderError, jpeg_scans, read_header
@@ -69,17 +64,13 @@ class _ThumbnailWorker:
                              max_scans=self._limits.max_jpeg_scans)
 
 
-def thumbnails_png(paths, limits, timeout_s: float, isolated: bool = True) -> dict:
+def thumbnails_png(paths, limits, timeout_s: float) -> dict:
     """{path: PNG bytes or None} for `paths`, each thumbnail made in an isolated child process
-    with a `timeout_s` limit per file (None for a file that crashed, hung or does not decode);
-    with `isolated=False` (the job's `decode.isolation: inline`) made in this process."""
+    with a `timeout_s` limit per file (None for a file that crashed, hung or does not decode)."""
     from transforms.offline import isolation
     paths = list(dict.fromkeys(paths))
     if not paths:
         return {}
-    if not isolated:
-        worker = _ThumbnailWorker(limits)
-        return {path: worker.run(path) for path in paths}
     pool = isolation.ChildPool(_ThumbnailWorker(limits), 1, timeout_s, preload=isolation.DECODER_PRELOAD)
     results = {}
     try:
