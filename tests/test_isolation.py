@@ -98,3 +98,26 @@ def test_an_exception_in_the_worker_is_that_items_failure(pool):
 def test_processes_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="processes=0"):
         isolation.ChildPool(_Worker(str(tmp_path)), 0, 1.0)
+
+
+@pytest.mark.parametrize("isolation_mode,thumbnails,runner_flags,expected", [
+    ("subprocess", 4, [], True),                      # the decoders, in this process
+    ("subprocess", 0, [], True),
+    ("inline", 4, [], True),                          # the report's thumbnails at publish
+    ("inline", 0, [], False),                         # nothing isolated in this process
+    ("subprocess", 0, ["--direct_running_mode=multi_processing"], False),  # workers decode
+    ("subprocess", 0, ["--runner=PrismRunner"], False),
+    ("subprocess", 4, ["--runner=PrismRunner"], True),  # thumbnails: always the launcher
+])
+def test_the_launcher_starts_the_forkserver_early_when_it_will_need_it(
+        isolation_mode, thumbnails, runner_flags, expected):
+    import types
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from configs.schema import load_config
+    from runners.beam_runner import needs_forkserver
+    config = load_config(None, (f"decode.isolation={isolation_mode}",
+                                f"report.thumbnails_per_reason={thumbnails}"))
+    job = types.SimpleNamespace(config=config)
+    assert needs_forkserver(job, PipelineOptions(runner_flags)) is expected
