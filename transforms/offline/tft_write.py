@@ -9,16 +9,20 @@ metadata is written in place (TFT's metadata writer replaces its files atomicall
 SavedModel is copied into place after removing what an earlier attempt left. Nothing here is
 visible before the snapshot is published (its manifest is written last, after the job).
 
-The copy's `fingerprint.pb` gets a content-derived uuid instead of TF's random one, so two runs
-on identical inputs write identical transform files (`saved_model.pb` already is, now that the
-class table is an anonymous table: see `tft_analysis._lookup_class_ids`). A retried bundle
-traces the graph a second time in the same process, so TF's function-name counters, and only
-they, differ in its `saved_model.pb`; what the transform computes is the same.
+Identical inputs give identical transform files, wherever and whenever the transform was made.
+TF names every traced function by a per-process counter (`__inference_pruned_2391`), so the
+same graph traced after any other tracing in the process (a retried bundle, a second job in one
+process, an extra trace when TFT's batching or a cache behaves differently under load) gets other
+numbers. The copy's `saved_model.pb` numbers its functions by their order instead
+(`_canonical_function_names`: the same graph gives the same file), its `fingerprint.pb` is
+computed again for those bytes, and gets a content-derived uuid instead of TF's random one. The
+class table is an anonymous table (see `tft_analysis._lookup_class_ids`), so no path is embedded.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 
 import apache_beam as beam
 import tensorflow_transform as tft
@@ -50,8 +54,107 @@ def _copy_into_place(source: str, destination: str, _metadata_path: str) -> str:
     if tf.io.gfile.exists(destination):  # an earlier attempt of this bundle
         tf.io.gfile.rmtree(destination)
     _copy_tree(source, destination)
+    _canonical_function_names(os.path.join(destination, _SAVED_MODEL))
+    _fingerprint_again(destination)
     _settle_fingerprint(os.path.join(destination, _FINGERPRINT))
     return destination
+
+
+_SAVED_MODEL = "saved_model.pb"
+_NUMBERED = re.compile(r"^(.*)_(\d+)$")
+
+
+def _canonical_function_names(path: str) -> None:
+    """Renames the functions of the SavedModel at `path` from TF's per-process counters to
+    their rank in counter order (`__inference_pruned_2391` -> `__inference_pruned_7`), in
+    every field that names them (library, call ops, object graph, gradients)."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        model = saved_model_pb2.SavedModel.FromString(handle.read())
+    names = {function.signature.name for meta_graph in model.meta_graphs
+             for function in meta_graph.graph_def.library.function}
+    numbered = sorted((int(match[2]), match[1], name) for name in names
+                      if (match := _NUMBERED.match(name)))
+    renames = {name: f"{prefix}_{rank}" for rank, (_, prefix, name) in enumerate(numbered)}
+    if len(set(renames.values()) | (names - set(renames))) != len(names):
+        raise ValueError(f"Canonical function names would collide in {path}")
+    if renames:  # names also live inside other names (a loop's arguments name its cond)
+        pattern = re.compile("|".join(re.escape(name) for name in sorted(
+            renames, key=len, reverse=True)) + r"(?!\d)")
+        _rename_strings(model, lambda text: pattern.sub(lambda m: renames[m[0]], text))
+    _rename_numbered_captures(model)
+    for meta_graph in model.meta_graphs:  # TF lists them by name, and the names changed
+        library = meta_graph.graph_def.library
+        ordered = sorted(library.function, key=lambda function: function.signature.name)
+        ordered = [_copy(function) for function in ordered]
+        del library.function[:]
+        library.function.extend(ordered)
+    with tf.io.gfile.GFile(path, "wb") as handle:
+        handle.write(model.SerializeToString(deterministic=True))
+
+
+def _copy(message):
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy
+
+
+def _rename_strings(message, rename) -> None:
+    """Applies `rename` (str -> str), in place, to every string field and string map key of
+    `message`, recursively."""
+    from google.protobuf.descriptor import FieldDescriptor
+    for field, value in message.ListFields():
+        if field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions(
+                ).map_entry:
+            holds_messages = (field.message_type.fields_by_name["value"].type
+                              == FieldDescriptor.TYPE_MESSAGE)
+            entries = []
+            for key in list(value):
+                item = value[key]
+                if holds_messages:
+                    _rename_strings(item, rename)
+                    item = _copy(item)
+                elif isinstance(item, str):
+                    item = rename(item)
+                entries.append((rename(key) if isinstance(key, str) else key, item))
+            value.clear()  # rebuilt: a new key may be an old key not yet renamed
+            for key, item in entries:
+                if holds_messages:
+                    value[key].CopyFrom(item)
+                else:
+                    value[key] = item
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            for item in (value if field.is_repeated else [value]):
+                _rename_strings(item, rename)
+        elif field.type == FieldDescriptor.TYPE_STRING:
+            if field.is_repeated:
+                value[:] = [rename(item) for item in value]
+            else:
+                setattr(message, field.name, rename(value))
+
+
+def _rename_numbered_captures(model) -> None:
+    """A captured resource's argument is named by a process counter too (its
+    `_user_specified_name` is a bare number, "2431"): numbered by rank the same way."""
+    named = [attrs.attr["_user_specified_name"] for meta_graph in model.meta_graphs
+             for function in meta_graph.graph_def.library.function
+             for attrs in function.arg_attr.values()
+             if "_user_specified_name" in attrs.attr
+             and attrs.attr["_user_specified_name"].s.isdigit()]
+    ranks = {number: rank for rank, number in enumerate(sorted({int(n.s) for n in named}))}
+    for attr in named:
+        attr.s = str(ranks[int(attr.s)]).encode()
+
+
+def _fingerprint_again(export_dir: str) -> None:
+    """`fingerprint.pb` for the SavedModel as it now is (its checksum covers the file's bytes)."""
+    import tensorflow as tf
+    from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting
+    if not tf.io.gfile.exists(os.path.join(export_dir, _FINGERPRINT)):
+        return
+    with tf.io.gfile.GFile(os.path.join(export_dir, _FINGERPRINT), "wb") as handle:
+        handle.write(fingerprinting.CreateFingerprintDef(export_dir))
 
 
 def _settle_fingerprint(path: str) -> None:
