@@ -224,7 +224,9 @@ def test_bad_options_are_usage_errors(argv, message, tmp_path):
 def test_one_tiny_run_prints_the_table_and_the_targets(tmp_path, capsys):
     code = bench.main(["--images", "2", "--repetitions", "1", "--workdir", str(tmp_path),
                        "--workers", "in_memory", "--set", "decode.isolation=inline",
-                       "--set", "transform.enabled=false", "--no-memory_check",
+                       "--set", "transform.enabled=false",
+                       "--set", "report.thumbnails_per_reason=0",  # no forkserver to start
+                       "--no-memory_check",
                        "--inspect_images", "2"])
     out = capsys.readouterr().out
     assert code == 0
