@@ -5,8 +5,8 @@ Fixtures: `demo` (the generated demo dataset, every bad-input kind once) and `de
 folders, fresh for each test, which may change them) and `folder_snapshot` (the real job run
 once on a read-only copy of them plus one image outside any class folder); `train_snapshot`
 (32 images, all train, gzip shards); `script_job` (a user script that runs the whole job with
-its defaults in a fresh interpreter, once). The session-scoped ones are built once per test process
-and must not be modified.
+its defaults in a fresh interpreter, once, on the folder corpus plus one junk file). The
+session-scoped ones are built once per test process and must not be modified.
 
 Scheduling: with `-n 2` (pytest-xdist), tests that use the same module- or session-scoped
 fixture of this suite are sent to one worker (`tests/xdist_groups.py`), so a job that several
@@ -132,20 +132,29 @@ def demo_snapshot(demo, tmp_path_factory):
 @pytest.fixture(scope="session")
 def script_job(tmp_path_factory):
     """A user script, run once in a fresh interpreter, that calls the whole job as a library
-    with its defaults (decoding in isolating child processes, the TFT analysis on) on the
-    folder corpus, prints the accounting of its images as one JSON line and then simply ends:
-    no `if __name__ == "__main__":` guard and no hard exit. `test_exit_safety` checks its exit
+    with its defaults (decoding in isolating child processes, the TFT analysis on, thumbnails
+    in the report) on the folder corpus plus `junk/a.jpg` (not an image: one reject), prints
+    the accounting of its images as one JSON line and then simply ends: no
+    `if __name__ == "__main__":` guard and no hard exit. `test_exit_safety` checks its exit
     code, `test_preprocess_modes` that the unguarded script was not re-run inside the decoding
-    processes. Read-only: the finished process (`.returncode`, `.stdout`, `.stderr`)."""
+    processes, `test_hardening_runs` compares its snapshot with runs in the test process.
+    Read-only: `.returncode`, `.stdout`, `.stderr` of the finished process, `.root` (the
+    images) and `.snapshot_dir` (None when the script published nothing)."""
     base = tmp_path_factory.mktemp("script_job")
     root = write_folder_images(base / "images")
+    (base / "images" / "junk").mkdir()
+    (base / "images" / "junk" / "a.jpg").write_bytes(b"junk")
     script = base / "nightly_job.py"
+    out = base / "out"
     script.write_text(
         "import json, sys\n"
         "from runners import preprocess\n"
-        f"snap = preprocess.run(['--data_root', {root!r}, '--output_dir', "
-        f"{str(base / 'out')!r}])\n"
+        f"snap = preprocess.run(['--data_root', {root!r}, '--output_dir', {str(out)!r}])\n"
         "print(json.dumps(snap.accounting['images']))\n"
         "sys.stdout.flush()\n")
-    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=600, cwd=str(base))
+    latest = out / "LATEST"
+    return types.SimpleNamespace(
+        returncode=done.returncode, stdout=done.stdout, stderr=done.stderr, root=root,
+        snapshot_dir=out / "snapshots" / latest.read_text().strip() if latest.exists() else None)

@@ -13,6 +13,7 @@ def test_a_script_that_ran_the_job_exits_0(script_job):
     done = script_job
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1])["accepted"] == 6
+    assert done.snapshot_dir is not None and (done.snapshot_dir / "manifest.json").exists()
 
 
 def test_release_drops_attributes_holding_repeated_fields():

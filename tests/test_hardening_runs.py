@@ -326,30 +326,28 @@ def _snapshot_files(snapshot_dir) -> dict:
 
 
 @pytest.fixture(scope="module")
-def three_tft_runs(tmp_path_factory):
-    """The same inputs three times, with their own output folders and run ids: as a user runs
-    it (`pixelmill preprocess`, the first run of a fresh process), then twice in this test
-    process, which has traced many other graphs before (TF numbers traced functions by
-    per-process counters; the written transform must not depend on them): plainly, and with
-    every bundle replayed (the transform's graph is traced again)."""
+def three_tft_runs(script_job, tmp_path_factory):
+    """The same inputs three times, each with the defaults (isolated decoding, TFT,
+    thumbnails), their own output folders and run ids: conftest's `script_job` (a user's
+    script, the first job of a fresh process), then twice in this test process, which has
+    traced many other graphs before (TF numbers traced functions by per-process counters; the
+    written transform must not depend on them): plainly, and with every bundle replayed (the
+    transform's graph is traced again)."""
     from runners import preprocess
+    assert script_job.returncode == 0, script_job.stderr[-3000:]
     base = tmp_path_factory.mktemp("tft_runs")
-    root = good_folder(base / "images", count=4)
-    junk_folder(root / "junk")
-    argvs = [["--data_root", str(root), "--output_dir", str(base / f"out{index}"),
-              "--run_id", f"R{index}", "--set", "decode.isolation=inline", *extra]
-             for index, extra in enumerate([[], [], ["--direct_runner_bundle_repeat", "1"]])]
-    first = _cli(["preprocess", *argvs[0]], cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert first.returncode == 0, first.stderr[-3000:]
-    for argv in argvs[1:]:
-        preprocess.run(argv)
-    return [base / f"out{index}" / "snapshots" / f"R{index}" for index in range(3)]
+    for index, extra in ((1, []), (2, ["--direct_runner_bundle_repeat", "1"])):
+        preprocess.run(["--data_root", script_job.root, "--output_dir", str(base / f"out{index}"),
+                        "--run_id", f"R{index}", *extra])
+    return [script_job.snapshot_dir] + [base / f"out{index}" / "snapshots" / f"R{index}"
+                                        for index in (1, 2)]
 
 
 def test_identical_inputs_give_a_byte_identical_snapshot_transform_included(three_tft_runs):
     first, second = (_snapshot_files(path) for path in three_tft_runs[:2])
     assert {"transform_fn/saved_model.pb", "transform_fn/fingerprint.pb",
             "rejects.jsonl"} <= set(first)
+    assert first["rejects.jsonl"].count(b"\n") == 1  # junk/a.jpg
     assert any(name.startswith("train/") for name in first)
     assert sorted(first) == sorted(second)
     assert [name for name in first if first[name] != second[name]] == []

@@ -234,8 +234,11 @@ def test_job_called_from_an_unguarded_script_decodes_in_isolation(script_job):
     """A user script without `if __name__ == "__main__":` must not be re-run inside the
     isolating decoder processes (which would turn every image into a decoder_crash).
     conftest's script_job: such a script, run with the defaults (decode.isolation=subprocess)
-    on the six-image folder corpus."""
+    on the six-image folder corpus plus a junk file (rejected by its header, never decoded)."""
     done = script_job
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
-        "discovered": 6, "accepted": 6, "rejected": 0, "skipped": 0, "ok": True}
+        "discovered": 7, "accepted": 6, "rejected": 1, "skipped": 0, "ok": True}
+    ledger = (done.snapshot_dir / "rejects.jsonl").read_text().splitlines()
+    assert [(json.loads(line)["path"], json.loads(line)["reason"]) for line in ledger] == [
+        ("junk/a.jpg", "unknown_format")]
