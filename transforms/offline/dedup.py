@@ -277,18 +277,11 @@ class DropNearDuplicates(beam.PTransform):
     def expand(self, records):
         max_hamming = self._max_hamming
         tonight = records | "TonightHashes" >> beam.Map(lambda r: (r.path, r.phash, ""))
-        searched = (
-            (tonight, self._archive)
-            | "AllHashes" >> beam.Flatten()
-            | "HashBands" >> beam.FlatMap(_band_keys, max_hamming)
-            | "GroupByBand" >> beam.GroupByKey()
-            | "SearchBuckets" >> beam.ParDo(
-                _SearchBucketFn(max_hamming, self._hot_bucket_values)).with_outputs(
-                    _HOT, main="found"))
-        in_parts = (searched[_HOT]
-                    | "GroupHotParts" >> beam.GroupByKey()
-                    | "SearchHotParts" >> beam.ParDo(_SearchPartsFn(max_hamming)))
-        found = [searched.found, in_parts]
+        found = [(tonight, self._archive)
+                 | "AllHashes" >> beam.Flatten()
+                 | "SearchBands" >> _BandSearch(
+                     max_hamming, _SearchBucketFn(max_hamming, self._hot_bucket_values),
+                     _SearchPartsFn(max_hamming))]
         if self._crop_max_hamming is not None:
             found.append(self._crop_search(records))
         neighbours = (tuple(found)
@@ -309,15 +302,32 @@ class DropNearDuplicates(beam.PTransform):
         if self._archive_centers is not None:
             members.append(self._archive_centers
                            | "ArchiveCenterHashes" >> beam.Map(lambda m: (*m, CENTER)))
-        searched = (
-            tuple(members)
-            | "AllCropHashes" >> beam.Flatten()
-            | "CropHashBands" >> beam.FlatMap(_band_keys, crop_max)
-            | "GroupByCropBand" >> beam.GroupByKey()
-            | "SearchCropBuckets" >> beam.ParDo(
-                _SearchCropBucketFn(crop_max, self._hot_bucket_values)).with_outputs(
-                    _HOT, main="found"))
+        return (tuple(members)
+                | "AllCropHashes" >> beam.Flatten()
+                | "SearchCropBands" >> _BandSearch(
+                    crop_max, _SearchCropBucketFn(crop_max, self._hot_bucket_values),
+                    _SearchCropPartsFn(crop_max)))
+
+
+class _BandSearch(beam.PTransform):
+    """Hash members -> band buckets (`_band_keys`) -> (rel, best neighbour): each bucket
+    searched whole by `bucket_fn` (a `_BucketFn`), or, when it is hot, by `parts_fn` in the
+    sub-buckets `bucket_fn` sends out tagged `hot`. The plain and the crop search differ only
+    in those two steps."""
+
+    def __init__(self, max_hamming: int, bucket_fn: "_BucketFn", parts_fn: beam.DoFn):
+        super().__init__()
+        self._max_hamming = max_hamming
+        self._bucket_fn = bucket_fn
+        self._parts_fn = parts_fn
+
+    def expand(self, members):
+        searched = (members
+                    | "HashBands" >> beam.FlatMap(_band_keys, self._max_hamming)
+                    | "GroupByBand" >> beam.GroupByKey()
+                    | "SearchBuckets" >> beam.ParDo(self._bucket_fn).with_outputs(
+                        _HOT, main="found"))
         in_parts = (searched[_HOT]
-                    | "GroupHotCropParts" >> beam.GroupByKey()
-                    | "SearchHotCropParts" >> beam.ParDo(_SearchCropPartsFn(crop_max)))
-        return (searched.found, in_parts) | "AllCropFound" >> beam.Flatten()
+                    | "GroupHotParts" >> beam.GroupByKey()
+                    | "SearchHotParts" >> beam.ParDo(self._parts_fn))
+        return (searched.found, in_parts) | "Found" >> beam.Flatten()
