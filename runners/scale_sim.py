@@ -33,7 +33,7 @@ from transforms import snapshot_layout as layout
 from transforms.offline import quality_rules, splits
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import FileRef
-from transforms.offline.image_record import ImageRecord
+from transforms.offline.image_record import RECORD_METRICS, ImageRecord
 from transforms.offline.join_labels import MATCHED, REJECTED, ROW_REJECTS, SKIPPED, PlanImages
 from transforms.offline.labels import LabelRow
 from transforms.offline.outputs import WriteRejectsLedger
@@ -44,7 +44,6 @@ __all__ = ["ScaleCorpus", "STEPS", "MAX_HAMMING", "write_archive"]
 
 MAX_HAMMING = 4            # the base config's dedup.max_hamming
 _CHUNK = 20_000            # images generated per element of the seed list
-_METRICS = tuple(sorted(quality_rules.metric_names()))  # as inspection names them
 _REASONS = ("blurry", "too_dark", "too_small", "decode_error")
 
 
@@ -123,7 +122,7 @@ class ScaleCorpus:
         ref = self.file_ref(i)
         digest = self._digest("metrics", i)
         metrics = tuple((name, ((digest >> (8 * k)) & 0xFF) / 255.0)
-                        for k, name in enumerate(_METRICS))
+                        for k, name in enumerate(RECORD_METRICS))
         record = ImageRecord(uri=ref.uri, path=ref.path, file_bytes=ref.file_bytes,
                              mtime=ref.mtime, sha256=self.sha256(i), format="jpeg",
                              width=640 + i % 640, height=480 + i % 480, metrics=metrics,

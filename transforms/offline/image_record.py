@@ -10,7 +10,7 @@ import dataclasses
 from transforms.offline import quality_rules
 from transforms.offline.rejects import IMAGE, Reject
 
-__all__ = ["ImageRecord"]
+__all__ = ["ImageRecord", "RECORD_METRICS"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +47,7 @@ class ImageRecord:
         as the record contract names them (every inspected record's) travel as their values
         alone: the names were ~145 of a typical record's ~550 bytes (546 -> 402)."""
         values = [getattr(self, name) for name in _FIELD_NAMES]
-        if tuple(name for name, _ in self.metrics) == _CONTRACT_METRICS:
+        if tuple(name for name, _ in self.metrics) == RECORD_METRICS:
             values[_METRICS_AT] = tuple(value for _, value in self.metrics)
             return _with_contract_metrics, tuple(values)
         return ImageRecord, tuple(values)
@@ -59,12 +59,12 @@ class ImageRecord:
 
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ImageRecord))
 _METRICS_AT = _FIELD_NAMES.index("metrics")
-# The metric names of an inspected record, in its (sorted) order.
-_CONTRACT_METRICS = tuple(sorted(quality_rules.metric_names()))
+RECORD_METRICS = tuple(sorted(quality_rules.metric_names()))
+"""The metric names of an inspected record, in its `metrics` order (sorted by name)."""
 
 
 def _with_contract_metrics(*values) -> ImageRecord:
     """An ImageRecord from `__reduce__`'s values whose metrics are the values alone."""
     values = list(values)
-    values[_METRICS_AT] = tuple(zip(_CONTRACT_METRICS, values[_METRICS_AT]))
+    values[_METRICS_AT] = tuple(zip(RECORD_METRICS, values[_METRICS_AT]))
     return ImageRecord(*values)
