@@ -84,17 +84,12 @@ def jpeg_ratio_index(height: tf.Tensor, width: tf.Tensor, target: int) -> tf.Ten
     return index
 
 
-def _stored_size(encoded: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def _stored_size(encoded: tf.Tensor, is_jpeg: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """(height, width) int64 from a JPEG header, (0, 0) for other formats (scale 1)."""
-    size = tf.cond(tf.io.is_jpeg(encoded),
+    size = tf.cond(is_jpeg,
                    lambda: tf.io.extract_jpeg_shape(encoded, output_type=tf.int64)[:2],
                    lambda: tf.zeros([2], tf.int64))
     return size[0], size[1]
-
-
-def _scale_index(encoded: tf.Tensor, image_size: tuple[int, int], stored_size) -> tf.Tensor:
-    height, width = _stored_size(encoded) if stored_size is None else stored_size
-    return jpeg_ratio_index(height, width, min(image_size))
 
 
 def decode_scaled(encoded: tf.Tensor, image_size: tuple[int, int],
@@ -104,13 +99,15 @@ def decode_scaled(encoded: tf.Tensor, image_size: tuple[int, int],
     (height, width) when the caller has it (a record's fields); otherwise a JPEG's comes from
     its header (`tf.io.extract_jpeg_shape`), which is the same number."""
     encoded = tf.convert_to_tensor(encoded, tf.string)
-    index = _scale_index(encoded, image_size, stored_size)
+    is_jpeg = tf.io.is_jpeg(encoded)
+    height, width = _stored_size(encoded, is_jpeg) if stored_size is None else stored_size
+    index = jpeg_ratio_index(height, width, min(image_size))
     # A scaled decode is libjpeg's (`decode_image`'s JPEG path at that ratio); everything else
     # (ratio 1, other formats) is the one `decode_image` call, traced once, not once per ratio
     # (it is the largest part of the graph: ~4x less to trace in every reader and transform).
     scaled = [lambda r=r: decode_image(encoded, jpeg_ratio=r, is_jpeg=True)
               for r in JPEG_RATIOS[1:]]
-    image = tf.cond(tf.logical_and(index > 0, tf.io.is_jpeg(encoded)),
+    image = tf.cond(tf.logical_and(index > 0, is_jpeg),
                     lambda: tf.switch_case(index - 1, scaled),
                     lambda: decode_image(encoded))
     image.set_shape([None, None, 3])
