@@ -37,6 +37,23 @@ from tests.xdist_groups import (  # noqa: F401  (hooks)
 _EXIT_STATUS = {}
 
 
+def share_cores_between_workers() -> None:
+    """Under pytest-xdist, each worker's TensorFlow uses its share of the cores.
+
+    TensorFlow sizes its op thread pools to every core, so with `-n 2` on 2 cores four pools
+    compete for two cores and their idle threads spin: measured on the online tests, 9% more
+    CPU for nothing. Set before TensorFlow is imported (this module loads first); the children
+    a test starts inherit it; a value already in the environment wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        share = str(max(1, (os.cpu_count() or 1) // workers))
+        for name in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+            os.environ.setdefault(name, share)
+
+
+share_cores_between_workers()
+
+
 def pytest_sessionfinish(session, exitstatus):
     _EXIT_STATUS["status"] = int(exitstatus)
 

@@ -240,10 +240,17 @@ def test_more_boxes_than_max_boxes_is_an_error(box_dir, config):
 
 # ----------------------------------------------------------------------------- reproducibility
 
-def test_same_seed_epoch_step_gives_identical_batches(output_dir, config, epoch0):
-    fresh = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
-                                                 seed=SEED, epoch=0, **EAGER))
-    for first, second in zip(epoch0, fresh):
+@pytest.fixture(scope="module")
+def epoch0_again(output_dir, config):
+    """Epoch 0 of the same seed read again, through a `ReaderSpec` and `read_dataset`."""
+    spec = training_input.ReaderSpec.from_config(config, batch_size=BATCH, seed=SEED, epoch=0,
+                                                 **EAGER)
+    return _batches(training_input.read_dataset(output_dir, spec))
+
+
+def test_same_seed_epoch_step_gives_identical_batches(epoch0, epoch0_again):
+    assert len(epoch0_again) == len(epoch0)
+    for first, second in zip(epoch0, epoch0_again):
         _assert_same(first, second)
 
 
@@ -278,12 +285,10 @@ def test_datasets_with_the_same_settings_share_one_traced_augmentation(output_di
     assert other.augmenter is not first
 
 
-def test_read_dataset_with_a_spec_equals_make_dataset(output_dir, config, epoch0):
-    spec = training_input.ReaderSpec.from_config(config, batch_size=BATCH, seed=SEED, epoch=0,
-                                                 **EAGER)
-    batches = _batches(training_input.read_dataset(output_dir, spec))
-    assert len(batches) == len(epoch0)
-    for expected, actual in zip(epoch0, batches):
+def test_read_dataset_with_a_spec_equals_make_dataset(epoch0, epoch0_again):
+    """`epoch0` comes from `make_dataset`, `epoch0_again` from the spec it stands for."""
+    assert [len(b) for b in epoch0_again] == [len(b) for b in epoch0]
+    for expected, actual in zip(epoch0, epoch0_again):
         _assert_same(expected, actual)
 
 
@@ -306,16 +311,22 @@ def test_different_seed_gives_different_batches(output_dir, config, epoch0):
     assert _differs(epoch0[0], other[0])
 
 
-def test_augmentation_seed_is_seed_epoch_step_replica(output_dir, config):
+@pytest.fixture(scope="module")
+def plain_epoch1(output_dir, config):
+    """Epoch 1 of seed SEED in the reader's order, neither augmented nor normalized."""
+    return _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
+                                                seed=SEED, epoch=1, augment=False,
+                                                normalize=False))
+
+
+def test_augmentation_seed_is_seed_epoch_step_replica(output_dir, config, plain_epoch1):
     """Batch k of epoch 1 is the unaugmented batch k augmented with step_seed(SEED, 1, k, 0)
     (resize, then warp: `resample_once=False`; the default folds the resize into the warp)."""
-    plain = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
-                                                 seed=SEED, epoch=1, augment=False,
-                                                 normalize=False))
+    plain = plain_epoch1
     epoch1 = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
                                                   seed=SEED, epoch=1, resample_once=False,
                                                   **EAGER))
-    augmenter = build_batch_augmenter(config.online, NUM_CLASSES)
+    augmenter = build_batch_augmenter(config.online, NUM_CLASSES, **EAGER)
     stats = json.loads(tf.io.gfile.GFile(
         f"{output_dir}/snapshots/synthetic/stats.json").read())["pixel_stats"]
     mean, std = np.float32(stats["mean"]), np.float32(stats["std"])
@@ -328,14 +339,16 @@ def test_augmentation_seed_is_seed_epoch_step_replica(output_dir, config):
         np.testing.assert_array_equal(out["labels"].numpy(), epoch1[step][1])
 
 
-def test_resample_once_equals_resize_then_warp_when_the_size_is_kept(output_dir):
+def test_resample_once_equals_resize_then_warp_when_the_size_is_kept(tmp_path, config):
     """Stored size == image_size: the folded resize is the identity, so the default one-pass
     path and resize-then-warp agree to float rounding (geometry, colour, mix, labels)."""
-    config = load_config(overrides=["online.image_size=24"])
+    root = str(tmp_path)
+    write_synthetic_snapshot(root, counts={"train": 12}, image_size=16,
+                             num_classes=NUM_CLASSES, num_shards=2, seed=4)
     kwargs = dict(batch_size=BATCH, config=config, seed=SEED, normalize=False, **EAGER)
-    once = _batches(training_input.make_dataset(output_dir, **kwargs).take(3))
-    twice = _batches(training_input.make_dataset(output_dir, resample_once=False,
-                                                 **kwargs).take(3))
+    once = _batches(training_input.make_dataset(root, **kwargs))
+    twice = _batches(training_input.make_dataset(root, resample_once=False, **kwargs))
+    assert len(once) == len(twice) == 3
     for a, b in zip(once, twice):
         np.testing.assert_allclose(a[0], b[0], atol=1e-5)
         np.testing.assert_array_equal(a[1], b[1])
@@ -355,11 +368,9 @@ def test_resample_once_moves_boxes_like_resize_then_warp(box_dir, config, box_ep
         assert np.abs(a["images"] - b["images"]).mean() < 0.02
 
 
-def test_different_step_and_replica_get_different_augmentation(output_dir, config):
-    plain = _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
-                                                 seed=SEED, augment=False, normalize=False))
-    batch = {"images": plain[0][0], "labels": plain[0][1]}
-    augmenter = build_batch_augmenter(config.online, NUM_CLASSES)
+def test_different_step_and_replica_get_different_augmentation(config, plain_epoch1):
+    batch = {"images": plain_epoch1[0][0], "labels": plain_epoch1[0][1]}
+    augmenter = build_batch_augmenter(config.online, NUM_CLASSES, **EAGER)
 
     def augmented(step, replica):
         out = training_input.augment_batch(augmenter, batch, SEED, 0, step, replica)
