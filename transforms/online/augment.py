@@ -109,14 +109,18 @@ class BatchAugmenter:
         self.jit_compile = jit_compile
         # One XLA cluster per op: compiled as one program, XLA:CPU fuses the warp's gathers
         # into the consumers (colour matrix, the mix's partner gather) and recomputes them,
-        # which measured 3-6x slower than compiling each op on its own.
+        # which measured 3-6x slower than compiling each op on its own. No autograph: the ops
+        # use TF control flow only (uncompiled, `traced` runs them without it too), and
+        # converting their code cost ~2.5 s at the first trace of each augmenter.
         self._op_apply = {
-            op.name: tf.function(op.apply, jit_compile=True) if jit_compile else op.apply
+            op.name: tf.function(op.apply, jit_compile=True, autograph=False) if jit_compile
+            else op.apply
             for op in self.ops}
         geometry = [op for op in self.ops if isinstance(op, GeometryOp)]
         self.output_size = geometry[0].output_size if geometry else None
-        self._resize_from_source = (tf.function(resize_from_source, jit_compile=True)
-                                    if jit_compile else resize_from_source)
+        self._resize_from_source = (
+            tf.function(resize_from_source, jit_compile=True, autograph=False)
+            if jit_compile else resize_from_source)
 
     @functools.cached_property
     def traced(self):
