@@ -326,25 +326,25 @@ def _snapshot_files(snapshot_dir) -> dict:
 
 
 @pytest.fixture(scope="module")
-def three_tft_runs(script_job, tmp_path_factory):
-    """The same inputs three times, each with the defaults (isolated decoding, TFT,
-    thumbnails), their own output folders and run ids: conftest's `script_job` (a user's
-    script, the first job of a fresh process), then twice in this test process, which has
-    traced many other graphs before (TF numbers traced functions by per-process counters; the
-    written transform must not depend on them): plainly, and with every bundle replayed (the
-    transform's graph is traced again)."""
+def two_tft_runs(script_job, tmp_path_factory):
+    """The same inputs twice, each with the defaults (isolated decoding, TFT, thumbnails),
+    their own output folders and run ids: conftest's `script_job` (a user's script, the first
+    job of a fresh process), then in this test process, which has traced many other graphs
+    before (TF numbers traced functions by per-process counters; the written transform must not
+    depend on them), with every bundle replayed (the transform's graph is traced again). Both
+    tests compare these two: bytes that agree across processes and across retries at once
+    leave neither free to move them (a run without replay in this process, a third TFT job,
+    would only tell which of the two moved them when a test fails)."""
     from runners import preprocess
     assert script_job.returncode == 0, script_job.stderr[-3000:]
-    base = tmp_path_factory.mktemp("tft_runs")
-    for index, extra in ((1, []), (2, ["--direct_runner_bundle_repeat", "1"])):
-        preprocess.run(["--data_root", script_job.root, "--output_dir", str(base / f"out{index}"),
-                        "--run_id", f"R{index}", *extra])
-    return [script_job.snapshot_dir] + [base / f"out{index}" / "snapshots" / f"R{index}"
-                                        for index in (1, 2)]
+    out = tmp_path_factory.mktemp("tft_runs") / "out"
+    preprocess.run(["--data_root", script_job.root, "--output_dir", str(out), "--run_id", "R2",
+                    "--direct_runner_bundle_repeat", "1"])
+    return [script_job.snapshot_dir, out / "snapshots" / "R2"]
 
 
-def test_identical_inputs_give_a_byte_identical_snapshot_transform_included(three_tft_runs):
-    first, second = (_snapshot_files(path) for path in three_tft_runs[:2])
+def test_identical_inputs_give_a_byte_identical_snapshot_transform_included(two_tft_runs):
+    first, second = (_snapshot_files(path) for path in two_tft_runs)
     assert {"transform_fn/saved_model.pb", "transform_fn/fingerprint.pb",
             "rejects.jsonl"} <= set(first)
     assert first["rejects.jsonl"].count(b"\n") == 1  # junk/a.jpg
@@ -353,14 +353,14 @@ def test_identical_inputs_give_a_byte_identical_snapshot_transform_included(thre
     assert [name for name in first if first[name] != second[name]] == []
 
 
-def test_retried_bundles_give_the_same_snapshot_and_transform(three_tft_runs):
+def test_retried_bundles_give_the_same_snapshot_and_transform(two_tft_runs):
     import numpy as np
     import tensorflow as tf
     import tensorflow_transform as tft
 
     from transforms import codec
     from transforms.offline.tft_analysis import tft_summary
-    plain, replayed = three_tft_runs[0], three_tft_runs[2]
+    plain, replayed = two_tft_runs
     first, again = _snapshot_files(plain), _snapshot_files(replayed)
     assert sorted(first) == sorted(again)
     # a replayed bundle traces the graph again (TF's function counters move): the written
