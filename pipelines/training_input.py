@@ -71,7 +71,7 @@ from configs.schema import Config, load_config
 from pipelines.reader_metadata import (batches_per_epoch, count_examples, has_boxes,
                                        normalization, read_class_names, read_label_offset,
                                        read_pixel_stats)
-from pipelines.reader_records import mix_records, read_records
+from pipelines.reader_records import mix_records, read_records, without_autograph
 from pipelines.reader_samples import batch_samples, parse_sample, select_output
 from pipelines.reader_spec import ReaderSpec
 from transforms.online.augment import BatchAugmenter, build_batch_augmenter
@@ -204,17 +204,18 @@ def _one_epoch(plan: ReadPlan, epoch_index: tf.Tensor) -> tf.data.Dataset:
                               max_boxes=spec.max_boxes, to_canvas=plan.to_canvas,
                               label_offset=plan.label_offset)
     samples = records.skip(first_step * spec.batch_size).map(
-        parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        without_autograph(parse), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     batches = batch_samples(samples, spec.batch_size, spec.drop_remainder, spec.image_size,
                             plan.to_canvas)
     if plan.augmenter is not None:
         steps = tf.data.Dataset.range(first_step, tf.int64.max)
         batches = tf.data.Dataset.zip((steps, batches)).map(
-            lambda step, batch: augment_batch(plan.augmenter.traced, batch, spec.seed,
-                                              epoch_index, step, plan.pipeline_id),
+            without_autograph(lambda step, batch: augment_batch(
+                plan.augmenter.traced, batch, spec.seed, epoch_index, step, plan.pipeline_id)),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return batches.map(lambda batch: select_output(batch, plan.with_boxes, plan.normalization),
-                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return batches.map(without_autograph(
+        lambda batch: select_output(batch, plan.with_boxes, plan.normalization)),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def _with_known_cardinality(dataset: tf.data.Dataset, plan: ReadPlan) -> tf.data.Dataset:
@@ -244,7 +245,7 @@ def read_dataset(output_dir: str, spec: ReaderSpec,
     options = tf.data.Options()
     options.deterministic = True
     dataset = tf.data.Dataset.range(spec.epoch, spec.epoch + spec.num_epochs).flat_map(
-        lambda epoch_index: _one_epoch(plan, epoch_index))
+        without_autograph(lambda epoch_index: _one_epoch(plan, epoch_index)))
     dataset = _with_known_cardinality(dataset, plan)
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 
