@@ -221,8 +221,13 @@ class BatchAugmenter:
         return tf.cond(params["augment"], lambda: self._augmented(batch, params),
                        lambda: self._identity(batch))
 
+    @tf.autograph.experimental.do_not_convert
     def __call__(self, batch: dict, seed) -> dict:
-        """`apply(batch, sample(B, (H, W), seed))` with `seed` an int64 [2] batch seed."""
+        """`apply(batch, sample(B, (H, W), seed))` with `seed` an int64 [2] batch seed.
+
+        Traced as written inside a user's `tf.data` map or a Keras `fit` too: the ops use TF
+        control flow only, and autograph's conversion of them cost seconds at the first
+        trace."""
         images = tf.convert_to_tensor(batch["source"] if "source" in batch else batch["images"])
         static = images.shape
         dynamic = tf.shape(images)
