@@ -111,7 +111,7 @@ class BatchAugmenter:
         # into the consumers (colour matrix, the mix's partner gather) and recomputes them,
         # which measured 3-6x slower than compiling each op on its own. No autograph: the ops
         # use TF control flow only (uncompiled, `traced` runs them without it too), and
-        # converting their code cost ~2.5 s at the first trace of each augmenter.
+        # converting their code cost ~2.5 s at a process's first compiled augmenter.
         self._op_apply = {
             op.name: tf.function(op.apply, jit_compile=True, autograph=False) if jit_compile
             else op.apply
