@@ -279,9 +279,8 @@ class DropNearDuplicates(beam.PTransform):
         tonight = records | "TonightHashes" >> beam.Map(lambda r: (r.path, r.phash, ""))
         found = [(tonight, self._archive)
                  | "AllHashes" >> beam.Flatten()
-                 | "SearchBands" >> _BandSearch(
-                     max_hamming, _SearchBucketFn(max_hamming, self._hot_bucket_values),
-                     _SearchPartsFn(max_hamming))]
+                 | "SearchBands" >> _BandSearch(max_hamming, self._hot_bucket_values,
+                                                 _SearchBucketFn, _SearchPartsFn)]
         if self._crop_max_hamming is not None:
             found.append(self._crop_search(records))
         neighbours = (tuple(found)
@@ -304,22 +303,22 @@ class DropNearDuplicates(beam.PTransform):
                            | "ArchiveCenterHashes" >> beam.Map(lambda m: (*m, CENTER)))
         return (tuple(members)
                 | "AllCropHashes" >> beam.Flatten()
-                | "SearchCropBands" >> _BandSearch(
-                    crop_max, _SearchCropBucketFn(crop_max, self._hot_bucket_values),
-                    _SearchCropPartsFn(crop_max)))
+                | "SearchCropBands" >> _BandSearch(crop_max, self._hot_bucket_values,
+                                                   _SearchCropBucketFn, _SearchCropPartsFn))
 
 
 class _BandSearch(beam.PTransform):
-    """Hash members -> band buckets (`_band_keys`) -> (rel, best neighbour): each bucket
-    searched whole by `bucket_fn` (a `_BucketFn`), or, when it is hot, by `parts_fn` in the
-    sub-buckets `bucket_fn` sends out tagged `hot`. The plain and the crop search differ only
-    in those two steps."""
+    """Hash members -> band buckets (`_band_keys`) -> (rel, best neighbour) within
+    `max_hamming` bits: each bucket searched whole by a `bucket_fn` (a `_BucketFn` class), or,
+    when it is hot, by a `parts_fn` (its parts DoFn class) in the sub-buckets the bucket step
+    sends out tagged `hot`. The plain and the crop search differ only in those two steps."""
 
-    def __init__(self, max_hamming: int, bucket_fn: "_BucketFn", parts_fn: beam.DoFn):
+    def __init__(self, max_hamming: int, hot_bucket_values: int | None,
+                 bucket_fn: type, parts_fn: type):
         super().__init__()
         self._max_hamming = max_hamming
-        self._bucket_fn = bucket_fn
-        self._parts_fn = parts_fn
+        self._bucket_fn = bucket_fn(max_hamming, hot_bucket_values)
+        self._parts_fn = parts_fn(max_hamming)
 
     def expand(self, members):
         searched = (members
