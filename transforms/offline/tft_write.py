@@ -55,8 +55,7 @@ def _copy_into_place(source: str, destination: str, _metadata_path: str) -> str:
         tf.io.gfile.rmtree(destination)
     _copy_tree(source, destination)
     _canonical_function_names(os.path.join(destination, _SAVED_MODEL))
-    _fingerprint_again(destination)
-    _settle_fingerprint(os.path.join(destination, _FINGERPRINT))
+    _write_fingerprint(destination)
     return destination
 
 
@@ -147,26 +146,18 @@ def _rename_numbered_captures(model) -> None:
         attr.s = str(ranks[int(attr.s)]).encode()
 
 
-def _fingerprint_again(export_dir: str) -> None:
-    """`fingerprint.pb` for the SavedModel as it now is (its checksum covers the file's bytes)."""
-    import tensorflow as tf
-    from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting
-    if not tf.io.gfile.exists(os.path.join(export_dir, _FINGERPRINT)):
-        return
-    with tf.io.gfile.GFile(os.path.join(export_dir, _FINGERPRINT), "wb") as handle:
-        handle.write(fingerprinting.CreateFingerprintDef(export_dir))
-
-
-def _settle_fingerprint(path: str) -> None:
-    """TF writes a random `uuid` into a SavedModel's `fingerprint.pb` (its hashes are of the
-    content): replaced by one derived from those hashes, so identical transforms are
-    identical files."""
+def _write_fingerprint(export_dir: str) -> None:
+    """`fingerprint.pb` (when TF wrote one) computed again for the SavedModel as it now is (its
+    checksum covers the renamed file's bytes), with a `uuid` derived from its hashes instead of
+    TF's random one, so identical transforms are identical files."""
     import tensorflow as tf
     from tensorflow.core.protobuf import fingerprint_pb2
+    from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting
+    path = os.path.join(export_dir, _FINGERPRINT)
     if not tf.io.gfile.exists(path):
         return
-    with tf.io.gfile.GFile(path, "rb") as handle:
-        fingerprint = fingerprint_pb2.FingerprintDef.FromString(handle.read())
+    fingerprint = fingerprint_pb2.FingerprintDef.FromString(
+        fingerprinting.CreateFingerprintDef(export_dir))
     fingerprint.ClearField("uuid")
     digest = hashlib.sha256(fingerprint.SerializeToString(deterministic=True)).digest()
     fingerprint.uuid = str(int.from_bytes(digest[:16], "big"))
