@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
+from PIL import Image
 
-from tests.imageutil import photo_bytes
+from tests.imageutil import encode, photo, photo_bytes
 from transforms.decode import (JPEG_RATIOS, decode_for_model, decode_image, decode_scaled,
                                jpeg_ratio_index, pick_jpeg_ratio)
 
@@ -55,14 +56,9 @@ def test_jpeg_is_decoded_at_the_dct_scale_then_resized():
 
 
 def _encoded(fmt: str, mode: str, height: int, width: int) -> bytes:
-    import io
-
-    from PIL import Image
-    from tests.imageutil import photo
-    image = Image.fromarray(photo(3, height, width, 0)).convert(mode)
-    buffer = io.BytesIO()
-    image.save(buffer, format=fmt, **({"quality": 90} if fmt == "JPEG" else {}))
-    return buffer.getvalue()
+    """`imageutil`'s photo in PIL `mode` (RGB, L, RGBA), encoded as `fmt` (GIF: a palette)."""
+    return encode(np.asarray(Image.fromarray(photo(3, height, width, 0)).convert(mode)), fmt,
+                  quality=90)
 
 
 @pytest.mark.parametrize("fmt,mode,stored,ratio", [
@@ -71,7 +67,7 @@ def _encoded(fmt: str, mode: str, height: int, width: int) -> bytes:
     ("JPEG", "RGB", (20, 20), 1),      # a record's (small) size wins over the header's
     ("PNG", "RGB", None, 1),           # no header size for other formats: full size
     ("PNG", "RGBA", (700, 900), 1),    # a large stored size never scales a non-JPEG
-    ("GIF", "P", (700, 900), 1),
+    ("GIF", "RGB", (700, 900), 1),
 ])
 def test_decode_scaled_scales_only_jpegs_and_decodes_the_rest_once(fmt, mode, stored, ratio):
     encoded = tf.constant(_encoded(fmt, mode, 70, 90))

@@ -71,7 +71,8 @@ def thumbnails_png(paths, limits, timeout_s: float) -> dict:
     paths = list(dict.fromkeys(paths))
     if not paths:
         return {}
-    pool = isolation.ChildPool(_ThumbnailWorker(limits), 1, timeout_s, preload=isolation.DECODER_PRELOAD)
+    pool = isolation.ChildPool(_ThumbnailWorker(limits), 1, timeout_s,
+                               preload=isolation.DECODER_PRELOAD)
     results = {}
     try:
         for key, path in enumerate(paths):
