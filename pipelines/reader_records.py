@@ -14,7 +14,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from transforms.online.seeds import fold_in_name
+from transforms.online.seeds import fold_in, fold_in_name, uniform
 from transforms.snapshot_layout import tfrecord_compression
 
 __all__ = ["without_autograph", "permutation", "file_order", "interleave_files",
@@ -23,7 +23,7 @@ __all__ = ["without_autograph", "permutation", "file_order", "interleave_files",
 
 def permutation(size: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
     """A stateless random permutation of range(size) (philox, stable argsort)."""
-    keys = tf.random.stateless_uniform(tf.reshape(size, [1]), seed=seed, alg="philox")
+    keys = uniform(tf.reshape(size, [1]), seed)
     return tf.argsort(keys, stable=True)
 
 
@@ -63,7 +63,7 @@ def block_shuffle(records: tf.data.Dataset, block_size: int,
     """Permutes consecutive blocks of `block_size` records, block i with the sub-seed
     `fold_in(seed, i)`: a stateless shuffle (no RNG state, unaffected by the global seed)."""
     def permute(block_index, block):
-        block_seed = tf.random.experimental.stateless_fold_in(seed, block_index, alg="philox")
+        block_seed = fold_in(seed, block_index)
         return tf.gather(block, permutation(tf.size(block), block_seed))
     return records.batch(block_size).enumerate().map(without_autograph(permute)).unbatch()
 
@@ -91,8 +91,7 @@ def mix_records(archive: tf.data.Dataset, fresh: tf.data.Dataset, epoch_seed: tf
     (epoch seed, record index)."""
     mix_seed = fold_in_name(epoch_seed, "reader/mix")
     choices = tf.data.Dataset.range(tf.int64.max).map(without_autograph(
-        lambda i: tf.cast(tf.random.stateless_uniform(
-            [], seed=tf.random.experimental.stateless_fold_in(mix_seed, i),
-            alg="philox") < weight, tf.int64)))
+        lambda i: tf.cast(uniform(  # TF's default fold-in algorithm here, as always
+            [], tf.random.experimental.stateless_fold_in(mix_seed, i)) < weight, tf.int64)))
     return tf.data.Dataset.choose_from_datasets(
         [archive.repeat(), fresh], choices, stop_on_empty_dataset=True)

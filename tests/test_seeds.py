@@ -76,3 +76,54 @@ def test_stateless_beta_symmetric_small_alpha_is_u_shaped():
     assert draws.mean() == pytest.approx(0.5, abs=0.03)
     extremes = np.mean((draws < 0.1) | (draws > 0.9))
     assert extremes > 0.5  # Beta(0.2, 0.2) puts most mass near 0 and 1
+
+
+def _philox_draws(uniform, normal, fold_in, split):
+    """Every kind of draw the online half makes, from a spread of seeds (negative and large
+    ones included), with shapes static and known only when the graph runs."""
+    out = []
+    for index, seed in enumerate([(0, 0), (1, 2), (-3, 7), (2**62, -(2**61)), (123456789, 5)]):
+        seed = tf.constant(seed, tf.int64)
+        size = tf.constant(index + 3)
+        out += [uniform([4, 3], seed), uniform(tf.reshape(size, [1]), seed),
+                uniform([2, 2, 2, 2], seed, -1.0, 1.0), uniform([], seed, 0.25, 0.75),
+                normal([2, 5], seed), fold_in(seed, tf.constant(index * 1000 - 7, tf.int64)),
+                split(seed, 4)]
+    return out
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph", "xla"])
+def test_draws_are_tfs_philox_draws_bit_for_bit(mode):
+    """`uniform`, `normal`, `fold_in` and `split` derive Philox's key and counter in fewer ops
+    than TF's `alg="philox"` functions; the bits must not move (they are every augmentation's
+    numbers), compiled or not."""
+    def ours():
+        return _philox_draws(seeds.uniform, seeds.normal, seeds.fold_in, seeds.split)
+
+    def tfs():
+        return _philox_draws(
+            lambda shape, seed, low=0.0, high=1.0: tf.random.stateless_uniform(
+                shape, seed, minval=low, maxval=high, alg="philox"),
+            lambda shape, seed: tf.random.stateless_normal(shape, seed, alg="philox"),
+            lambda seed, data: tf.random.experimental.stateless_fold_in(seed, data, alg="philox"),
+            lambda seed, num: tf.random.experimental.stateless_split(seed, num, alg="philox"))
+
+    if mode != "eager":
+        ours = tf.function(ours, autograph=False, jit_compile=mode == "xla")
+    expected = tfs()
+    got = ours()
+    assert len(got) == len(expected) == 35
+    for a, b in zip(got, expected):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_a_draw_takes_fewer_graph_ops_than_tfs():
+    """The reason these functions exist: graph construction time of every augmentation."""
+    def count(draw):
+        graph = tf.function(draw, autograph=False).get_concrete_function(
+            tf.TensorSpec([2], tf.int64)).graph
+        return len(graph.get_operations())
+    ours = count(lambda seed: seeds.uniform([4], seed))
+    tfs = count(lambda seed: tf.random.stateless_uniform([4], seed, alg="philox"))
+    assert ours <= tfs // 3

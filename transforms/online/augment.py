@@ -151,8 +151,7 @@ class BatchAugmenter:
         when the mix op is on (stateless gamma).
         """
         seed = tf.convert_to_tensor(seed, tf.int64)
-        gate = tf.random.stateless_uniform([], seed=seeds_lib.fold_in_name(seed, "enable_rate"),
-                                           alg=seeds_lib.ALG)
+        gate = seeds_lib.uniform([], seeds_lib.fold_in_name(seed, "enable_rate"))
         params = {"augment": gate < self.enable_rate}
         for op in self.ops:
             params[op.name] = op.sample(batch_size, image_size, seed)

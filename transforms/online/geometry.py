@@ -328,8 +328,7 @@ class GeometryOp:
         height, width = image_size
         h = tf.cast(height, tf.float32)
         w = tf.cast(width, tf.float32)
-        u = tf.random.stateless_uniform([batch_size, 12], seed=seeds_lib.fold_in_name(
-            seed, self.name), alg=seeds_lib.ALG)
+        u = seeds_lib.uniform([batch_size, 12], seeds_lib.fold_in_name(seed, self.name))
         flip_horizontal = u[:, 0] < cfg.horizontal_flip
         flip_vertical = u[:, 1] < cfg.vertical_flip
         if cfg.rot90:
@@ -352,8 +351,8 @@ class GeometryOp:
         crop_h = tf.minimum(tf.sqrt(area * h * w / ratio), h)
         crop_w = tf.where(do_crop, crop_w, w)
         crop_h = tf.where(do_crop, crop_h, h)
-        position = tf.random.stateless_uniform([batch_size, 2], seed=seeds_lib.fold_in_name(
-            seed, self.name + "/crop"), alg=seeds_lib.ALG)
+        position = seeds_lib.uniform([batch_size, 2], seeds_lib.fold_in_name(
+            seed, self.name + "/crop"))
         crop_y = (h - crop_h) * position[:, 0]
         crop_x = (w - crop_w) * position[:, 1]
         crop = tf.stack([crop_y, crop_x, crop_h, crop_w], axis=-1)
@@ -365,9 +364,9 @@ class GeometryOp:
                   "translate": translate, "crop": crop, "matrix": matrix}
         if cfg.elastic_alpha > 0:
             grid = cfg.elastic_grid
-            params["displacement_grid"] = cfg.elastic_alpha * tf.random.stateless_uniform(
-                [batch_size, grid, grid, 2], minval=-1.0, maxval=1.0,
-                seed=seeds_lib.fold_in_name(seed, self.name + "/elastic"), alg=seeds_lib.ALG)
+            params["displacement_grid"] = cfg.elastic_alpha * seeds_lib.uniform(
+                [batch_size, grid, grid, 2], seeds_lib.fold_in_name(seed, self.name + "/elastic"),
+                minval=-1.0, maxval=1.0)
         return params
 
     def apply(self, batch: dict, params: dict) -> dict:

@@ -137,11 +137,10 @@ class MixOp:
         cfg = self.config
         height, width = image_size
         seed = seeds_lib.fold_in_name(seed, self.name)
-        permutation = tf.argsort(tf.random.stateless_uniform(
-            [batch_size], seed=seeds_lib.fold_in_name(seed, "permutation"), alg=seeds_lib.ALG))
+        permutation = tf.argsort(seeds_lib.uniform(
+            [batch_size], seeds_lib.fold_in_name(seed, "permutation")))
         permutation = tf.cast(permutation, tf.int32)
-        u = tf.random.stateless_uniform([batch_size, 4], seed=seeds_lib.fold_in_name(
-            seed, "choices"), alg=seeds_lib.ALG)
+        u = seeds_lib.uniform([batch_size, 4], seeds_lib.fold_in_name(seed, "choices"))
         if cfg.lambda_mode == "batch":  # one draw for the whole batch
             u = tf.broadcast_to(u[:1], tf.shape(u))
         draws = 1 if cfg.lambda_mode == "batch" else batch_size

@@ -274,9 +274,8 @@ class _PixelOp:
         self.config = config
 
     def _uniform(self, batch_size, seed, columns: int = 1, tag: str = "") -> tf.Tensor:
-        return tf.random.stateless_uniform(
-            [batch_size, columns], seed=seeds_lib.fold_in_name(seed, self.name + tag),
-            alg=seeds_lib.ALG)
+        return seeds_lib.uniform([batch_size, columns],
+                                 seeds_lib.fold_in_name(seed, self.name + tag))
 
     def apply(self, batch: dict, params: dict) -> dict:
         out = dict(batch)
@@ -377,9 +376,8 @@ class _NoiseOp(_PixelOp):
     def sample(self, batch_size, image_size, seed):
         height, width = image_size
         std = getattr(self.config, self._std_key) * self._uniform(batch_size, seed)[:, 0]
-        noise = tf.random.stateless_normal(
-            [batch_size, height, width, 3], seed=seeds_lib.fold_in_name(seed, self.name + "/n"),
-            alg=seeds_lib.ALG)
+        noise = seeds_lib.normal(
+            [batch_size, height, width, 3], seeds_lib.fold_in_name(seed, self.name + "/n"))
         return {"std": std, "noise": noise}
 
 

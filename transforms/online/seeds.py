@@ -1,13 +1,23 @@
 """Stateless seed derivation for the online half: global seed -> epoch -> step -> replica -> sample.
 
 Every random draw in training derives from `(global_seed, epoch, step, replica, sample)` through
-`tf.random.experimental.stateless_fold_in` / `stateless_split` with `alg="philox"`, so the same
+Philox fold-ins and splits (TF's stateless ops with `alg="philox"`; `fold_in`, `split`), so the same
 tuple gives the same numbers on any machine, on CPU and GPU, and after a restart from a
 checkpoint, while different epochs, steps, replicas and samples get independent streams. Nothing
 here touches a stateful RNG, and every function is a pure TF computation that also works in a
 graph (`epoch`, `step` and `replica` may be scalar tensors, e.g. a `tf.data` element index).
 
 A seed is an int64 tensor of shape [2], the shape every `tf.random.stateless_*` op takes.
+
+The draws themselves (`uniform`, `normal`, `fold_in`, `split`) give the same bits as
+`tf.random.stateless_uniform` / `stateless_normal` / `experimental.stateless_fold_in` /
+`stateless_split` with `alg="philox"`, eager, in a graph and under XLA (tested), in fewer graph
+ops: TF derives Philox's key and counter from the seed with ~25 Python-built ops per draw
+(a scrambling draw, then slices, casts and shifts packing two uint32 pairs into uint64s), and an
+augmentation setting makes over a hundred draws, so a new dataset spent most of its tracing time
+there. Drawing the scrambled pair as two uint64s gives the same bits in four ops. TF's own
+one-kernel derivation (`StatelessRandomGetKeyCounter`) is not used: under XLA on the CPU it
+derives a different key, so compiled and uncompiled batches would differ.
 Each level folds its own tag in before its index, so `epoch_seed(g, 3)` and
 `step_seed(g, 0, 3)` never coincide by construction.
 
@@ -19,19 +29,22 @@ from __future__ import annotations
 
 import zlib
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = [
-    "ALG",
     "root_seed",
     "epoch_seed",
     "step_seed",
     "sample_seeds",
     "fold_in_name",
     "stateless_beta",
+    "uniform",
+    "normal",
+    "fold_in",
+    "split",
 ]
 
-ALG = "philox"
 
 # Level tags keep the levels apart ("pxm" + level initial, as int32 constants).
 _TAG_ROOT = 0x70786D00
@@ -40,9 +53,62 @@ _TAG_STEP = 0x70786D73
 _TAG_REPLICA = 0x70786D72
 
 
+_PHILOX = 1  # tf.random.Algorithm.PHILOX, as the raw ops take it
+_SCRAMBLE_KEY = 0x02461E293EC8F720  # the key TF scrambles Philox seeds with
+
+
+def _philox_key_counter(seed) -> tuple[tf.Tensor, tf.Tensor]:
+    """Philox's uint64 key [1] and counter [2] for an int [2] seed, as `alg="philox"` derives
+    them: one Philox draw keyed by a constant, counter = the seed's bits; the key is its first
+    64-bit word, the counter (0, second word)."""
+    words = tf.raw_ops.StatelessRandomUniformFullIntV2(
+        shape=[2], key=tf.constant([_SCRAMBLE_KEY], tf.uint64),
+        counter=tf.cast(seed, tf.uint64), alg=_PHILOX, dtype=tf.uint64)
+    key, high = tf.split(words, 2)
+    return key, tf.concat([tf.zeros([1], tf.uint64), high], 0)
+
+
+def uniform(shape, seed, minval: float = 0.0, maxval: float = 1.0) -> tf.Tensor:
+    """float32 uniform in [minval, maxval): `tf.random.stateless_uniform(shape, seed, minval,
+    maxval, alg="philox")`, bit for bit."""
+    key, counter = _philox_key_counter(seed)
+    draws = tf.raw_ops.StatelessRandomUniformV2(shape=shape, key=key, counter=counter,
+                                                alg=_PHILOX, dtype=tf.float32)
+    if (minval, maxval) == (0.0, 1.0):
+        return draws  # TF's `draws * 1 + 0` changes no bit of a value in [0, 1)
+    low, high = np.float32(minval), np.float32(maxval)
+    return draws * (high - low) + low
+
+
+def normal(shape, seed) -> tf.Tensor:
+    """float32 standard normal: `tf.random.stateless_normal(shape, seed, alg="philox")` (TF
+    then computes `draws * 1 + 0`, which can only turn a -0.0 into 0.0)."""
+    key, counter = _philox_key_counter(seed)
+    return tf.raw_ops.StatelessRandomNormalV2(shape=shape, key=key, counter=counter,
+                                              alg=_PHILOX, dtype=tf.float32)
+
+
+def fold_in(seed, data) -> tf.Tensor:
+    """A new seed from `seed` and an integer: `tf.random.experimental.stateless_fold_in(seed,
+    data, alg="philox")`, bit for bit (`data`'s dtype is the seed's)."""
+    data = tf.convert_to_tensor(data)
+    key, counter = _philox_key_counter(seed)
+    first = tf.raw_ops.StatelessRandomUniformFullIntV2(shape=[], key=key, counter=counter,
+                                                       alg=_PHILOX, dtype=data.dtype)
+    return tf.stack([first, data])
+
+
+def split(seed, num: int) -> tf.Tensor:
+    """[num, 2] new seeds: `tf.random.experimental.stateless_split(seed, num, alg="philox")`,
+    bit for bit."""
+    seed = tf.convert_to_tensor(seed)
+    key, counter = _philox_key_counter(seed)
+    return tf.raw_ops.StatelessRandomUniformFullIntV2(shape=[num, 2], key=key, counter=counter,
+                                                      alg=_PHILOX, dtype=seed.dtype)
+
+
 def _fold(seed: tf.Tensor, data) -> tf.Tensor:
-    data = tf.cast(tf.convert_to_tensor(data), tf.int64)
-    return tf.random.experimental.stateless_fold_in(seed, data, alg=ALG)
+    return fold_in(seed, tf.cast(tf.convert_to_tensor(data), tf.int64))
 
 
 def root_seed(global_seed) -> tf.Tensor:
@@ -75,7 +141,7 @@ def sample_seeds(batch_seed, batch_size) -> tf.Tensor:
     random crop before batching).
     """
     batch_seed = tf.convert_to_tensor(batch_seed, tf.int64)
-    return tf.random.experimental.stateless_split(batch_seed, num=batch_size, alg=ALG)
+    return split(batch_seed, batch_size)
 
 
 def fold_in_name(seed, name: str) -> tf.Tensor:
@@ -94,7 +160,7 @@ def stateless_beta(shape, alpha, beta, seed) -> tf.Tensor:
     `tf.function(jit_compile=True)`. `alpha` and `beta` must be > 0.
     """
     seed = tf.convert_to_tensor(seed, tf.int64)
-    seeds = tf.random.experimental.stateless_split(seed, num=2, alg=ALG)
+    seeds = split(seed, 2)
     x = tf.random.stateless_gamma(shape, seed=seeds[0], alpha=alpha, dtype=tf.float32)
     y = tf.random.stateless_gamma(shape, seed=seeds[1], alpha=beta, dtype=tf.float32)
     total = x + y
