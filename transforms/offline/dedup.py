@@ -28,6 +28,7 @@ no gain. The best neighbour of each image is then combined with `min` per path.
 """
 from __future__ import annotations
 
+import typing
 import zlib
 
 import apache_beam as beam
@@ -100,6 +101,9 @@ def _part(member, parts: int) -> int:
     return zlib.crc32(int(member[1], 16).to_bytes(8, "big")) % parts
 
 
+# Output type declared (what Beam infers anyway: Any), so that building the graph does not
+# disassemble `process` and everything it calls (tens of ms per DoFn and job).
+@beam.typehints.with_output_types(typing.Any)
 class _BucketFn(beam.DoFn):
     """((band, value), members) -> (tonight's rel, best neighbour here), for the plain and the
     crop-tolerant search alike; a bucket with more than `hot_bucket_values` distinct values
@@ -148,6 +152,7 @@ class _SearchBucketFn(_BucketFn):
         return search_bucket(tonight, tonight, archived, self._max_hamming, band)
 
 
+@beam.typehints.with_output_types(typing.Any)
 class _SearchPartsFn(beam.DoFn):
     """((band, value, p, q), [(part, member)]) -> best neighbours of part p's images among
     part q's and of q's among p's (p's among p's when p == q)."""
@@ -205,6 +210,7 @@ class _SearchCropBucketFn(_BucketFn):
                                   **_crop_sides(members))
 
 
+@beam.typehints.with_output_types(typing.Any)
 class _SearchCropPartsFn(beam.DoFn):
     """((band, value, p, q), members) -> best crop neighbours of part p's centre hashes among
     part q's full hashes (and of those full hashes' images among p's centres)."""
