@@ -195,7 +195,7 @@ def test_base_config_as_one_xla_program_agrees_with_eager():
     batch = _batch(boxes=True)
     params = augmenter.sample(BATCH, (SIZE, SIZE), step_seed(1, 0, 0))
     expected = augmenter.apply(batch, params)
-    actual = tf.function(augmenter.apply, jit_compile=True)(batch, params)
+    actual = tf.function(augmenter.apply, jit_compile=True, autograph=False)(batch, params)
     for key in expected:
         np.testing.assert_allclose(actual[key].numpy(), expected[key].numpy(), atol=1e-4)
 

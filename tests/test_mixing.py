@@ -162,6 +162,6 @@ def test_apply_compiles_under_xla_and_agrees_with_eager():
     batch = {"images": images, "labels": tf.constant(_one_hot(5))}
     params = _sample(config, 5, step=2)
     eager = op.apply(batch, params)
-    compiled = tf.function(op.apply, jit_compile=True)(batch, params)
+    compiled = tf.function(op.apply, jit_compile=True, autograph=False)(batch, params)
     for key in ("images", "labels"):
         np.testing.assert_allclose(compiled[key].numpy(), eager[key].numpy(), atol=1e-6)
