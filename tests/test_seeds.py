@@ -1,5 +1,7 @@
 """transforms.online.seeds: the stateless (global, epoch, step, replica, sample) seed derivation."""
+import gc
 import itertools
+import zlib
 
 import numpy as np
 import pytest
@@ -127,3 +129,43 @@ def test_a_draw_takes_fewer_graph_ops_than_tfs():
     ours = count(lambda seed: seeds.uniform([4], seed))
     tfs = count(lambda seed: tf.random.stateless_uniform([4], seed, alg="philox"))
     assert ours <= tfs // 3
+
+
+def test_names_folded_into_one_seed_share_its_draw_within_a_graph():
+    """`fold_in`'s draw depends on the seed alone: a traced function draws it once per seed
+    tensor, however many names are folded in (an augmentation folds a dozen per batch)."""
+    names = [f"op{i}" for i in range(10)]
+
+    def folded(seed):
+        return tf.stack([seeds.fold_in_name(seed, name) for name in names])
+
+    seed = tf.constant([5, -9], tf.int64)
+    graph = tf.function(folded, autograph=False).get_concrete_function(
+        tf.TensorSpec([2], tf.int64)).graph
+    draws = [op for op in graph.get_operations()
+             if op.type == "StatelessRandomUniformFullIntV2"]
+    assert len(draws) == 2  # the seed's scramble and its draw, for all ten names
+    expected = np.stack([tf.random.experimental.stateless_fold_in(
+        seed, np.int64(zlib.crc32(name.encode())), alg="philox").numpy() for name in names])
+    np.testing.assert_array_equal(tf.function(folded, autograph=False)(seed).numpy(), expected)
+    np.testing.assert_array_equal(folded(seed).numpy(), expected)
+
+
+def test_each_graph_draws_its_own_and_none_is_kept_alive():
+    seed = tf.constant([1, 2], tf.int64)
+    inner = tf.function(lambda s: seeds.fold_in_name(s, "a"), autograph=False)
+
+    @tf.function(autograph=False)
+    def outer(s):
+        return seeds.fold_in_name(s, "a"), inner(s), inner(s + 1)
+
+    first, second, third = outer(seed)
+    np.testing.assert_array_equal(first.numpy(), second.numpy())
+    np.testing.assert_array_equal(third.numpy(), seeds.fold_in_name(seed + 1, "a").numpy())
+    before = len(seeds._FIRST_WORDS)
+    graphs = [tf.function(lambda s: seeds.fold_in_name(s, "b"), autograph=False)
+              .get_concrete_function(tf.TensorSpec([2], tf.int64)) for _ in range(3)]
+    assert len(seeds._FIRST_WORDS) == before + 3
+    del graphs
+    gc.collect()
+    assert len(seeds._FIRST_WORDS) <= before
