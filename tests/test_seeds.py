@@ -1,6 +1,7 @@
 """transforms.online.seeds: the stateless (global, epoch, step, replica, sample) seed derivation."""
 import gc
 import itertools
+import weakref
 import zlib
 
 import numpy as np
@@ -162,10 +163,10 @@ def test_each_graph_draws_its_own_and_none_is_kept_alive():
     first, second, third = outer(seed)
     np.testing.assert_array_equal(first.numpy(), second.numpy())
     np.testing.assert_array_equal(third.numpy(), seeds.fold_in_name(seed + 1, "a").numpy())
-    before = len(seeds._FIRST_WORDS)
-    graphs = [tf.function(lambda s: seeds.fold_in_name(s, "b"), autograph=False)
-              .get_concrete_function(tf.TensorSpec([2], tf.int64)) for _ in range(3)]
-    assert len(seeds._FIRST_WORDS) == before + 3
-    del graphs
+    functions = [tf.function(lambda s: seeds.fold_in_name(s, "b"), autograph=False)
+                 .get_concrete_function(tf.TensorSpec([2], tf.int64)) for _ in range(3)]
+    graphs = [weakref.ref(function.graph) for function in functions]
+    assert all(graph() in seeds._FIRST_WORDS for graph in graphs)
+    del functions
     gc.collect()
-    assert len(seeds._FIRST_WORDS) <= before
+    assert all(graph() is None for graph in graphs)
