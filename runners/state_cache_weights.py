@@ -17,6 +17,9 @@ same either way (46 of 46 on a 6-image job with the TFT analysis).
 """
 from __future__ import annotations
 
+import objsize
+from apache_beam.runners.worker import statecache
+
 __all__ = ["install", "weigh"]
 
 _installed = False
@@ -24,8 +27,6 @@ _installed = False
 
 def weigh(*objs) -> int:
     """`statecache.get_deep_size(*objs)` without the module-globals exclusion."""
-    import objsize
-    from apache_beam.runners.worker import statecache
     return objsize.get_deep_size(
         *objs, get_size_func=statecache._size_func,
         get_referents_func=statecache._get_referents_func,
@@ -37,6 +38,5 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from apache_beam.runners.worker import statecache
     statecache.get_deep_size = weigh
     _installed = True
