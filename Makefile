@@ -1,12 +1,13 @@
 # Two commands for a fresh machine:
 #   make demo   creates .venv, installs pixelmill, generates demo data and runs the job on it
 #   make test   creates .venv, installs pixelmill with test extras, runs the test suite
+# and, for a developer's loop, make test-quick: the suite without its slow tier (tests/tiers.py)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 WORKDIR ?= demo_out
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test test-quick bench venv clean
 
 $(BIN)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +22,9 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -n 2 -q tests
+
+test-quick: $(BIN)/.installed
+	$(BIN)/python -m pytest -n 2 -q -m "not slow" tests
 
 bench: $(BIN)/.installed
 	$(BIN)/pixelmill bench preprocess

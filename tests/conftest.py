@@ -8,6 +8,9 @@ once on a read-only copy of them plus one image outside any class folder); `trai
 its defaults in a fresh interpreter, once, on the folder corpus plus one junk file). The
 session-scoped ones are built once per test process and must not be modified.
 
+Tiers: `slow_fixture` (tests/tiers.py) makes the fixtures above that run the job or an
+interpreter, so the tests that use them are marked `slow`; `make test-quick` runs the others.
+
 Scheduling: with `-n 2` (pytest-xdist), tests that use the same module- or session-scoped
 fixture of this suite are sent to one worker (`tests/xdist_groups.py`), so a job that several
 tests read runs once, not once per worker.
@@ -30,6 +33,9 @@ import types
 import pytest
 
 from tests.imageutil import write_photo
+from tests.tiers import (  # noqa: F401  (hooks)
+    pytest_configure, pytest_fixture_setup, pytest_itemcollected, pytest_runtest_call,
+    slow_fixture)
 from tests.xdist_groups import (  # noqa: F401  (hooks)
     pytest_collection_modifyitems, pytest_configure_node, pytest_xdist_make_scheduler,
     remove_groups_file)
@@ -95,7 +101,7 @@ def folder_images(tmp_path):
     return pathlib.Path(write_folder_images(tmp_path / "images"))
 
 
-@pytest.fixture(scope="session")
+@slow_fixture(scope="session")
 def folder_snapshot(tmp_path_factory):
     """The job (inline decoding, no TFT, `output.num_shards=8`: every split that has records
     gets 8 shards, most of them empty) run once on the folder corpus plus `loose.jpg` at the
@@ -112,7 +118,7 @@ def folder_snapshot(tmp_path_factory):
 TRAIN_IMAGES = 32
 
 
-@pytest.fixture(scope="session")
+@slow_fixture(scope="session")
 def train_snapshot(tmp_path_factory):
     """The job run once on 32 photo-like JPEGs (64x80, quality 90; cat/ for even numbers, dog/
     for odd), all in the train split, written as gzip shards sized by `output.target_shard_mb`
@@ -137,7 +143,7 @@ def demo(tmp_path_factory):
     return generate_demo(str(tmp_path_factory.mktemp("demo")), seed=3, images_per_class=5)
 
 
-@pytest.fixture(scope="session")
+@slow_fixture(scope="session")
 def demo_snapshot(demo, tmp_path_factory):
     """The job run once on the demo with its labels, class table and boxes, with the TFT
     analysis and the report's thumbnails (inline decoding; `test_preprocess_job` compares it
@@ -146,7 +152,7 @@ def demo_snapshot(demo, tmp_path_factory):
                    classes=demo.classes_txt, boxes=[demo.boxes_csv], tft=True, thumbnails=True)
 
 
-@pytest.fixture(scope="session")
+@slow_fixture(scope="session")
 def script_job(tmp_path_factory):
     """A user script, run once in a fresh interpreter, that calls the whole job as a library
     with its defaults (decoding in isolating child processes, the TFT analysis on, thumbnails

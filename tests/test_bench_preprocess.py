@@ -138,6 +138,7 @@ def test_corpus_row_checks_the_photo_profile():
         ("1", "corpus is photo-like")] is False
 
 
+@pytest.mark.slow
 def test_tree_rss_includes_child_processes():
     child = subprocess.Popen([sys.executable, "-c",
                               "import sys, time; block = b'x' * (96 * 2**20); "
@@ -221,6 +222,7 @@ def test_bad_options_are_usage_errors(argv, message, tmp_path):
         bench.run(argv + ["--workdir", str(tmp_path)])
 
 
+@pytest.mark.slow
 def test_one_tiny_run_prints_the_table_and_the_targets(tmp_path, capsys):
     code = bench.main(["--images", "2", "--repetitions", "1", "--workdir", str(tmp_path),
                        "--workers", "in_memory", "--set", "decode.isolation=inline",

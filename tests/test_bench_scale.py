@@ -44,6 +44,7 @@ def test_every_step_runs_on_the_simulated_corpus(step, tmp_path):
         assert counters["near_dup_comparisons"] > 0
 
 
+@pytest.mark.slow
 def test_bench_scale_prints_the_table_the_targets_and_the_plan(tmp_path, capsys):
     results = bench_scale.run([
         "--sizes", "300", "--steps", "dedup_near", "--hot_cluster", "300",

@@ -229,6 +229,7 @@ def _outcomes(photo_set, out, crop: bool) -> dict:
     return {row["path"]: (row["reason"], row["detail"]) for row in rejects(snapshot)}
 
 
+@pytest.mark.slow
 def test_the_job_rejects_a_centre_crop_only_with_the_option_on(photo_set, tmp_path):
     assert _outcomes(photo_set, tmp_path / "off", crop=False) == {}
     assert _outcomes(photo_set, tmp_path / "on", crop=True) == {
@@ -236,6 +237,7 @@ def test_the_job_rejects_a_centre_crop_only_with_the_option_on(photo_set, tmp_pa
             "perceptual hash 0 bit(s) from the center-crop hash of 'a/00_photo.png'"))}
 
 
+@pytest.mark.slow
 def test_a_crop_that_arrives_a_night_later_is_caught_through_the_index(tmp_path):
     root = tmp_path / "images"
     original = photo(5, 240, 320, 1)

@@ -115,6 +115,7 @@ def test_a_name_that_is_not_utf8_is_unsafe_and_shown_escaped():
     assert paths.printable("/r/ch\u00e2t/a.jpg") == "/r/ch\u00e2t/a.jpg"
 
 
+@pytest.mark.slow
 def test_one_file_name_that_is_not_utf8_is_rejected_alone(tmp_path):
     root = tmp_path / "images"
     for i in range(3):
@@ -180,6 +181,7 @@ def test_a_line_without_end_is_cut_not_held_whole():
     assert "longer than" in items[0].detail and items[1].path == "a.jpg"
 
 
+@pytest.mark.slow
 def test_a_job_reads_past_hostile_csv_rows(tmp_path):
     root = tmp_path / "images"
     for i, name in enumerate(["a", "b", "c", "d"]):
@@ -284,6 +286,7 @@ def test_discovery_never_opens_a_fifo(tmp_path):
     assert paths.not_a_regular_file("gs://bucket/x.jpg") is None
 
 
+@pytest.mark.slow
 def test_sizes_frames_files_and_fifos_in_one_job(tmp_path):
     root = tmp_path / "images"
     rng = np.random.default_rng(11)

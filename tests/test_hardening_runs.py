@@ -13,6 +13,7 @@ import pytest
 from pipelines.training_input import make_dataset
 from tests.imageutil import write_photo
 from tests.jobutil import copy_output, rejects, run_job
+from tests.tiers import slow_fixture
 
 FAST = ["decode.isolation=inline", "transform.enabled=false", "report.thumbnails_per_reason=0"]
 
@@ -30,6 +31,7 @@ def junk_folder(root):
 
 # Case 4: a run that accepts no image.
 
+@pytest.mark.slow
 def test_a_run_that_accepts_nothing_publishes_its_rejects_report_and_transform(tmp_path):
     out = tmp_path / "out"
     snapshot = run_job(junk_folder(tmp_path / "images"), out,
@@ -59,6 +61,7 @@ def _cli(args, cwd):
 
 
 @pytest.mark.parametrize("where", ["file", "below_file"])
+@pytest.mark.slow
 def test_an_output_dir_that_is_a_file_is_a_usage_error_in_one_line(tmp_path, where):
     blocker = tmp_path / "blocker"
     blocker.write_text("x")
@@ -72,6 +75,7 @@ def test_an_output_dir_that_is_a_file_is_a_usage_error_in_one_line(tmp_path, whe
     assert "expected a folder" in line
 
 
+@pytest.mark.slow
 def test_a_usage_error_is_found_before_tensorflow_is_imported(tmp_path):
     blocker = tmp_path / "blocker"
     blocker.write_text("x")
@@ -231,6 +235,7 @@ def _preprocess_argv(root, out, *extra):
 
 # Case 12: leftovers of killed and failed runs.
 
+@pytest.mark.slow
 def test_preprocess_removes_what_killed_runs_left(tmp_path):
     out = tmp_path / "out"
     (out / ".staging" / "killed" / "train").mkdir(parents=True)
@@ -287,6 +292,7 @@ def test_a_committed_run_id_is_never_overwritten(folder_snapshot, tmp_path, caps
 
 # Case 15: nightly on unchanged inputs.
 
+@pytest.mark.slow
 def test_nightly_publishes_nothing_when_only_known_rejects_come_back(tmp_path):
     from runners import nightly
     root = good_folder(tmp_path / "images")
@@ -325,7 +331,7 @@ def _snapshot_files(snapshot_dir) -> dict:
     return names
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def two_tft_runs(script_job, tmp_path_factory):
     """The same inputs twice, each with the defaults (isolated decoding, TFT, thumbnails),
     their own output folders and run ids: conftest's `script_job` (a user's script, the first

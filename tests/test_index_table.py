@@ -7,6 +7,7 @@ import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from runners import nightly
 from tests.imageutil import photo_bytes
@@ -63,6 +64,7 @@ def _downgrade_index(snapshot_path: str) -> None:
     pq.write_table(table, path)
 
 
+@pytest.mark.slow
 def test_nightly_reads_an_index_written_before_reason_replaced_outcome(tmp_path):
     root, out = tmp_path / "images", tmp_path / "out"
     labels = tmp_path / "labels.csv"

@@ -9,6 +9,7 @@ import pathlib
 import time
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from configs.schema import load_config
@@ -70,6 +71,7 @@ def test_a_normal_progressive_jpeg_is_decoded_and_measured(tmp_path):
     assert record.metrics
 
 
+@pytest.mark.slow  # its isolated child imports TensorFlow (a forkserver: tests/tiers.py)
 def test_thumbnails_are_made_in_an_isolated_process_and_hostile_files_get_none(tmp_path):
     from transforms.reporting.thumbnails import thumbnails_png
     good, bomb, text = tmp_path / "good.jpg", tmp_path / "bomb.jpg", tmp_path / "text.jpg"
@@ -87,6 +89,7 @@ def test_the_demo_report_shows_thumbnails_of_rejects(demo_snapshot):
     assert page.count('<img src="data:image/png;base64,') >= 3  # blurry, too_dark, duplicate...
 
 
+@pytest.mark.slow
 def test_a_report_with_no_thumbnails_draws_none_and_still_names_the_rejects(tmp_path):
     from tests.imageutil import photo_bytes
     from tests.jobutil import rejects, run_job

@@ -15,13 +15,14 @@ from configs.schema import ConfigError, load_config
 from pipelines.training_input import make_dataset
 from tests.conftest import FOLDER_IMAGES
 from tests.jobutil import read_records, run_job
+from tests.tiers import slow_fixture
 from transforms import codec
 from transforms.snapshot_layout import DALI_INDEX_DIR
 
 CLASSES = ["cat", "dog"]
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def offset_run(tmp_path_factory):
     from tests.conftest import write_folder_images
     base = tmp_path_factory.mktemp("label_offset")

@@ -17,6 +17,7 @@ from pipelines import snapshot as snapshot_module
 from runners import nightly, run_lock
 from tests.imageutil import encode, photo
 from tests.jobutil import index_rows
+from tests.tiers import slow_fixture
 from transforms import codec
 from transforms import snapshot_layout as layout
 
@@ -85,7 +86,7 @@ def _shas(snapshot):
             .numpy().decode() for s in tf.data.TFRecordDataset(files)]
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def night_one(tmp_path_factory):
     """(world, result) after the first night, shared: a test copies the world to go on."""
     world = World(tmp_path_factory.mktemp("night_one") / "world")
@@ -93,7 +94,7 @@ def night_one(tmp_path_factory):
     return world, world.night()
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def three_nights(night_one, tmp_path_factory):
     """Nights two (with the TFT analysis over the archive and tonight) and three on a copy of
     night one; both with --fail_on_drift, which only changes the exit code."""

@@ -44,6 +44,7 @@ def _opened_during(monkeypatch, run):
 
 
 @pytest.mark.parametrize("old_style", [False, True])
+@pytest.mark.slow
 def test_a_nothing_new_night_reads_one_summary_per_snapshot(tmp_path, monkeypatch, old_style):
     argv = _world(tmp_path)
     first = nightly.run(argv)

@@ -16,6 +16,7 @@ from runners import nightly
 from runners.nightly_precheck import quick_look
 from runners.preprocess import parse_options, resolve_job
 from tests.imageutil import photo_bytes
+from tests.tiers import slow_fixture
 from transforms import snapshot_layout as layout
 from transforms.offline.join_labels import unchanged_since
 from transforms.offline.discover import FileRef
@@ -61,7 +62,7 @@ class Folder:
             handle.write(line)
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def first_night(tmp_path_factory):
     """A folder after its first night: images (one unlabelled), a bad CSV row, a row naming
     no file, a bad box row and a symlink out of the root (rejected at discovery)."""
@@ -190,6 +191,7 @@ def test_no_history_runs_the_job(tmp_path):
     assert folder.look() is None
 
 
+@pytest.mark.slow
 def test_the_nightly_command_imports_no_tensorflow_until_it_runs_the_job():
     code = ("import sys, runners.cli, runners.nightly; "
             "print(sorted(m for m in ('tensorflow', 'tensorflow_transform') if m in sys.modules))")

@@ -18,11 +18,12 @@ import time
 import pytest
 
 from tests.jobutil import run_job
+from tests.tiers import slow_fixture
 
 _START_TIMEOUT_S = 120
 
 
-@pytest.fixture()
+@slow_fixture()
 def job_endpoint(tmp_path):
     """A local job service (its own process) on localhost: (`localhost:PORT`, its log)."""
     port_file = tmp_path / "job_service.port"

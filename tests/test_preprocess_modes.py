@@ -70,6 +70,7 @@ class _FragileInspectFn(inspect_image.InspectImageFn):
         return super()._inspect(record)
 
 
+@pytest.mark.slow
 def test_crashing_and_hanging_decoder_reject_one_file_each(folder_dataset, tmp_path,
                                                            monkeypatch):
     monkeypatch.setattr(inspect_image, "InspectImageFn", _FragileInspectFn)
@@ -103,6 +104,7 @@ def test_failed_run_publishes_nothing_and_keeps_the_previous_snapshot(folder_sna
     assert len(read_records(first)) == 6
 
 
+@pytest.mark.slow
 def test_accounting_mismatch_fails_the_job(folder_dataset, tmp_path, monkeypatch):
     real = snapshot_module.check_accounting
 
@@ -208,6 +210,7 @@ class _FakeGcs(LocalFileSystem):
         return super().delete([self._local(p) for p in paths])
 
 
+@pytest.mark.slow
 def test_remote_style_paths_go_through_beam_file_systems(folder_dataset, tmp_path):
     bucket = tmp_path / "bucket"
     shutil.copytree(folder_dataset, bucket / "images")

@@ -10,6 +10,7 @@ import pytest
 
 from tests.imageutil import photo, write_image
 from tests.jobutil import index_rows, read_records, rejects, run_job
+from tests.tiers import slow_fixture
 from transforms import codec
 
 
@@ -32,7 +33,7 @@ def _png_bomb_header(width: int, height: int) -> bytes:
             struct.pack(">I", zlib.crc32(idat)) + b"\x00\x00\x00\x00IEND\xaeB`\x82")
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def dataset(tmp_path_factory):
     base = tmp_path_factory.mktemp("rules")
     root = str(base / "images")

@@ -100,6 +100,7 @@ def test_compare_cleanvision_without_the_package_is_a_usage_error(tmp_path, monk
         bench_quality.cleanvision_outcomes(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_bench_runs_the_job_on_the_set_and_prints_the_tables(tmp_path, capsys):
     photos = tmp_path / "photos"
     write_bytes(photos / "a.png", encode(photo(3, 240, 320, 1), "PNG"))

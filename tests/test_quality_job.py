@@ -8,12 +8,12 @@ from __future__ import annotations
 import io
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from runners import quality_eval
 from tests.imageutil import encode, photo, write_bytes
 from tests.jobutil import rejects, run_job
+from tests.tiers import slow_fixture
 
 _MAKERS = {variant.name: variant.make for variant in quality_eval.VARIANTS}
 
@@ -52,7 +52,7 @@ def _variant_pixels(name: str, image: np.ndarray) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(_variant(name, image))).convert("RGB"))
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def outcomes(tmp_path_factory):
     root = tmp_path_factory.mktemp("quality_cases")
     cases = _cases()

@@ -24,6 +24,7 @@ from configs.schema import load_config
 from pipelines.serving import PREDICTIONS, SERVING_INPUT, build_serving_model
 from pipelines.training_input import make_dataset
 from runners.demo_data import photo_like
+from tests.tiers import slow_fixture
 from transforms import codec
 from transforms.offline import tft_analysis as ta
 from transforms.offline.image_record import ImageRecord
@@ -53,7 +54,7 @@ def _write_json(path: str, data) -> None:
         json.dump(data, handle)
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def snapshot(tmp_path_factory):
     rng = np.random.default_rng(3)
     output_dir = str(tmp_path_factory.mktemp("out"))

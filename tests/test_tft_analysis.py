@@ -18,6 +18,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from PIL import Image
 
 from runners.demo_data import photo_like
+from tests.tiers import slow_fixture
 from transforms import codec
 from transforms.offline import tft_analysis as ta
 from transforms.decode import decode_for_model, decode_image, pick_jpeg_ratio
@@ -53,7 +54,7 @@ def _moments(encoded: bytes) -> tuple:
     return tuple(float(v) for v in means) + tuple(float(v) for v in square_means)
 
 
-@pytest.fixture(scope="module")
+@slow_fixture(scope="module")
 def analyzed(tmp_path_factory):
     rng = np.random.default_rng(7)
     records, encoded_images = [], []
