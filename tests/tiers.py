@@ -105,15 +105,16 @@ def _install() -> None:
     sys.addaudithook(_audit)
 
 
+def _is_slow_fixture(fixturedef) -> bool:
+    return getattr(fixturedef.func, "pixelmill_slow", False)
+
+
 def _uses_a_slow_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return False
-    for name in item.fixturenames:
-        definitions = info.name2fixturedefs.get(name)
-        if definitions and getattr(definitions[-1].func, "pixelmill_slow", False):
-            return True
-    return False
+    return any(definitions and _is_slow_fixture(definitions[-1])
+               for definitions in map(info.name2fixturedefs.get, item.fixturenames))
 
 
 def pytest_configure(config):
@@ -149,7 +150,7 @@ def pytest_fixture_setup(fixturedef, request):
     """A fixture that builds the job, runs TFT or starts an interpreter must be a
     `slow_fixture`."""
     result, events = yield from _watched(request.session)
-    if events and not getattr(fixturedef.func, "pixelmill_slow", False):
+    if events and not _is_slow_fixture(fixturedef):
         pytest.fail(f"fixture {fixturedef.argname!r} {' and '.join(sorted(events))}: make it "
                     "with tests.tiers.slow_fixture (make test-quick leaves its tests out)",
                     pytrace=False)
