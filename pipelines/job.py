@@ -20,7 +20,10 @@ class PreprocessJob:
     frozen_classes: bool
     staging_dir: str
     config: Config
-    archive: tuple = ()         # (run_id, index.parquet path) of committed snapshots (nightly)
+    archive: tuple = ()         # (run_id, index.parquet path) of the live snapshots (nightly)
+    removed: frozenset = frozenset()  # their removed records (live_view.removal_key)
+    forgotten_paths: frozenset = frozenset()  # `pixelmill forget`: never brought back unless
+    forgotten_shas: frozenset = frozenset()   # --allow_forgotten (then both are empty)
 
     @property
     def folder_labels(self) -> bool:

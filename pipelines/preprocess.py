@@ -20,6 +20,7 @@ The graph only composes steps from `transforms/`; `runners/preprocess.py` parses
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -33,15 +34,17 @@ from transforms.offline.discover import DiscoverImages
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
 from transforms.offline.inspect_image import InspectImages
-from transforms.offline.join_labels import (MATCHED, REJECTED, ROW_REJECTS, SKIPPED, PlanImages,
-                                            ReadBoxRows, ReadLabelRows, resolve_labels)
-from transforms.offline.outputs import CountInto, WriteJson, WriteRejectsLedger
+from transforms.offline.join_labels import (KEPT, MATCHED, REJECTED, RETIRED, ROW_REJECTS,
+                                            SKIPPED, PlanImages, ReadBoxRows, ReadLabelRows,
+                                            resolve_labels, retire_inspected)
+from transforms.offline.outputs import CountInto, WriteJson, WriteRejectsLedger, write_text
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
 from transforms.offline.write_shards import FEATURES, FILES, MetaColumns, WriteShards
 from transforms.reporting.feature_stats import WriteFeatureStatistics
 from transforms.reporting.stats import SummarizeIndexFn
-from transforms.snapshot_layout import work_file
+from transforms.live_view import removal_key
+from transforms.snapshot_layout import RETIRED as RETIRED_FILE, work_file
 
 __all__ = ["PreprocessJob", "build_preprocess", "ReadInputs",
            "InspectAndLabel", "AssignClasses", "Dedup", "WriteSnapshot", "WriteLedgers",
@@ -50,7 +53,8 @@ __all__ = ["PreprocessJob", "build_preprocess", "ReadInputs",
 _ROW_COUNT = {LABEL_ROW: "label_rows", BOX_ROW: "box_rows"}
 _QUALITY = "quality"
 _SEEDED_COUNTS = ("images.discovered", "images.accepted", "images.rejected", "images.skipped",
-                  "label_rows.total", "box_rows.total")
+                  "label_rows.total", "box_rows.total", "live.before", "live.kept",
+                  "live.retired")
 _QUALITY_REASONS = frozenset(rule.reason for rule in quality_rules.RULES)
 
 
@@ -101,6 +105,16 @@ def _assign_class_id(record: ImageRecord, table):
     return dataclasses.replace(record, label_id=ids[record.label])
 
 
+def _reject_forgotten(record: ImageRecord, paths: frozenset, shas: frozenset) -> ImageRecord:
+    """An image `pixelmill forget` named (by path or content) is not brought back while its
+    source still exists (`--allow_forgotten` lets it back)."""
+    if record.reject is None and (record.path in paths or record.sha256 in shas):
+        return record.rejected("forgotten", "named by `pixelmill forget` "
+                               f"({'path' if record.path in paths else 'sha256'}); "
+                               "--allow_forgotten lets it back")
+    return record
+
+
 def _assign_split(record: ImageRecord, ratios):
     return dataclasses.replace(record, split=splits.assign_split(record.sha256, ratios,
                                                                  record.split))
@@ -135,18 +149,21 @@ class ReadInputs(beam.PTransform):
                 "label_items": label_items, "label_rows": labels.rows,
                 "label_rejects": labels[REJECTED], "box_items": box_items,
                 "box_rows": boxes.rows, "box_rejects": boxes[REJECTED],
-                "archive_rows": _read_archive(pipeline, job.archive)}
+                "archive_rows": _read_archive(pipeline, job.archive, job.removed)}
 
 
-def _read_archive(pipeline: beam.Pipeline, archive: tuple):
-    """Every row of the committed snapshots' index tables, with its snapshot's run_id."""
+def _read_archive(pipeline: beam.Pipeline, archive: tuple, removed: frozenset):
+    """Every row of the live snapshots' index tables, with its snapshot's run_id and whether
+    its record was `removed` (retired by a later snapshot or forgotten; `live_view`)."""
     if not archive:
         return pipeline | "NoArchive" >> beam.Create([])
     run_ids = {path: run_id for run_id, path in archive}
 
     def with_run_id(item):
         filename, row = item
-        return dict(upgrade_row(row), run_id=run_ids[filename])  # older indexes too
+        run_id = run_ids[filename]
+        return dict(upgrade_row(row), run_id=run_id,  # older indexes too
+                    removed=removal_key(run_id, row["path"]) in removed)
 
     return (pipeline
             | "ArchiveIndexPaths" >> beam.Create(sorted(run_ids))
@@ -158,19 +175,27 @@ class InspectAndLabel(beam.PTransform):
     """ReadInputs' dict -> dict: `labelled` (inspected records with their label and boxes),
     `quality_rejected` (rejected by a quality rule: exact dedup still looks at them, so that a
     copy of a blurry image is a `duplicate` too), `rejected` (the other records rejected so
-    far), and PlanImages' `row_rejects`, `skipped`, `matched`."""
+    far), PlanImages' `row_rejects`, `skipped`, `matched` and `kept` (the archive's records
+    that stay live), and `retired` (retirement lines of the archive's records that do not)."""
 
     def __init__(self, job: PreprocessJob):
         super().__init__()
         self._config = job.config
         self._folder_labels = job.folder_labels
+        self._forgotten = (job.forgotten_paths, job.forgotten_shas)
 
     def expand(self, inputs):
         config, folder_labels = self._config, self._folder_labels
         planned = ((inputs["refs"], inputs["discovery_rejects"], inputs["label_rows"],
                     inputs["box_rows"], inputs["archive_rows"])
-                   | "PlanImages" >> PlanImages(config, folder_labels))
+                   | "PlanImages" >> PlanImages(config, folder_labels, self._forgotten))
         inspected = planned.images | "InspectImages" >> InspectImages(config)
+        retired = ((planned[RETIRED],
+                    inspected | "RetireReplaced" >> beam.FlatMap(retire_inspected))
+                   | "AllRetired" >> beam.Flatten())
+        if any(self._forgotten):
+            inspected = inspected | "RejectForgotten" >> beam.Map(_reject_forgotten,
+                                                                  *self._forgotten)
         labelled, rejected = (
             (inspected, planned[REJECTED])
             | "AllImages" >> beam.Flatten()
@@ -180,7 +205,7 @@ class InspectAndLabel(beam.PTransform):
             _QUALITY, main="other")
         return {"labelled": labelled, "rejected": split.other, "quality_rejected": split[_QUALITY],
                 "row_rejects": planned[ROW_REJECTS], "skipped": planned[SKIPPED],
-                "matched": planned[MATCHED]}
+                "matched": planned[MATCHED], "kept": planned[KEPT], "retired": retired}
 
 
 class AssignClasses(beam.PTransform):
@@ -290,6 +315,24 @@ class WriteSnapshot(beam.PTransform):
         return written
 
 
+class WriteRetirements(beam.PTransform):
+    """Retirement lines -> `retired.jsonl`, sorted by (snapshot, path): one line per record
+    of an earlier snapshot that is no longer live (`transforms.live_view`). A night retires
+    what changed, so the lines are gathered in one list."""
+
+    def __init__(self, path: str):
+        super().__init__()
+        self._path = path
+
+    def expand(self, lines):
+        path = self._path
+        return (lines
+                | "AllRetirements" >> beam.combiners.ToList()
+                | "WriteRetiredLedger" >> beam.Map(lambda items: write_text(path, "".join(
+                    json.dumps(line, sort_keys=True) + "\n"
+                    for line in sorted(items, key=lambda i: (i["snapshot"], i["path"]))))))
+
+
 class WriteLedgers(beam.PTransform):
     """(index rows of accepted images, rejected ImageRecords, every Reject) -> rejects.jsonl,
     index.parquet (one row per inspected image) and the index summary stats are made from."""
@@ -342,6 +385,13 @@ class Accounting(beam.PTransform):
              | "MatchedPairs" >> beam.Map(lambda kv: (_ROW_COUNT[kv[0]] + ".matched", kv[1]))),
             (parts["all_rejects"]
              | "ReasonKeys" >> beam.Map(lambda r: (f"reasons.{r.kind}.{r.reason}", 1))),
+            (parts["archive_rows"]
+             | "LiveBefore" >> beam.Filter(lambda r: r["accepted"] and not r["removed"])
+             | "CountLiveBefore" >> CountInto("live.before")),
+            parts["kept"] | "CountKept" >> CountInto("live.kept"),
+            parts["retired"] | "CountRetired" >> CountInto("live.retired"),
+            (parts["retired"]
+             | "RetiredKeys" >> beam.Map(lambda line: (f"retired.{line['reason']}", 1))),
         ]
         return (counts
                 | "AllCounts" >> beam.Flatten()
@@ -354,9 +404,10 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     """Adds the whole job to `pipeline`; everything it writes lands in `job.staging_dir`."""
     config = job.config
     inputs = pipeline | "ReadInputs" >> ReadInputs(job)
-    archive_accepted = inputs["archive_rows"] | "ArchiveAccepted" >> beam.Filter(
-        lambda r: r["accepted"])
     inspected = inputs | "InspectAndLabel" >> InspectAndLabel(job)
+    archive_accepted = inspected["kept"]  # the archive's records that stay live tonight
+    inspected["retired"] | "WriteRetirements" >> WriteRetirements(
+        FileSystems.join(job.staging_dir, RETIRED_FILE))
     class_table, with_ids, rejected_class = inspected["labelled"] | "AssignClasses" >> (
         AssignClasses(job.class_table, job.frozen_classes))
     unique, rejected_dedup = ((with_ids, inspected["quality_rejected"], archive_accepted)
@@ -374,5 +425,6 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
         job.staging_dir)
     ({**inputs, "accepted_rows": written.index, "image_rejects": image_rejects,
       "all_rejects": all_rejects, "skipped": inspected["skipped"],
-      "matched": inspected["matched"]}
+      "matched": inspected["matched"], "kept": inspected["kept"],
+      "retired": inspected["retired"]}
      | "Accounting" >> Accounting(job.staging_dir))

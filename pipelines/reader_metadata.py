@@ -18,6 +18,7 @@ from configs.checks import check_one_of
 from configs.online import NormalizeConfig
 from configs.schema import SPLITS
 from transforms import codec
+from transforms.live_view import LiveView, live_view
 from transforms.snapshot_layout import (CLASSES, GFILE, MANIFEST, STATS, TRANSFORM_FN,
                                         Snapshot, join,
                                         select_snapshots, tfrecord_compression)
@@ -79,6 +80,8 @@ def _snapshot_pixel_stats(snapshot: Snapshot) -> tuple[list[float], list[float],
     check_one_of("pixel_stats.scale", scale, ("0-1", "0-255"))
     divisor = 255.0 if scale == "0-255" else 1.0
     mean, std = pixel_stats["mean"], pixel_stats["std"]
+    if pixel_stats.get("images") == 0:  # a night that only retired records: weight 0
+        return [0.0] * 3, [0.0] * 3, 0
     if not all(isinstance(v, list) and len(v) == 3
                and all(isinstance(c, (int, float)) for c in v) for v in (mean, std)):
         raise ValueError(
@@ -117,16 +120,18 @@ def normalization(config: NormalizeConfig, snapshots: Sequence[Snapshot], normal
 
 
 def count_examples(output_dir: str, split: str = "train", snapshots="latest") -> int:
-    """Records in a split (from `stats.json` `by_split`), e.g. for `steps_per_epoch`."""
+    """Live records in a split (`stats.json` `by_split`, less the records retired or
+    forgotten since: `transforms.live_view`), e.g. for `steps_per_epoch`."""
     check_one_of("split", split, SPLITS)
+    view = live_view(output_dir, snapshots=select_snapshots(output_dir, snapshots))
     total = 0
-    for snapshot in select_snapshots(output_dir, snapshots):
+    for snapshot in view.snapshots:
         by_split = read_stats(snapshot).get("by_split", {})
         if split not in by_split:
             raise ValueError(
                 f"{snapshot.path}/{STATS} has no by_split count for {split!r}. "
                 f"Received: by_split={by_split!r}")
-        total += int(by_split[split])
+        total += int(by_split[split]) - view.removed_count(snapshot.run_id, split)
     return total
 
 
@@ -145,14 +150,15 @@ def has_boxes(snapshots: Sequence[Snapshot], files: Sequence[str]) -> bool:
     return False
 
 
-def batches_per_epoch(snapshots: Sequence[Snapshot], split: str, batch_size: int,
+def batches_per_epoch(view: LiveView, split: str, batch_size: int,
                       drop_remainder: bool) -> int | None:
-    """Batches in one epoch from `stats.json` `by_split` (None when a count is missing). Known
-    cardinality lets Keras show progress and stop exactly; a wrong count fails loudly."""
-    counts = [read_stats(s).get("by_split", {}).get(split) for s in snapshots]
+    """Batches in one epoch of the view's live records (`stats.json` `by_split` less the
+    removed records; None when a count is missing). Known cardinality lets Keras show
+    progress and stop exactly; a wrong count fails loudly."""
+    counts = [read_stats(s).get("by_split", {}).get(split) for s in view.snapshots]
     if not all(isinstance(count, int) for count in counts):
         return None
-    total = sum(counts)
+    total = sum(counts) - sum(view.removed_count(s.run_id, split) for s in view.snapshots)
     return total // batch_size if drop_remainder else -(-total // batch_size)
 
 

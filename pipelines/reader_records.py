@@ -1,7 +1,7 @@
 """The training reader's record steps: shard files -> one epoch of serialized records.
 
-    file order (seed, epoch) -> this replica's files -> interleave -> block shuffle (seed, epoch)
-    [-> mix: fresh snapshot vs repeated archive, drawn per record]
+    file order (seed, epoch) -> this replica's files -> interleave (less removed records)
+    -> block shuffle (seed, epoch) [-> mix: fresh snapshot vs repeated archive, per record]
 
 Every order is a stateless function of the epoch's seed (`transforms.online.seeds`), folded
 with a step name, so two readers with the same (seed, epoch) read the same records in the same
@@ -14,11 +14,15 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from transforms import codec
+from transforms.live_view import KEY_SEPARATOR, LiveView, removal_keys
 from transforms.online.seeds import fold_in, fold_in_name, uniform
 from transforms.snapshot_layout import tfrecord_compression
 
 __all__ = ["without_autograph", "permutation", "file_order", "interleave_files",
-           "block_shuffle", "read_records", "mix_records"]
+           "block_shuffle", "read_records", "mix_records", "removal_table", "without_removed"]
+
+_FILENAME_ONLY = {codec.IMAGE_FILENAME: tf.io.FixedLenFeature([], tf.string)}
 
 
 def permutation(size: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
@@ -45,15 +49,43 @@ def file_order(files: Sequence[str], seed: tf.Tensor | None) -> tuple[tf.Tensor,
     return tf.gather(paths, order), tf.gather(kinds, order)
 
 
+def removal_table(view: LiveView | None) -> tf.lookup.StaticHashTable | None:
+    """A table of the view's removed records (`live_view.removal_key` -> 1), or None when
+    nothing is removed (then the reader parses nothing extra)."""
+    keys = removal_keys(view) if view is not None else []
+    if not keys:
+        return None
+    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        tf.constant(keys), tf.ones([len(keys)], tf.int64)), default_value=0)
+
+
+def without_removed(records: tf.data.Dataset, shard_path: tf.Tensor,
+                    removed: tf.lookup.StaticHashTable) -> tf.data.Dataset:
+    """The records of one shard less those the live view removed: a record is named by its
+    snapshot (from the shard's path, `.../snapshots/<run_id>/<split>/<file>`) and its
+    `image/filename`."""
+    run_id = tf.strings.split(shard_path, "/")[-3]
+
+    def live(serialized):
+        name = tf.io.parse_single_example(serialized, _FILENAME_ONLY)[codec.IMAGE_FILENAME]
+        return tf.equal(removed.lookup(tf.strings.join([run_id, name], KEY_SEPARATOR)), 0)
+    return records.filter(without_autograph(live))
+
+
 def interleave_files(paths: tf.Tensor, kinds: tf.Tensor, num_files: int, cycle_length: int,
-                     pipeline_id: int = 0, num_pipelines: int = 1) -> tf.data.Dataset:
+                     pipeline_id: int = 0, num_pipelines: int = 1,
+                     removed: tf.lookup.StaticHashTable | None = None) -> tf.data.Dataset:
     """The records of this input pipeline's files (every `num_pipelines`-th file from
     `pipeline_id`: replicas read disjoint files), `cycle_length` files at once, one record from
-    each in turn, deterministically."""
+    each in turn, deterministically; without the `removed` records (`removal_table`)."""
     per_pipeline = len(range(pipeline_id, num_files, num_pipelines))
+
+    def records(path, kind):
+        shard = tf.data.TFRecordDataset(path, kind)
+        return shard if removed is None else without_removed(shard, path, removed)
     return tf.data.Dataset.from_tensor_slices((paths, kinds)).shard(
         num_pipelines, pipeline_id).interleave(
-            without_autograph(lambda path, kind: tf.data.TFRecordDataset(path, kind)),
+            without_autograph(records),
             cycle_length=min(cycle_length, per_pipeline), block_length=1,
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
@@ -70,13 +102,15 @@ def block_shuffle(records: tf.data.Dataset, block_size: int,
 
 def read_records(files: Sequence[str], epoch_seed: tf.Tensor, *, shuffle: bool,
                  shuffle_buffer: int, cycle_length: int, pipeline_id: int = 0,
-                 num_pipelines: int = 1, tag: str = "") -> tf.data.Dataset:
-    """One epoch of records of `files`: file order -> interleave -> block shuffle. `tag` names
-    the group in the seeds ("/fresh", "/archive"), so groups get independent orders."""
+                 num_pipelines: int = 1, tag: str = "",
+                 removed: tf.lookup.StaticHashTable | None = None) -> tf.data.Dataset:
+    """One epoch of live records of `files`: file order -> interleave (less `removed`) ->
+    block shuffle. `tag` names the group in the seeds ("/fresh", "/archive"), so groups get
+    independent orders."""
     order_seed = fold_in_name(epoch_seed, f"reader/file_order{tag}") if shuffle else None
     paths, kinds = file_order(files, order_seed)
     records = interleave_files(paths, kinds, len(files), cycle_length, pipeline_id,
-                               num_pipelines)
+                               num_pipelines, removed)
     if shuffle:
         records = block_shuffle(records, shuffle_buffer,
                                 fold_in_name(epoch_seed, f"reader/record_order{tag}"))

@@ -72,9 +72,25 @@ def check_accounting(counts: dict) -> dict:
         "images": section("images", ("accepted", "rejected", "skipped")),
         "label_rows": section("label_rows", ("matched", "rejected")),
         "box_rows": section("box_rows", ("matched", "rejected")),
+        "live": live_accounting(counts),
     }
     accounting["ok"] = all(part["ok"] for part in accounting.values())
     return accounting
+
+
+def live_accounting(counts: dict) -> dict:
+    """The live set across the night (`transforms.live_view`): every record live before it
+    is kept or retired, and what is live after it is what was kept plus tonight's accepted
+    records (`before + added - retired == after`)."""
+    live = {name: int(counts.get(f"live.{name}", 0)) for name in ("before", "kept", "retired")}
+    live["added"] = int(counts.get("images.accepted", 0))
+    live["after"] = live["kept"] + live["added"]
+    live["retired_by_reason"] = {key.split(".", 1)[1]: int(value)
+                                 for key, value in sorted(counts.items())
+                                 if key.startswith("retired.")}
+    live["ok"] = (live["before"] == live["kept"] + live["retired"]
+                  == sum(live["retired_by_reason"].values()) + live["kept"])
+    return live
 
 
 def _rejects_by_kind(counts: dict) -> dict:
@@ -236,6 +252,9 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
           [FileSystems.join(final, rel) for rel in rels])
     manifest = {
         "run_id": run_id,
+        # A base holds everything live when it was written; a night adds to the one before
+        # and retires what changed (transforms.live_view).
+        "base": not job.archive,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "inputs": inputs,
         "accounting": accounting,

@@ -71,10 +71,12 @@ from configs.schema import Config, load_config
 from pipelines.reader_metadata import (batches_per_epoch, count_examples, has_boxes,
                                        normalization, read_class_names, read_label_offset,
                                        read_pixel_stats)
-from pipelines.reader_records import mix_records, read_records, without_autograph
+from pipelines.reader_records import (mix_records, read_records, removal_table,
+                                      without_autograph)
 from pipelines.reader_samples import batch_samples, parse_sample, select_output
 from pipelines.reader_spec import ReaderSpec
 from transforms.online.augment import BatchAugmenter, build_batch_augmenter
+from transforms.live_view import LiveView, live_view
 from transforms.online.seeds import epoch_seed, step_seed
 from transforms.snapshot_layout import (Snapshot, list_shards, list_split_shards,
                                         select_snapshots)
@@ -112,6 +114,7 @@ class ReadPlan:
     num_pipelines: int
     augmenter: BatchAugmenter | None
     label_offset: int = 0
+    view: LiveView | None = None  # the selected snapshots' removed records (live_view)
 
     @property
     def to_canvas(self) -> bool:
@@ -137,6 +140,7 @@ def plan_reading(output_dir: str, spec: ReaderSpec,
     -> augmenter. Reads only small files (and, without box counts in stats.json, peeks at the
     first records); raises before any graph is built."""
     selected = select_snapshots(output_dir, spec.snapshots)
+    view = live_view(output_dir, snapshots=selected)
     files = list_split_shards(selected, spec.split, spec.shard_name)
     stored_offset = read_label_offset(selected)
     kept_offset = stored_offset if spec.keep_label_offset else 0
@@ -161,7 +165,7 @@ def plan_reading(output_dir: str, spec: ReaderSpec,
         augmenter = _shared_augmenter(spec.online, num_classes, spec.jit_compile,
                                       spec.image_size if spec.resample_once else None)
     return ReadPlan(spec, tuple(selected), groups, num_classes, with_boxes, numbers,
-                    pipeline_id, num_pipelines, augmenter, stored_offset - kept_offset)
+                    pipeline_id, num_pipelines, augmenter, stored_offset - kept_offset, view)
 
 
 @functools.lru_cache(maxsize=8)
@@ -179,10 +183,11 @@ def augment_batch(augmenter, batch: dict, seed: int, epoch, step, replica=0) -> 
     return augmenter(batch, step_seed(seed, epoch, step, replica))
 
 
-def _epoch_records(plan: ReadPlan, this_epoch: tf.Tensor) -> tf.data.Dataset:
-    """One epoch of encoded records: the files in order, or the fresh/archive mix."""
+def _epoch_records(plan: ReadPlan, this_epoch: tf.Tensor,
+                   removed: tf.lookup.StaticHashTable | None) -> tf.data.Dataset:
+    """One epoch of encoded live records: the files in order, or the fresh/archive mix."""
     spec = plan.spec
-    read = functools.partial(read_records, shuffle=spec.shuffle,
+    read = functools.partial(read_records, removed=removed, shuffle=spec.shuffle,
                              shuffle_buffer=spec.shuffle_buffer, cycle_length=spec.cycle_length,
                              pipeline_id=plan.pipeline_id, num_pipelines=plan.num_pipelines)
     weight = spec.selection.mix_weight
@@ -193,10 +198,11 @@ def _epoch_records(plan: ReadPlan, this_epoch: tf.Tensor) -> tf.data.Dataset:
                        read(fresh_files, this_epoch, tag="/fresh"), this_epoch, weight)
 
 
-def _one_epoch(plan: ReadPlan, epoch_index: tf.Tensor) -> tf.data.Dataset:
+def _one_epoch(plan: ReadPlan, epoch_index: tf.Tensor,
+               removed: tf.lookup.StaticHashTable | None) -> tf.data.Dataset:
     """records -> skip -> parse + decode -> batch -> augment -> normalize, for one epoch."""
     spec = plan.spec
-    records = _epoch_records(plan, epoch_seed(spec.seed, epoch_index))
+    records = _epoch_records(plan, epoch_seed(spec.seed, epoch_index), removed)
     first_step = tf.where(epoch_index == spec.epoch, tf.constant(spec.start_step, tf.int64),
                           tf.constant(0, tf.int64))
     parse = functools.partial(parse_sample, image_size=spec.image_size,
@@ -224,7 +230,7 @@ def _with_known_cardinality(dataset: tf.data.Dataset, plan: ReadPlan) -> tf.data
     spec = plan.spec
     if plan.num_pipelines != 1 or spec.selection.mix_weight is not None:
         return dataset
-    per_epoch = batches_per_epoch(plan.snapshots, spec.split, spec.batch_size,
+    per_epoch = batches_per_epoch(plan.view, spec.split, spec.batch_size,
                                   spec.drop_remainder)
     if per_epoch is None:
         return dataset
@@ -242,10 +248,11 @@ def read_dataset(output_dir: str, spec: ReaderSpec,
     """The batches `spec` describes, from the committed snapshots under `output_dir`:
     plan -> epochs `spec.epoch ..` one after the other -> known cardinality -> prefetch."""
     plan = plan_reading(output_dir, spec, input_context)
+    removed = removal_table(plan.view)
     options = tf.data.Options()
     options.deterministic = True
     dataset = tf.data.Dataset.range(spec.epoch, spec.epoch + spec.num_epochs).flat_map(
-        without_autograph(lambda epoch_index: _one_epoch(plan, epoch_index)))
+        without_autograph(lambda epoch_index: _one_epoch(plan, epoch_index, removed)))
     dataset = _with_known_cardinality(dataset, plan)
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 

@@ -35,6 +35,7 @@ from transforms.reporting.history import fingerprint, read_history, reject_key
 from runners.locked_run import locked_run
 from runners.run_lock import LOCK_NAME, LockHeld, note_blocked
 from transforms import snapshot_layout as layout
+from transforms.live_view import live_view, removal_keys
 from transforms.snapshot_layout import Snapshot
 
 __all__ = ["NightlyOptions", "NightlyResult", "run", "main", "EXIT_DRIFT", "EXIT_LOCKED",
@@ -61,8 +62,17 @@ class NightlyResult:
 
 
 def _committed_run_ids(output_dir: str) -> list[str]:
-    """run_ids of the committed snapshots, oldest first (read through Beam's FileSystems)."""
-    return [s.run_id for s in layout.committed_snapshots(output_dir, BEAM_FILES)]
+    """run_ids of the committed snapshots that nights wrote, oldest first (read through Beam's
+    FileSystems): a compaction's snapshot repeats earlier ones, so it is no night of history."""
+    return [s.run_id for s in layout.committed_snapshots(output_dir, BEAM_FILES)
+            if layout.read_manifest(s, BEAM_FILES).get("kind") != "compaction"]
+
+
+def _live(output_dir: str) -> tuple[list[str], frozenset]:
+    """(run_ids of the live snapshots, oldest first; their removed records as
+    `live_view.removal_key`s): what tonight is planned against."""
+    view = live_view(output_dir, BEAM_FILES)
+    return [s.run_id for s in view.snapshots], frozenset(removal_keys(view))
 
 
 def _reject_keys(rejects) -> set:
@@ -94,25 +104,26 @@ def _night(job, options, nightly, inputs, output_dir: str, run_id: str, lock) ->
     """The night itself, under the lock (see `run`): a quick look first (`nightly_precheck`),
     the whole job only when the look cannot rule out news."""
     history_ids = _committed_run_ids(output_dir)
+    live_ids, removed = _live(output_dir)
     # One summary.json per earlier snapshot, never their ledgers or stats.json.
     history, reported, _old = read_history(
         [layout.snapshot_dir(output_dir, rid) for rid in history_ids], BEAM_FILES)
     if not nightly.always_run_job and nightly.quick_look_max_files > 0:
-        message = quick_look(job, output_dir, history_ids, reported,
-                             nightly.quick_look_max_files)
+        message = quick_look(job, output_dir, live_ids, reported,
+                             nightly.quick_look_max_files, removed)
         if message:
             return NightlyResult(run_id, None, message, {}, 0)
     from pipelines.snapshot import (discard_staging, publish_snapshot, staged_rejects,
                                     staged_stats)  # TensorFlow: only for a night that works
-    job = dataclasses.replace(job, archive=tuple(
+    job = dataclasses.replace(job, removed=removed, archive=tuple(
         (rid, FileSystems.join(layout.snapshot_dir(output_dir, rid), layout.INDEX))
-        for rid in history_ids))
+        for rid in live_ids))
     execute(job, options)
     accounting, stats = staged_stats(job)
     images = accounting["images"]
     new_rejects = {key for key in _reject_keys(staged_rejects(job))
                    if fingerprint(key) not in reported}
-    if images["accepted"] == 0 and not new_rejects:
+    if images["accepted"] == 0 and not new_rejects and not accounting["live"]["retired"]:
         discard_staging(job)
         message = (f"nothing new since snapshot {history_ids[-1] if history_ids else '-'}: "
                    f"{images['skipped']} images unchanged, {images['rejected']} rejected "

@@ -26,6 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.job import PreprocessJob
 from transforms import snapshot_layout as layout
+from transforms.live_view import removal_key
 from transforms.offline.discover import TooManyFiles, list_images
 from transforms.offline.join_labels import (label_key, missing_file_rejects, read_box_csv,
                                             read_label_csv, unchanged_since)
@@ -35,7 +36,7 @@ from transforms.reporting.history import fingerprint, reject_key
 __all__ = ["QuickLook", "quick_look", "DEFAULT_MAX_FILES"]
 
 _LOG = logging.getLogger(__name__)
-_PRIOR_COLUMNS = ("path", "bytes", "mtime", "label_key", "reason")
+_PRIOR_COLUMNS = ("path", "bytes", "mtime", "label_key", "reason", "sha256")
 # The look keeps tonight's listing in the launcher's memory (~400 bytes a file): past this many
 # files the job, which streams it, decides (`pixelmill nightly --quick_look_max_files`).
 DEFAULT_MAX_FILES = 1_000_000
@@ -62,16 +63,23 @@ class QuickLook:
             [r for r in self.box_rows if r.path not in seen])
         self._renames = dict(job.config.classes.renames)
         self._folder_labels = job.folder_labels
+        self._forgotten = (job.forgotten_paths, job.forgotten_shas)
 
     def changed(self, priors: dict) -> list[str]:
-        """Paths of discovered images the job would inspect tonight (new or changed)."""
+        """Paths of discovered images the job would inspect tonight (new or changed, or
+        whose latest record is no longer live)."""
         rows_by_path: dict[str, list] = {}
         for row in self.label_rows:
             rows_by_path.setdefault(row.path, []).append(row)
+        boxes_by_path: dict[str, list] = {}
+        for row in self.box_rows:
+            boxes_by_path.setdefault(row.path, []).append(row)
         return [ref.path for ref in self.refs
-                if not unchanged_since(ref, priors.get(ref.path), label_key(
+                if (priors.get(ref.path) or {}).get("removed")
+                or not unchanged_since(ref, priors.get(ref.path), label_key(
                     ref.path, rows_by_path.get(ref.path, ()), self._renames,
-                    self._folder_labels))]
+                    self._folder_labels, boxes_by_path.get(ref.path, ())),
+                    self._forgotten)]
 
     def rejects(self) -> list[Reject]:
         """Every reject the job would write tonight if it inspected nothing."""
@@ -85,12 +93,15 @@ def _split(items) -> tuple[list, list]:
     return rows, rejects
 
 
-def _latest_priors(output_dir: str, run_ids: list[str], wanted: set) -> dict:
-    """path -> the latest committed index row's `_PRIOR_COLUMNS`, for the paths in `wanted`
-    (tonight's listing: what is kept grows with tonight, not with the archive). Older
-    snapshots first, so a later one wins, as in the job's plan. An index from before `reason`
-    replaced `outcome` is read with the same mapping as `index_table.upgrade_row`."""
-    priors = {}
+def _latest_priors(output_dir: str, run_ids: list[str], wanted: set,
+                   removed: frozenset) -> tuple[dict, list]:
+    """(path -> the latest index row's `_PRIOR_COLUMNS` and whether its record was `removed`,
+    for the paths in `wanted` (tonight's listing: what is kept grows with tonight, not with
+    the archive); live records the job would retire: of paths not listed tonight, or older
+    than their path's latest row). Older snapshots first, so a later one wins, as in the
+    job's plan. An index from before `reason` replaced `outcome` is read with the same
+    mapping as `index_table.upgrade_row`."""
+    priors, live_paths, retiring = {}, {}, []
     for run_id in run_ids:
         path = FileSystems.join(layout.snapshot_dir(output_dir, run_id), layout.INDEX)
         with FileSystems.open(path, compression_type="uncompressed") as handle:
@@ -103,23 +114,38 @@ def _latest_priors(output_dir: str, run_ids: list[str], wanted: set) -> dict:
                     columns["reason"] = [None if accepted else outcome for outcome, accepted
                                          in zip(columns["outcome"], columns["accepted"])]
                 for values in zip(*(columns[name] for name in _PRIOR_COLUMNS)):
-                    if values[0] in wanted:
-                        priors[values[0]] = dict(zip(_PRIOR_COLUMNS, values))
-    return priors
+                    rel = values[0]
+                    gone = removal_key(run_id, rel) in removed
+                    if rel in live_paths:  # a later row of a path with a live record
+                        retiring.append(rel)
+                        del live_paths[rel]
+                    if values[4] is None and not gone:
+                        live_paths[rel] = run_id
+                    if rel in wanted:
+                        priors[rel] = dict(zip(_PRIOR_COLUMNS, values), removed=gone)
+    retiring += [rel for rel in live_paths if rel not in wanted]
+    return priors, retiring
 
 
 def quick_look(job: PreprocessJob, output_dir: str, run_ids: list[str], reported: set,
-               max_files: int | None = DEFAULT_MAX_FILES) -> str | None:
+               max_files: int | None = DEFAULT_MAX_FILES,
+               removed: frozenset = frozenset()) -> str | None:
     """The nightly "nothing new" message when tonight certainly has nothing new, else None
-    (the full job must run). `run_ids`: the committed snapshots, oldest first; `reported`:
+    (the full job must run). `run_ids`: the live snapshots, oldest first; `reported`:
     the fingerprints of every reject they reported (`reporting.history.read_history`);
-    `max_files`: a listing with more files is left to the job (None: no limit)."""
+    `max_files`: a listing with more files is left to the job (None: no limit); `removed`:
+    the live view's removed records (`live_view.removal_key`). A live record whose file is
+    gone is news: the job retires it."""
     if not run_ids:
         return None
     try:
         look = QuickLook(job, max_files)
-        changed = look.changed(_latest_priors(output_dir, run_ids,
-                                              {ref.path for ref in look.refs}))
+        listed = {ref.path for ref in look.refs} | {r.path for r in look.discovery_rejects}
+        priors, retiring = _latest_priors(output_dir, run_ids, listed, removed)
+        changed = look.changed(priors) + retiring + [
+            r.path for r in look.discovery_rejects
+            if r.path in priors and priors[r.path]["reason"] is None
+            and not priors[r.path]["removed"]]
         news = [r for r in look.rejects() if fingerprint(reject_key(_line(r))) not in reported]
     except TooManyFiles as exc:
         _LOG.info("quick look skipped: %s (--quick_look_max_files); running the job", exc)

@@ -56,6 +56,9 @@ class PreprocessOptions(PipelineOptions):
                             metavar="SECTION.KEY=VALUE", help="Override one config value.")
         parser.add_argument("--run_id", default=None,
                             help="Snapshot name (default: UTC timestamp).")
+        parser.add_argument("--allow_forgotten", action="store_true", default=False,
+                            help="Accept images `pixelmill forget` named (by path or content) "
+                                 "again; by default they are rejected as `forgotten`.")
 
 
 class NightlyOptions(PipelineOptions):

@@ -37,6 +37,8 @@ from runners.options import PreprocessOptions, print_help, wants_help
 from transforms.offline import boxes, classes, labels
 from transforms.offline.join_labels import read_csv_header
 from transforms import snapshot_layout as layout
+from transforms.live_view import read_retirements
+from pipelines.beam_files import BEAM_FILES
 from runners.locked_run import check_run_id, locked_run
 
 __all__ = ["PreprocessOptions", "run", "main", "resolve_job", "translate_flags", "execute",
@@ -126,9 +128,14 @@ def resolve_job(job_options: PreprocessOptions, staging_dir: str):
         _check_exists(path, "--boxes")
         _check_header(lambda: boxes.parse_box_csv(path, [read_csv_header(path, cap)], cap))
     table, frozen = _starting_class_table(output_dir, job_options.classes, config)
+    forgotten = () if job_options.allow_forgotten else read_retirements(
+        FileSystems.join(output_dir, layout.FORGOTTEN), BEAM_FILES)
     job = PreprocessJob(data_roots=tuple(roots), label_csvs=label_csvs, box_csvs=box_csvs,
                         class_table=tuple(table), frozen_classes=frozen,
-                        staging_dir=staging_dir, config=config)
+                        staging_dir=staging_dir, config=config,
+                        forgotten_paths=frozenset(line["path"] for line in forgotten),
+                        forgotten_shas=frozenset(line["sha256"] for line in forgotten
+                                                 if line.get("sha256")))
     inputs = {"data_roots": list(roots), "labels": list(label_csvs), "boxes": list(box_csvs),
               "classes": job_options.classes}
     return job, inputs

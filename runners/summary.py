@@ -25,6 +25,12 @@ def format_summary(snapshot: Snapshot) -> str:
         if part["total"]:
             lines.append(f"{kind.replace('_', ' ')}: {part['total']} read = {part['matched']} "
                          f"matched + {part['rejected']} rejected")
+    live = accounting.get("live")
+    if live and (live["before"] or live["retired"]):
+        reasons = ", ".join(f"{n} {r}" for r, n in sorted(live["retired_by_reason"].items()))
+        lines.append(f"live set: {live['before']} before + {live['added']} added - "
+                     f"{live['retired']} retired = {live['after']}"
+                     + (f"  (retired: {reasons})" if reasons else ""))
     by_split_class = stats.get("by_split_class", {})
     names = sorted({name for split in by_split_class.values() for name in split})
     if names:

@@ -9,8 +9,9 @@ from tests.beamutil import assert_outputs, fn_api_pipeline
 from transforms.offline.boxes import BoxRow
 from transforms.offline.discover import FileRef
 from transforms.offline.image_record import ImageRecord
-from transforms.offline.join_labels import (MATCHED, REJECTED, ROW_REJECTS, SKIPPED,
-                                            PlanImages)
+from transforms.live_view import retirement
+from transforms.offline.join_labels import (KEPT, MATCHED, REJECTED, RETIRED, ROW_REJECTS,
+                                            SKIPPED, PlanImages)
 from transforms.offline.labels import LabelRow
 from transforms.offline.rejects import BOX_ROW, LABEL_ROW, Reject
 
@@ -29,7 +30,8 @@ def _prior(path: str, run_id: str, label_key: str, reason: str | None = None,
            file_bytes: int = 10, mtime: float = 1000.0) -> dict:
     """The index columns PlanImages reads from an earlier snapshot's row."""
     return {"path": path, "run_id": run_id, "bytes": file_bytes, "mtime": mtime,
-            "label_key": label_key, "reason": reason}
+            "label_key": label_key, "reason": reason, "accepted": reason is None,
+            "removed": False, "sha256": f"sha-{path}", "split": "train", "label": label_key}
 
 
 def _plan(pipeline, refs, rejected, labels, boxes, priors, folder_labels=True) -> dict:
@@ -39,7 +41,8 @@ def _plan(pipeline, refs, rejected, labels, boxes, priors, folder_labels=True) -
         ("Priors", priors)))
     planned = inputs | PlanImages(CONFIG, folder_labels)
     return {"images": planned.images,
-            **{tag: planned[tag] for tag in (REJECTED, SKIPPED, ROW_REJECTS, MATCHED)}}
+            **{tag: planned[tag] for tag in (REJECTED, SKIPPED, ROW_REJECTS, MATCHED, KEPT,
+                                             RETIRED)}}
 
 
 def test_files_get_their_rows_and_a_label_key_from_the_csv_or_the_folder():
@@ -51,7 +54,9 @@ def test_files_get_their_rows_and_a_label_key_from_the_csv_or_the_folder():
             [], [cat_row, dog_rows[1], dog_rows[0]], [box], [])
         assert_outputs(planned, {"images": [
             ImageRecord(uri="/data/a/1.jpg", path="a/1.jpg", file_bytes=10, mtime=1000.0,
-                        label_key="cat", label_rows=(cat_row,), box_rows=(box,)),
+                        # boxes add a digest of their rows, so a corrected box is news
+                        label_key="cat#boxes:84002d296b98e9b9", label_rows=(cat_row,),
+                        box_rows=(box,)),
             # renamed by classes.renames; rows in source order
             ImageRecord(uri="/data/b/2.jpg", path="b/2.jpg", file_bytes=10, mtime=1000.0,
                         label_key="canine|test", label_rows=dog_rows),
@@ -96,8 +101,19 @@ def test_unchanged_files_are_skipped_and_changed_or_retried_ones_are_inspected_a
     with fn_api_pipeline() as pipeline:
         planned = _plan(pipeline, [_ref(name) for name in names], [], rows, [], priors,
                         folder_labels=False)
-        assert_outputs(planned, {SKIPPED: [("same.jpg", "run2")], MATCHED: [(LABEL_ROW, 1)] * 5,
-                                 "images": [
-            ImageRecord(uri=f"/data/{row.path}", path=row.path, file_bytes=10, mtime=1000.0,
-                        label_key=row.label, label_rows=(row,))
-            for row in rows[1:]]})
+        live = {p["path"]: p for p in priors[2:] if p["accepted"]}
+        assert_outputs(planned, {
+            SKIPPED: [("same.jpg", "run2")], MATCHED: [(LABEL_ROW, 1)] * 5,
+            # the unchanged file's latest record stays live; an older record of the same path
+            # (an archive from before retirements) and the gone file's record are retired
+            KEPT: [priors[1]],
+            RETIRED: [retirement(priors[0], "replaced",
+                                 "superseded by the record of snapshot run2"),
+                      retirement(priors[6], "deleted", "the file is no longer under the data "
+                                                       "root")],
+            "images": [
+                ImageRecord(uri=f"/data/{row.path}", path=row.path, file_bytes=10,
+                            mtime=1000.0, label_key=row.label, label_rows=(row,),
+                            retires=(("run1", row.path, f"sha-{row.path}", "train", "cat",
+                                      "cat"),) if row.path in live else ())
+                for row in rows[1:]]})

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import logging
 import re
 from typing import NamedTuple, Protocol, Sequence
@@ -35,14 +36,15 @@ from configs.schema import SPLITS
 
 __all__ = [
     "SNAPSHOTS", "LATEST", "MANIFEST", "CLASSES", "STATS", "STATS_PB", "REPORT", "REJECTS",
-    "SUMMARY",
+    "SUMMARY", "RETIRED", "FORGOTTEN",
     "INDEX", "TRANSFORM_FN", "STAGING", "WORK_DIR",
     "Snapshot", "Storage", "GfileStorage", "GFILE", "Selection",
     "join", "new_run_id", "snapshot_dir", "staging_dir", "staging_root", "work_file",
     "shard_name", "shard_glob", "parse_shard_name", "tfrecord_compression", "DALI_INDEX_DIR",
     "dali_index_name", "FEATURE_STATS", "feature_stats_name",
     "committed_snapshots", "read_latest", "latest_snapshot", "parse_selection",
-    "select_snapshots", "list_shards", "list_split_shards",
+    "select_snapshots", "list_shards", "list_split_shards", "is_base", "live_snapshots", "read_manifest",
+    "shard_run_id",
 ]
 
 SNAPSHOTS = "snapshots"          # OUTPUT/snapshots/<run_id>/
@@ -55,6 +57,8 @@ REPORT = "report.html"
 REJECTS = "rejects.jsonl"
 SUMMARY = "summary.json"         # a snapshot's stats and reject keys for later nights
 INDEX = "index.parquet"
+RETIRED = "retired.jsonl"        # a snapshot's retirements of earlier records (live_view)
+FORGOTTEN = "forgotten.jsonl"    # OUTPUT/forgotten.jsonl: records `pixelmill forget` retired
 TRANSFORM_FN = "transform_fn"    # TFT's exported transform, next to the shards
 STAGING = ".staging"             # OUTPUT/.staging/<run_id>/
 WORK_DIR = "_work"               # job-internal summaries inside the staging folder
@@ -225,6 +229,11 @@ def list_shards(snapshot: Snapshot, split: str, name: str = "images",
     return sorted(path for path, _ in named)
 
 
+def shard_run_id(shard_path: str) -> str:
+    """The run_id of the snapshot a shard file (`.../snapshots/<run_id>/<split>/<file>`) is in."""
+    return shard_path.rstrip("/").rsplit("/", 3)[-3]
+
+
 def list_split_shards(snapshots: Sequence[Snapshot], split: str, name: str = "images",
                       storage: Storage = GFILE) -> list[str]:
     """Shards of `split` over several snapshots, oldest snapshot first. One snapshot must have
@@ -282,6 +291,34 @@ def latest_snapshot(output_dir: str, storage: Storage = GFILE) -> Snapshot:
     return max(committed, key=lambda s: (storage.mtime(join(s.path, MANIFEST)), s.run_id))
 
 
+def read_manifest(snapshot: Snapshot, storage: Storage = GFILE) -> dict:
+    """The snapshot's manifest.json as a dict (the one the Snapshot carries, if any)."""
+    if snapshot.manifest is not None:
+        return snapshot.manifest
+    try:
+        manifest = json.loads(storage.read_text(join(snapshot.path, MANIFEST)))
+    except ValueError as exc:
+        raise ValueError(f"{join(snapshot.path, MANIFEST)} does not parse: {exc}") from exc
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def is_base(snapshot: Snapshot, storage: Storage = GFILE) -> bool:
+    """Whether the snapshot holds everything live when it was written (manifest `base`)."""
+    return bool(read_manifest(snapshot, storage).get("base"))
+
+
+def live_snapshots(output_dir: str, storage: Storage = GFILE) -> list[Snapshot]:
+    """The committed snapshots of the live view, oldest first: the newest base and every later
+    one (all of them when none is a base)."""
+    committed = committed_snapshots(output_dir, storage)
+    start = 0
+    for index in range(len(committed) - 1, -1, -1):
+        if is_base(committed[index], storage):
+            start = index
+            break
+    return committed[start:]
+
+
 class Selection(NamedTuple):
     """A parsed `snapshots` choice: kind "latest" | "all" | "last" | "mix", with the count N
     ("last") or the newest snapshot's weight W ("mix"); 0 otherwise."""
@@ -320,7 +357,8 @@ def select_snapshots(output_dir: str, snapshots="latest",
                      storage: Storage = GFILE) -> list[Snapshot]:
     """The committed snapshots to read, oldest first.
 
-    `"latest"`: `latest_snapshot`. `"all"`: every committed snapshot. `N` or `"last:N"`: the
+    `"latest"`: `latest_snapshot`. `"all"`: the live snapshots (`live_snapshots`: the newest
+    base and every later one; see `transforms.live_view`). `N` or `"last:N"`: the
     newest N. `"mix:W"`: all of them, the newest drawn with weight W against the archive (see
     `pipelines.training_input.make_dataset`); needs at least two. Uncommitted snapshots are
     never selected.
@@ -328,7 +366,7 @@ def select_snapshots(output_dir: str, snapshots="latest",
     kind, value = parse_selection(snapshots)
     if kind == "latest":
         return [latest_snapshot(output_dir, storage)]
-    committed = committed_snapshots(output_dir, storage)
+    committed = live_snapshots(output_dir, storage)
     if not committed:
         latest_snapshot(output_dir, storage)  # raises the "no committed snapshot" error
     if kind == "last":
@@ -336,5 +374,5 @@ def select_snapshots(output_dir: str, snapshots="latest",
     if kind == "mix" and len(committed) < 2:
         raise ValueError(
             f"snapshots={snapshots!r} mixes the newest snapshot with the archive, but "
-            f"{output_dir} has {len(committed)} committed snapshot(s).")
+            f"{output_dir} has {len(committed)} live snapshot(s) (since its newest base).")
     return committed

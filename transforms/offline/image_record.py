@@ -39,6 +39,8 @@ class ImageRecord:
     boxes: tuple = ()              # ((xmin, ymin, xmax, ymax, label_text), ...) normalized
     center_phash: str | None = None  # perceptual hash of the central region; only with
                                      # dedup.crop_tolerant (quality.center_hash)
+    retires: tuple = ()            # the path's live records before tonight, as index values
+                                   # (join_labels._PRIOR_FIELDS): retired once it is inspected
 
     def __reduce__(self):
         """Pickled as its field values in order, without their names: Beam's fallback coder

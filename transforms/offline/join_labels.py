@@ -14,6 +14,7 @@ candidate after `resolve_labels` has one label, or is rejected as `unlabeled`,
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import posixpath
 import typing
 
@@ -27,9 +28,11 @@ from transforms.offline.classes import class_name_problem
 from transforms.offline.csv_records import DEFAULT_MAX_CELL_BYTES, text_lines
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.rejects import BOX_ROW, LABEL_ROW, Reject
+from transforms.live_view import retirement
 
 __all__ = ["ReadLabelRows", "ReadBoxRows", "PlanImages", "resolve_labels", "label_key",
-           "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "RETRIED_REASONS",
+           "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "RETRIED_REASONS", "KEPT",
+           "RETIRED", "label_names", "retire_inspected", "live_prior",
            "read_csv_header", "read_label_csv", "read_box_csv", "unchanged_since",
            "missing_file_rejects"]
 
@@ -40,6 +43,11 @@ REJECTED = "rejected"
 # Outcomes that say nothing about the content: such a file is inspected again even unchanged.
 RETRIED_REASONS = ("unreadable", "decoder_crash")
 _KEY_SEPARATOR = "\x1f"
+_BOXES_MARK = "#boxes:"
+KEPT = "kept"
+RETIRED = "retired"
+# The index columns a retirement needs of a prior record (see `live_view.retirement`).
+_PRIOR_FIELDS = ("run_id", "path", "sha256", "split", "label", "label_key")
 
 
 def _csv_lines(path: str, max_cell_bytes: int = DEFAULT_MAX_CELL_BYTES):
@@ -99,17 +107,31 @@ def _folder_label(rel: str) -> str | None:
     return posixpath.basename(posixpath.dirname(rel)) if "/" in rel else None
 
 
-def label_key(rel: str, label_rows, renames: dict, folder_labels: bool) -> str:
-    """What the CSVs (or the folder) say the image's labels are, as one comparable string.
-    A skipped file must have the same key as when it was last seen."""
+def label_key(rel: str, label_rows, renames: dict, folder_labels: bool, box_rows=()) -> str:
+    """What the CSVs (or the folder) say the image's labels and boxes are, as one comparable
+    string. A skipped file must have the same key as when it was last seen: a corrected label
+    or box makes the night read it again. Boxes add a digest of their rows (only when there
+    are any, so keys of images without boxes are what they always were)."""
+    key = ""
     if label_rows:
         names = sorted({renames.get(r.label, r.label) for r in label_rows})
         splits = sorted({r.split for r in label_rows if r.split})
-        return _KEY_SEPARATOR.join(names) + ("|" + ",".join(splits) if splits else "")
-    if folder_labels:
+        key = _KEY_SEPARATOR.join(names) + ("|" + ",".join(splits) if splits else "")
+    elif folder_labels:
         folder = _folder_label(rel)
-        return renames.get(folder, folder) if folder else ""
-    return ""
+        key = renames.get(folder, folder) if folder else ""
+    if box_rows:
+        boxes = sorted(repr((r.xmin, r.ymin, r.xmax, r.ymax, renames.get(r.label, r.label)))
+                       for r in box_rows)
+        digest = hashlib.sha256("\n".join(boxes).encode("utf-8", "surrogatepass")).hexdigest()
+        key += f"{_BOXES_MARK}{digest[:16]}"
+    return key
+
+
+def label_names(key: str) -> str:
+    """A label key as a person reads it: `cat`, `cat, dog|train`, `cat +boxes`."""
+    names, _, boxes = key.partition(_BOXES_MARK)
+    return (names.replace(_KEY_SEPARATOR, ", ") or "no label") + (" +boxes" if boxes else "")
 
 
 def resolve_labels(record: ImageRecord, config: Config, folder_labels: bool) -> ImageRecord:
@@ -157,10 +179,15 @@ def resolve_labels(record: ImageRecord, config: Config, folder_labels: bool) -> 
     return record
 
 
-def unchanged_since(ref, prior: dict | None, key: str) -> bool:
+def unchanged_since(ref, prior: dict | None, key: str, forgotten=(frozenset(), frozenset())
+                    ) -> bool:
     """Whether a discovered file (`FileRef`) whose labels give `key` is the one its latest
     remembered index row (`prior`, None when never seen) describes, and need not be read again:
-    same size, modification time and labels, and not an outcome worth retrying."""
+    same size, modification time and labels, and not an outcome worth retrying. A `forgotten`
+    reject stays only while `forgotten` (paths, sha256s) still names the file."""
+    if prior is not None and prior["reason"] == "forgotten" and not (
+            ref.path in forgotten[0] or prior.get("sha256") in forgotten[1]):
+        return False
     return (prior is not None
             and prior["bytes"] == ref.file_bytes
             and prior["mtime"] is not None and ref.mtime is not None
@@ -182,7 +209,8 @@ def missing_file_rejects(label_rows, box_rows) -> list[Reject]:
 # disassemble `process` and everything it calls (tens of ms per DoFn and job).
 @beam.typehints.with_output_types(typing.Any)
 class _PlanFn(beam.DoFn):
-    def __init__(self, config: Config, folder_labels: bool):
+    def __init__(self, config: Config, folder_labels: bool, forgotten: tuple):
+        self._forgotten = forgotten
         self._config = config
         self._folder_labels = folder_labels
         self._renames = dict(config.classes.renames)
@@ -194,9 +222,14 @@ class _PlanFn(beam.DoFn):
         label_rows = tuple(sorted(grouped["labels"], key=lambda r: r.source))
         box_rows = tuple(sorted(grouped["boxes"], key=lambda r: r.source))
         priors = sorted(grouped["prior"], key=lambda row: row["run_id"])
+        latest = priors[-1] if priors else None
+        live = [row for row in priors if row["accepted"] and not row.get("removed")]
         if not refs and not rejected:
             for reject in missing_file_rejects(label_rows, box_rows):
                 yield beam.pvalue.TaggedOutput(ROW_REJECTS, reject)
+            for row in live:
+                yield beam.pvalue.TaggedOutput(RETIRED, retirement(
+                    row, "deleted", "the file is no longer under the data root"))
             return
         if label_rows:
             yield beam.pvalue.TaggedOutput(MATCHED, (LABEL_ROW, len(label_rows)))
@@ -204,29 +237,80 @@ class _PlanFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(MATCHED, (BOX_ROW, len(box_rows)))
         for record in rejected:
             yield beam.pvalue.TaggedOutput(REJECTED, record)
-        key = label_key(rel, label_rows, self._renames, self._folder_labels)
+            for row in live:
+                yield beam.pvalue.TaggedOutput(RETIRED, retirement(
+                    row, "replaced", f"the file at this path is now rejected: "
+                                     f"{record.reject.reason}"))
+            live = []
+        key = label_key(rel, label_rows, self._renames, self._folder_labels, box_rows)
         for ref in refs:  # discovery guarantees at most one file per relative path
-            if unchanged_since(ref, priors[-1] if priors else None, key):
-                yield beam.pvalue.TaggedOutput(SKIPPED, (rel, priors[-1]["run_id"]))
+            kept = live_prior(latest, live)
+            if (kept is not None or (latest is not None and not latest["accepted"])) \
+                    and unchanged_since(ref, latest, key, self._forgotten):
+                yield beam.pvalue.TaggedOutput(SKIPPED, (rel, latest["run_id"]))
+                for row in live:
+                    if row is kept:
+                        yield beam.pvalue.TaggedOutput(KEPT, row)
+                    else:  # an older record of the path a later one superseded
+                        yield beam.pvalue.TaggedOutput(RETIRED, retirement(
+                            row, "replaced", f"superseded by the record of snapshot "
+                                             f"{latest['run_id']}"))
                 continue
             yield ImageRecord(uri=ref.uri, path=ref.path, file_bytes=ref.file_bytes,
                               mtime=ref.mtime,
-                              label_key=key, label_rows=label_rows, box_rows=box_rows)
+                              label_key=key, label_rows=label_rows, box_rows=box_rows,
+                              retires=tuple(tuple(row.get(name) for name in _PRIOR_FIELDS)
+                                            for row in live))
+
+
+def live_prior(latest: dict | None, live: list) -> dict | None:
+    """The live record of a path: its latest index row, when that row is accepted and no
+    later snapshot retired it (`live` holds the path's accepted rows not retired)."""
+    return latest if latest is not None and any(row is latest for row in live) else None
+
+
+def retire_inspected(record: ImageRecord):
+    """The retirement lines of the records an inspected image replaces (its path's live
+    records before tonight): `relabeled` when its content is the same and its labels or boxes
+    changed, `replaced` when its content changed, `reinspected` when neither did (the file's
+    time changed, so it was read again and its record is written anew)."""
+    for values in record.retires:
+        prior = dict(zip(_PRIOR_FIELDS, values))
+        old_key = prior.get("label_key") or ""
+        if record.sha256 and record.sha256 == prior["sha256"]:
+            if old_key == record.label_key:
+                reason, detail = "reinspected", ("the file's modification time changed; same "
+                                                 "content and labels, record written anew")
+            else:
+                reason, detail = "relabeled", (f"same content; labels now "
+                                               f"{label_names(record.label_key)}, were "
+                                               f"{label_names(old_key)}")
+        else:
+            reason = "replaced"
+            detail = (f"new content at the same path (sha256 {record.sha256[:12] or '-'}..., "
+                      f"was {prior['sha256'][:12]}...)")
+        yield retirement(prior, reason, detail)
 
 
 class PlanImages(beam.PTransform):
     """Joins, by root-relative path, the discovered files, the images rejected at discovery,
     the label and box rows, and the latest remembered index row of each path.
 
-    Outputs: main, ImageRecords to inspect (carrying their rows); `rejected`, discovery
-    rejects; `skipped`, (path, run_id) of unchanged files already in a snapshot;
-    `row_rejects`, rows naming no discovered file (`missing_file`); `matched`, (kind, n).
+    Outputs: main, ImageRecords to inspect (carrying their rows, and the live records they
+    will retire); `rejected`, discovery rejects; `skipped`, (path, run_id) of unchanged files
+    already in a snapshot; `row_rejects`, rows naming no discovered file (`missing_file`);
+    `matched`, (kind, n); `kept`, the archive rows of records that stay live (unchanged
+    files); `retired`, retirement lines of records whose file is gone or now rejected at
+    discovery (`transforms.live_view`). An index row is live when it is its path's latest,
+    accepted, and not `removed` (retired by a later snapshot or forgotten).
     """
 
-    def __init__(self, config: Config, folder_labels: bool):
+    def __init__(self, config: Config, folder_labels: bool,
+                 forgotten: tuple = (frozenset(), frozenset())):
         super().__init__()
         self._config = config
         self._folder_labels = folder_labels
+        self._forgotten = forgotten  # (paths, sha256s) `pixelmill forget` named
 
     def expand(self, inputs):
         refs, rejected, label_rows, box_rows, prior_rows = inputs
@@ -239,5 +323,6 @@ class PlanImages(beam.PTransform):
         }
         return (keyed
                 | "JoinByPath" >> beam.CoGroupByKey()
-                | "Plan" >> beam.ParDo(_PlanFn(self._config, self._folder_labels)).with_outputs(
-                    REJECTED, SKIPPED, ROW_REJECTS, MATCHED, main="images"))
+                | "Plan" >> beam.ParDo(_PlanFn(self._config, self._folder_labels,
+                                               self._forgotten)).with_outputs(
+                    REJECTED, SKIPPED, ROW_REJECTS, MATCHED, KEPT, RETIRED, main="images"))

@@ -14,14 +14,14 @@ import math
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-__all__ = ["WriteRejectsLedger", "WriteJson", "CountInto", "LEDGER_PART_LINES"]
+__all__ = ["WriteRejectsLedger", "WriteJson", "CountInto", "LEDGER_PART_LINES", "write_text"]
 
 LEDGER_PART_LINES = 200_000   # lines per sorted range of the ledger (~40 MB on one worker)
 _LEDGER_SAMPLE = 1024         # keys sampled to cut the ranges (at most this many ranges)
 _COPY_CHUNK = 1 << 20
 
 
-def _write_text(path: str, text: str) -> str:
+def write_text(path: str, text: str) -> str:
     with FileSystems.create(path) as handle:
         handle.write(text.encode("utf-8"))
     return path
@@ -41,7 +41,7 @@ def _range_bounds(sample, count: int, part_lines: int) -> list:
 def _write_range(item, parts_dir: str) -> tuple:
     index, lines = item
     path = FileSystems.join(parts_dir, f"part-{index:05d}")
-    _write_text(path, "".join(line for _key, line in sorted(lines)))
+    write_text(path, "".join(line for _key, line in sorted(lines)))
     return index, path
 
 
@@ -115,7 +115,7 @@ class WriteJson(beam.PTransform):
     def expand(self, value):
         path = self._path
         return value | "WriteJsonFile" >> beam.Map(
-            lambda data: _write_text(path, json.dumps(  # strict: NaN is an error, not `NaN`
+            lambda data: write_text(path, json.dumps(  # strict: NaN is an error, not `NaN`
                 data, indent=2, sort_keys=True, allow_nan=False) + "\n"))
 
 

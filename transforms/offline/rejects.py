@@ -43,6 +43,8 @@ REASONS = {
     "near_duplicate": "perceptual hash within dedup.max_hamming of a kept image (named in detail)",
     "missing_file": "a CSV row names a file that was not discovered under the data root",
     "bad_csv_row": "a CSV line that does not parse (file and line number in detail)",
+    "forgotten": "`pixelmill forget` named this path or content; not brought back while its "
+                 "source exists (unless --allow_forgotten)",
     "bad_label": "the label (CSV cell or class folder) is not one line of printable text: a "
                  "control or line-breaking character (named in detail) or bytes that are not "
                  "UTF-8",

@@ -1,0 +1,116 @@
+"""The live view: which records of the committed snapshots are current, for every reader.
+
+A *base* snapshot (a full `pixelmill preprocess`, a first night, `pixelmill compact`; its
+manifest says `"base": true`) holds everything that was live when it was written. Each night
+after it adds a snapshot with tonight's records and `retired.jsonl`: one line per earlier
+record it retires, with the reason (`relabeled`, `replaced`, `deleted`, ...) and the snapshot
+the record lives in. `pixelmill forget` retires records in `OUTPUT/forgotten.jsonl`.
+
+    live set = records of the newest base and every later snapshot - retired records
+
+so there is at most one live record per source path. `make_dataset` applies the removals
+while reading; `pixelmill compact` writes a new base holding exactly the live set, which
+readers that know nothing of pixelmill (TFDS, DALI, tfrecord indexes) then read from LATEST.
+A record is named by (snapshot run_id, source path): a snapshot holds a path at most once.
+Snapshots written before bases existed count as one chain from the oldest.
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterable, NamedTuple, Sequence
+
+from transforms import snapshot_layout as layout
+from transforms.snapshot_layout import GFILE, Snapshot, Storage, join, live_snapshots
+
+__all__ = ["RETIREMENT_FIELDS", "RETIREMENT_REASONS", "LiveView", "retirement",
+           "read_retirements", "live_view",
+           "removal_keys", "removal_key", "KEY_SEPARATOR"]
+
+# One retirement line: the record (`snapshot`, `path`, `sha256`, `split`, `label`) and why it
+# is no longer live (`reason`, `detail`); the ledger's place says which run retired it.
+RETIREMENT_FIELDS = ("path", "sha256", "split", "label", "snapshot", "reason", "detail")
+# Why a record stops being live.
+RETIREMENT_REASONS = {
+    "relabeled": "same content, new labels or boxes: tonight's record replaces it",
+    "replaced": "new content at the same path (or the path is now rejected at discovery)",
+    "reinspected": "the file's time changed but not its content or labels; written anew",
+    "deleted": "the file is no longer under the data root",
+    "forgotten": "`pixelmill forget` named it: never read again, bytes removed from shards",
+}
+KEY_SEPARATOR = "\x1f"
+
+
+def retirement(row: dict, reason: str, detail: str) -> dict:
+    """The ledger line retiring the record an index row (with its `run_id`) describes."""
+    if reason not in RETIREMENT_REASONS:
+        raise ValueError(f"Unknown retirement reason {reason!r}. Expected one of "
+                         f"{tuple(RETIREMENT_REASONS)}.")
+    return {"path": row["path"], "sha256": row.get("sha256") or "", "split": row.get("split"),
+            "label": row.get("label"), "snapshot": row["run_id"], "reason": reason,
+            "detail": detail}
+
+
+def read_retirements(path: str, storage: Storage = GFILE) -> list[dict]:
+    """The lines of a retirement ledger (`retired.jsonl`, `forgotten.jsonl`); [] when absent.
+    A line that does not parse is an error naming the file and the line."""
+    if not storage.exists(path):
+        return []
+    lines = []
+    for number, text in enumerate(storage.read_text(path).splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            line = json.loads(text)
+            if not isinstance(line, dict) or not {"path", "snapshot"} <= set(line):
+                raise ValueError("expected an object with 'path' and 'snapshot'")
+        except ValueError as exc:
+            raise ValueError(f"{path}: line {number} is not a retirement line ({exc})") from exc
+        lines.append(line)
+    return lines
+
+
+class LiveView(NamedTuple):
+    """The live snapshots (oldest first) and, per run_id, the removed records as
+    {path: split} (records retired by a later snapshot or forgotten)."""
+    snapshots: tuple
+    removed: dict
+
+    def removed_count(self, run_id: str, split: str) -> int:
+        """Removed records of one snapshot's split."""
+        return sum(1 for s in self.removed.get(run_id, {}).values() if s == split)
+
+    def removed_rows(self, run_id: str) -> dict:
+        return self.removed.get(run_id, {})
+
+
+def _removals(lines: Iterable[dict], run_ids: set) -> dict:
+    removed: dict = {}
+    for line in lines:
+        if line["snapshot"] in run_ids:
+            removed.setdefault(line["snapshot"], {})[line["path"]] = line.get("split")
+    return removed
+
+
+def live_view(output_dir: str, storage: Storage = GFILE,
+              snapshots: Sequence[Snapshot] | None = None) -> LiveView:
+    """The live view of `output_dir`; `snapshots` (default: `live_snapshots`) limits the
+    removals to the records of those snapshots. Removals come from the retirement ledgers of
+    the live snapshots and `OUTPUT/forgotten.jsonl`."""
+    live = live_snapshots(output_dir, storage)
+    chosen = list(live if snapshots is None else snapshots)
+    ledgers = [join(s.path, layout.RETIRED) for s in live]
+    ledgers += [join(s.path, layout.RETIRED) for s in chosen if s not in live]
+    lines = [line for path in ledgers for line in read_retirements(path, storage)]
+    lines += read_retirements(join(output_dir, layout.FORGOTTEN), storage)
+    return LiveView(tuple(chosen), _removals(lines, {s.run_id for s in chosen}))
+
+
+def removal_key(run_id: str, path: str) -> str:
+    """One removed record as one string (what the reader's lookup table holds)."""
+    return f"{run_id}{KEY_SEPARATOR}{path}"
+
+
+def removal_keys(view: LiveView) -> list[str]:
+    """Every removed record of the view as `removal_key`s, sorted."""
+    return sorted(removal_key(run_id, path) for run_id, paths in view.removed.items()
+                  for path in paths)
