@@ -2,6 +2,8 @@
 
     pixelmill preprocess --data_root DIR --labels CSV --output_dir OUT [Beam options]
     pixelmill nightly --data_root DIR --labels CSV --output_dir OUT [--fail_on_drift]
+    pixelmill forget --output_dir OUT (--path P | --sha256 H | --from FILE)
+    pixelmill compact --output_dir OUT
     pixelmill demo [--workdir DIR]
     pixelmill preview --output_dir OUT --out grid.png
     pixelmill bench preprocess|train|quality|scale [options]
@@ -34,6 +36,8 @@ EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds the output folder
 SUBCOMMANDS = {
     "preprocess": ("runners.preprocess", "raw images + CSV labels -> committed TFRecord snapshot"),
     "nightly": ("runners.nightly", "incremental rerun: only new data, cross-run dedup, drift"),
+    "forget": ("runners.forget", "retire named images from every read, remove their bytes"),
+    "compact": ("runners.compact", "write the live set as one base snapshot (for any reader)"),
     "demo": ("runners.demo", "generate demo data, run the job on it, print the summary"),
     "preview": ("runners.preview", "PNG grid of augmented training samples with boxes"),
     "bench": (None, "benchmarks: `bench preprocess`, `bench train`, `bench quality` or "

@@ -1,0 +1,44 @@
+"""`pixelmill compact`: write the live set as one new base snapshot and make it LATEST.
+
+    pixelmill compact --output_dir OUT
+
+After it, readers that know nothing of pixelmill's retirements (TFDS `builder_from_directory`,
+DALI, tfrecord indexes) read exactly the live set from `OUT/snapshots/<LATEST>`; `make_dataset`
+reads the same records before and after. Nothing to do (the live view is already one base with
+nothing retired): exit 0 and say so. Takes the output folder's lock, as a run does.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from runners.errors import UsageError
+from runners.locked_run import locked_run
+from transforms import snapshot_layout as layout
+
+__all__ = ["main"]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="pixelmill compact", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", required=True)
+    args = parser.parse_args(argv)
+    if not layout.committed_snapshots(args.output_dir):
+        raise UsageError(f"--output_dir {args.output_dir}: no committed snapshot.")
+    from pipelines.compaction import compact  # TensorFlow: after the flags are checked
+    run_id = layout.new_run_id()
+    with locked_run(args.output_dir, run_id):
+        snapshot = compact(args.output_dir, run_id)
+    if snapshot is None:
+        print("pixelmill compact: nothing to do: the live set is one base snapshot already")
+        return 0
+    print(f"pixelmill compact: snapshot {snapshot.run_id} holds the live set "
+          f"({snapshot.accounting['images']['accepted']} records, from "
+          f"{len(snapshot.manifest['compacted_from'])} snapshots); LATEST points at it")
+    return 0
+
+
+if __name__ == "__main__":
+    from runners.cli import console_main
+    console_main(["compact", *sys.argv[1:]])
