@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 
 from apache_beam.io.filesystems import FileSystems
@@ -62,8 +63,12 @@ def clean_unfinished(output_dir: str) -> None:
                                                     layout.MANIFEST)])[0].metadata_list
     with_manifest = {m.path.rstrip("/").rsplit("/", 2)[-2] for m in manifests}
     found = FileSystems.match([FileSystems.join(output_dir, layout.SNAPSHOTS, "*", "**")])[0]
-    unfinished = sorted({m.path[len(output_dir.rstrip("/")) + 1:].split("/")[1]
-                         for m in found.metadata_list} - with_manifest)
+    folders = {m.path[len(output_dir.rstrip("/")) + 1:].split("/")[1]
+               for m in found.metadata_list}
+    local = os.path.join(output_dir, layout.SNAPSHOTS)
+    if "://" not in output_dir and os.path.isdir(local):  # also folders holding no file yet
+        folders.update(os.listdir(local))
+    unfinished = sorted(folders - with_manifest)
     for run_id in unfinished:
         _LOG.warning("removing snapshot %s: its run never committed it", run_id)
         remove_tree(layout.snapshot_dir(output_dir, run_id))
