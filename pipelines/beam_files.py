@@ -3,11 +3,17 @@ runs around the graph: the publisher, the lock and the nightly run. Light to imp
 TensorFlow), so that a run which decides it has nothing to do stays quick."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import secrets
 
 from apache_beam.io.filesystems import FileSystems
 
-__all__ = ["BeamStorage", "BEAM_FILES", "read_json", "remove_tree"]
+__all__ = ["BeamStorage", "BEAM_FILES", "read_json", "remove_tree", "write_atomically",
+           "sync_files", "TEMPORARY_GLOB"]
+
+TEMPORARY_GLOB = ".*.tmp-*"  # what `write_atomically` leaves behind only when killed mid-write
 
 
 class BeamStorage:
@@ -44,3 +50,61 @@ def remove_tree(path: str) -> None:
     if "://" not in path:
         import shutil
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path
+
+
+def _fsync_folder(folder: str) -> None:
+    """Makes a rename in `folder` durable (POSIX: the folder's entry is data too)."""
+    handle = os.open(folder or ".", os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Writes `data` to `path` so that a reader sees the old file (or none) or the whole new
+    one, never a part of it, whatever fails or kills the process meanwhile.
+
+    Local paths: the bytes go to a temporary name in the same folder
+    (`.<name>.tmp-<pid>-<random>`, matched by `TEMPORARY_GLOB`), are flushed and fsync'd, then
+    renamed over `path`, and the folder is fsync'd. On an error the temporary file is removed
+    and the error (naming the file) goes on. Object stores (`gs://` and any other scheme): one
+    create is already atomic there (the object appears whole when its upload completes), and a
+    "rename" is a copy and a delete, so the object is written in place, without a rename.
+    """
+    if not _is_local(path):
+        with FileSystems.create(path, compression_type="uncompressed") as handle:
+            handle.write(data)
+        return
+    folder, name = os.path.split(path)
+    temporary = os.path.join(folder, f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)
+        raise
+    _fsync_folder(folder)
+
+
+def sync_files(paths) -> None:
+    """fsyncs local files (and their folders) written by others, e.g. the job's shards, so
+    that a commit written after this never names bytes a power loss could still take. Object
+    stores need nothing: an object exists only once it is whole."""
+    local = [path for path in paths if _is_local(path)]
+    for path in local:
+        handle = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(handle)
+        finally:
+            os.close(handle)
+    for folder in sorted({os.path.dirname(path) for path in local}):
+        _fsync_folder(folder)

@@ -20,7 +20,7 @@ from configs.schema import SPLITS
 from transforms import codec
 from transforms.live_view import LiveView, live_view
 from transforms.snapshot_layout import (CLASSES, GFILE, MANIFEST, STATS, TRANSFORM_FN,
-                                        Snapshot, join,
+                                        Snapshot, join, parse_manifest,
                                         select_snapshots, tfrecord_compression)
 
 __all__ = ["read_class_names", "read_stats", "read_pixel_stats", "normalization",
@@ -168,7 +168,9 @@ def read_label_offset(snapshots: Sequence[Snapshot]) -> int:
     snapshots are read together, so they must agree."""
     offsets = {}
     for snapshot in snapshots:
-        manifest = json.loads(GFILE.read_text(join(snapshot.path, MANIFEST)))
+        manifest, problem = parse_manifest(GFILE.read_text(join(snapshot.path, MANIFEST)))
+        if problem:  # committed when selected, so changed since: name the file
+            raise ValueError(f"{snapshot.path}/{MANIFEST}: {problem}")
         offset = manifest.get("label_offset", 0)
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise ValueError(f"{snapshot.path}/{MANIFEST}: label_offset must be an integer "

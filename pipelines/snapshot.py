@@ -3,9 +3,11 @@
 After the graph ran, the job itself checks that every input is accounted for
 (`accepted + rejected == discovered` for images, and likewise for label and box CSV rows). Only
 then are stats, stats.pb and report.html written, the staged files moved to
-`snapshots/<run_id>/`, `manifest.json` written last (a snapshot without it is not committed and
-readers ignore it), then `classes.txt` and the `LATEST` pointer. A run that fails at any point
-publishes nothing, and the previous snapshot stays readable. The names and the committed/latest
+`snapshots/<run_id>/` (and fsync'd), `OUTPUT/classes.txt` updated, `manifest.json` written last
+(a snapshot without it is not committed and readers ignore it), then the `LATEST` pointer. Every
+file written here goes through a temporary name and a rename (`beam_files.write_atomically`), so
+a full disk or a kill leaves either the old file or the whole new one. A run that fails at any
+point before the manifest publishes nothing, and the previous snapshot stays readable. The names and the committed/latest
 rules are `transforms.snapshot_layout`'s; `BEAM_FILES` lets the job's side apply those rules
 through Beam's FileSystems, the file systems it writes with.
 """
@@ -21,7 +23,8 @@ import posixpath
 from apache_beam.io.filesystems import FileSystems
 
 from configs.schema import config_to_dict
-from pipelines.beam_files import BEAM_FILES, BeamStorage, read_json, remove_tree
+from pipelines.beam_files import (BEAM_FILES, BeamStorage, read_json, remove_tree, sync_files,
+                                  write_atomically)
 from pipelines.job import PreprocessJob
 from transforms.offline import classes, quality_rules
 from transforms.reporting.history import fingerprint, reject_key, snapshot_summary
@@ -50,8 +53,8 @@ class AccountingError(RuntimeError):
 
 
 def _write_bytes(path: str, data: bytes) -> None:
-    with FileSystems.create(path) as handle:
-        handle.write(data)
+    """Through a temporary name and a rename (`beam_files.write_atomically`)."""
+    write_atomically(path, data)
 
 
 def _write_json(path: str, data) -> None:
@@ -250,6 +253,7 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
         files.append(entry)
     _move([FileSystems.join(staging, rel) for rel in rels],
           [FileSystems.join(final, rel) for rel in rels])
+    sync_files([FileSystems.join(final, rel) for rel in rels])  # durable before the commit
     manifest = {
         "run_id": run_id,
         # A base holds everything live when it was written; a night adds to the one before
@@ -266,8 +270,11 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
         "versions": _versions(),
         **{key: (extra_stats or {})[key] for key in ("drift",) if key in (extra_stats or {})},
     }
+    # The table first: a snapshot is never committed with ids that classes.txt lacks (a run
+    # failing after this only reserves its new ids; they are append-only anyway).
+    classes_path = FileSystems.join(output_dir, layout.CLASSES)
+    _write_bytes(classes_path, classes.class_table_bytes(classes_path, table))
     _write_json(FileSystems.join(final, layout.MANIFEST), manifest)  # the commit point
-    classes.write_class_table(FileSystems.join(output_dir, layout.CLASSES), table)
     _write_bytes(FileSystems.join(output_dir, layout.LATEST), (run_id + "\n").encode("utf-8"))
     remove_tree(staging)
     return Snapshot(run_id=run_id, path=final, accounting=accounting, stats=stats,

@@ -102,7 +102,8 @@ def write_corpus(output_dir: str, images: int, image_size: int, num_classes: int
                 "by_split": {split: images if split == "train" else 0 for split in SPLITS},
                 "boxes": {"images_with_boxes": 0, "boxes": 0}}, indent=2)),
             (layout.join(snapshot, layout.MANIFEST), json.dumps(
-                {"run_id": run_id, "files": sorted(paths), "synthetic": True}, indent=2)),
+                {"run_id": run_id, "synthetic": True, "files": [
+                    {"path": path[len(snapshot) + 1:]} for path in sorted(paths)]}, indent=2)),
             (layout.join(output_dir, layout.CLASSES), table),
             (layout.join(output_dir, layout.LATEST), f"{run_id}\n")):
         with tf.io.gfile.GFile(path, "w") as handle:

@@ -6,14 +6,16 @@
     pixelmill compact --output_dir OUT
     pixelmill demo [--workdir DIR]
     pixelmill preview --output_dir OUT --out grid.png
+    pixelmill verify OUT [--snapshot RUN_ID]
     pixelmill bench preprocess|train|quality|scale [options]
 
 Each subcommand is also `python -m runners.<module>`.
 
 Exit codes: 0 done; 1 the run failed (the error is printed; nothing was published); 2 bad
 flags, config or inputs, found before any work (one line, no traceback); 75 another run holds
-the output folder's lock; `nightly` adds 3 (drift with --fail_on_drift). Never a signal: the
-process ends with `os._exit` whatever happened (see `console_main`).
+the output folder's lock; `nightly` adds 3 (drift with --fail_on_drift); `verify` exits 1 when
+a file is broken. Never a signal: the process ends with `os._exit` whatever happened (see
+`console_main`).
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ SUBCOMMANDS = {
     "compact": ("runners.compact", "write the live set as one base snapshot (for any reader)"),
     "demo": ("runners.demo", "generate demo data, run the job on it, print the summary"),
     "preview": ("runners.preview", "PNG grid of augmented training samples with boxes"),
+    "verify": ("runners.verify", "check committed snapshots: framing, CRCs, sha256s, indexes"),
     "bench": (None, "benchmarks: `bench preprocess`, `bench train`, `bench quality` or "
                     "`bench scale`"),
 }

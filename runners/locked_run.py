@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines.beam_files import BEAM_FILES, remove_tree
+from pipelines.beam_files import TEMPORARY_GLOB, remove_tree
 from runners.errors import UsageError
 from runners.run_lock import RunLock, clear_blocked
 from transforms import snapshot_layout as layout
@@ -54,16 +55,27 @@ def check_run_id(run_id: str, output_dir: str) -> str:
 
 
 def clean_unfinished(output_dir: str) -> None:
-    """Under the lock, whatever a killed run left is garbage: staged folders, and snapshot
-    folders without a manifest (never committed, so no reader or memory ever saw them)."""
-    committed = {s.run_id for s in layout.committed_snapshots(output_dir, BEAM_FILES)}
+    """Under the lock, whatever a killed run left is garbage: staged folders, snapshot folders
+    without a manifest (never committed, so no reader or memory ever saw them) and the
+    temporary files of an interrupted atomic write. A folder whose manifest exists but is
+    broken is left for a person (`pixelmill verify`); readers already skip it."""
+    manifests = FileSystems.match([FileSystems.join(output_dir, layout.SNAPSHOTS, "*",
+                                                    layout.MANIFEST)])[0].metadata_list
+    with_manifest = {m.path.rstrip("/").rsplit("/", 2)[-2] for m in manifests}
     found = FileSystems.match([FileSystems.join(output_dir, layout.SNAPSHOTS, "*", "**")])[0]
-    unfinished = sorted({m.path[len(output_dir.rstrip("/")) + 1:].split("/")[1]
-                         for m in found.metadata_list} - committed)
+    folders = {m.path[len(output_dir.rstrip("/")) + 1:].split("/")[1]
+               for m in found.metadata_list}
+    local = os.path.join(output_dir, layout.SNAPSHOTS)
+    if "://" not in output_dir and os.path.isdir(local):  # also folders holding no file yet
+        folders.update(os.listdir(local))
+    unfinished = sorted(folders - with_manifest)
     for run_id in unfinished:
         _LOG.warning("removing snapshot %s: its run never committed it", run_id)
         remove_tree(layout.snapshot_dir(output_dir, run_id))
     remove_tree(layout.staging_root(output_dir))
+    leftovers = FileSystems.match([FileSystems.join(output_dir, TEMPORARY_GLOB)])[0]
+    if leftovers.metadata_list:
+        FileSystems.delete([m.path for m in leftovers.metadata_list])
 
 
 def _discard_own(output_dir: str, run_id: str) -> None:

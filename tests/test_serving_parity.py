@@ -88,7 +88,8 @@ def snapshot(tmp_path_factory):
         "boxes": {"images_with_boxes": 0, "boxes": 0}})
     with open(os.path.join(snapshot_dir, "classes.txt"), "w") as handle:
         handle.write("".join(f"{name}\n" for name in CLASSES))
-    _write_json(os.path.join(snapshot_dir, "manifest.json"), {"run_id": RUN_ID})
+    _write_json(os.path.join(snapshot_dir, "manifest.json"), {"run_id": RUN_ID, "files": [
+        {"path": os.path.relpath(shard, snapshot_dir)}]})
     with open(os.path.join(output_dir, "LATEST"), "w") as handle:
         handle.write(RUN_ID + "\n")
     return {"output_dir": output_dir, "path": snapshot_dir, "encoded": encoded_images,

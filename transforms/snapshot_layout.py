@@ -14,7 +14,8 @@ snapshots are committed, latest or selected.
         dataset_info.json  features.json  *.labels.txt   # TFDS's (uncompressed shards only)
         Split-<split>/FeatureStats.pb   # TFDV statistics of the split's records, TFX's layout
         transform_fn/  transformed_metadata/
-        manifest.json               # written last: a snapshot without it is not committed
+        manifest.json               # written last: a snapshot without it is not committed,
+                                    # nor one whose manifest does not parse or list its files
 
 Both halves use this module: the offline job's shard writer and publisher (through Beam's
 FileSystems), nightly, and the training reader (through `tf.io.gfile`; it never imports Beam).
@@ -42,9 +43,9 @@ __all__ = [
     "join", "new_run_id", "snapshot_dir", "staging_dir", "staging_root", "work_file",
     "shard_name", "shard_glob", "parse_shard_name", "tfrecord_compression", "DALI_INDEX_DIR",
     "dali_index_name", "FEATURE_STATS", "feature_stats_name",
-    "committed_snapshots", "read_latest", "latest_snapshot", "parse_selection",
-    "select_snapshots", "list_shards", "list_split_shards", "is_base", "live_snapshots", "read_manifest",
-    "shard_run_id",
+    "parse_manifest", "snapshot_problems", "committed_snapshots", "read_latest",
+    "latest_snapshot", "parse_selection", "select_snapshots", "list_shards",
+    "list_split_shards", "is_base", "live_snapshots", "read_manifest", "shard_run_id",
 ]
 
 SNAPSHOTS = "snapshots"          # OUTPUT/snapshots/<run_id>/
@@ -252,20 +253,108 @@ def list_split_shards(snapshots: Sequence[Snapshot], split: str, name: str = "im
 
 # ----------------------------------------------------------------------------- snapshots
 
-def committed_snapshots(output_dir: str, storage: Storage = GFILE) -> list[Snapshot]:
-    """The committed snapshots (those with a manifest), oldest first. A folder without
-    `manifest.json` is a run still writing, or one that crashed: never read."""
+def parse_manifest(text: str) -> tuple[dict | None, str | None]:
+    """(manifest, None) when `text` is a manifest that can commit a snapshot: a JSON object
+    whose `files` is a list of entries with a relative `path`; else (None, what is wrong)."""
+    if not text.strip():
+        return None, "empty"
+    try:
+        manifest = json.loads(text)
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    if not isinstance(manifest, dict):
+        return None, f"not a JSON object (a {type(manifest).__name__})"
+    files = manifest.get("files")
+    if not isinstance(files, list):
+        return None, "lists no files (no 'files' list)"
+    for entry in files:
+        rel = entry.get("path") if isinstance(entry, dict) else None
+        if not isinstance(rel, str) or not rel or rel.startswith("/") or "://" in rel:
+            return None, f"a 'files' entry has no relative 'path': {entry!r}"[:300]
+    return manifest, None
+
+
+def _listed(manifest: dict) -> list[str]:
+    return [entry["path"] for entry in manifest["files"]]
+
+
+def _existing_files(output_dir: str, manifests: Sequence[dict], storage: Storage) -> set[str]:
+    """Which files the manifests list exist: one glob per folder depth for all snapshots
+    together (`snapshots/*/*`, `snapshots/*/*/*`, ...), never one request per file."""
+    depths = {rel.count("/") + 1 for manifest in manifests for rel in _listed(manifest)}
+    found: set[str] = set()
+    for depth in sorted(depths):
+        found.update(path.rstrip("/") for path in
+                     storage.glob(join(output_dir, SNAPSHOTS, "*", *(["*"] * depth))))
+    return found
+
+
+def _broken(snapshot_path: str, manifest: dict | None, problem: str | None,
+            existing: set[str]) -> str | None:
+    if problem:
+        return f"{MANIFEST} {problem}"
+    missing = [rel for rel in _listed(manifest) if join(snapshot_path, rel) not in existing]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        return f"{MANIFEST} lists files that do not exist: {missing[0]}{more}"
+    return None
+
+
+def _read_manifest(path: str, storage: Storage) -> tuple[dict | None, str | None]:
+    try:
+        text = storage.read_text(path)
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 ({exc})"
+    return parse_manifest(text)
+
+
+def snapshot_problems(output_dir: str, storage: Storage = GFILE) -> tuple[list[Snapshot],
+                                                                         dict[str, str]]:
+    """(committed snapshots oldest first, {folder: what is wrong} for the others that have a
+    manifest). Committed: `manifest.json` parses as a JSON object whose `files` list names
+    files that all exist (`parse_manifest`; existence only, no hashing: `pixelmill verify`
+    does that). A folder without a manifest is a run still writing or one that died: neither
+    committed nor reported."""
     manifests = storage.glob(join(output_dir, SNAPSHOTS, "*", MANIFEST))
     run_ids = sorted({path.rstrip("/").rsplit("/", 2)[-2] for path in manifests})
-    return [Snapshot(run_id, snapshot_dir(output_dir, run_id)) for run_id in run_ids]
+    snapshots = [Snapshot(run_id, snapshot_dir(output_dir, run_id)) for run_id in run_ids]
+    parsed = [_read_manifest(join(s.path, MANIFEST), storage) for s in snapshots]
+    good = [manifest for manifest, _ in parsed if manifest is not None]
+    existing = _existing_files(output_dir, good, storage) if good else set()
+    committed, broken = [], {}
+    for snapshot, (manifest, problem) in zip(snapshots, parsed):
+        problem = _broken(snapshot.path, manifest, problem, existing)
+        if problem:
+            broken[snapshot.path] = problem
+        else:  # the parsed manifest travels along: later rules (live_view) read it again
+            committed.append(dataclasses.replace(snapshot, manifest=manifest))
+    return committed, broken
+
+
+def committed_snapshots(output_dir: str, storage: Storage = GFILE) -> list[Snapshot]:
+    """The committed snapshots, oldest first (`snapshot_problems`). Each folder whose manifest
+    exists but does not commit it is logged as a warning naming the folder and what is wrong,
+    once per call, and is treated as not committed: never read, never history."""
+    committed, broken = snapshot_problems(output_dir, storage)
+    for path, problem in broken.items():
+        logging.warning("snapshot %s is not committed: %s (`pixelmill verify %s` checks it)",
+                        path, problem, output_dir)
+    return committed
 
 
 def read_latest(output_dir: str, storage: Storage = GFILE) -> str | None:
-    """The run_id that `OUTPUT/LATEST` names, or None before the first committed run."""
+    """The run_id that `OUTPUT/LATEST` names, or None before the first committed run or when
+    it names no committed snapshot (with a warning; `latest_snapshot` then falls back)."""
     path = join(output_dir, LATEST)
     if not storage.exists(path):
         return None
-    return storage.read_text(path).strip() or None
+    run_id = storage.read_text(path).strip()
+    if not run_id:
+        return None
+    if run_id not in {s.run_id for s in committed_snapshots(output_dir, storage)}:
+        logging.warning("%s names %r, which is not a committed snapshot", path, run_id)
+        return None
+    return run_id
 
 
 def latest_snapshot(output_dir: str, storage: Storage = GFILE) -> Snapshot:

@@ -20,8 +20,8 @@ from typing import Iterable, Mapping, Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-__all__ = ["parse_class_table", "read_class_table", "write_class_table", "apply_renames",
-           "extend_class_table", "class_name_problem"]
+__all__ = ["parse_class_table", "read_class_table", "write_class_table", "class_table_bytes",
+           "apply_renames", "extend_class_table", "class_name_problem"]
 
 # Unicode categories a class name must not contain: controls (Cc: NUL, \t, \v, \f, \x1c-\x1f,
 # U+0085, ...), line and paragraph separators (Zl, Zp) and surrogates (Cs: a name decoded with
@@ -64,16 +64,22 @@ def read_class_table(path: str) -> list[str]:
         return parse_class_table(handle.read().decode("utf-8"), path)
 
 
-def write_class_table(path: str, names: Sequence[str]) -> None:
-    """Writes the table, one name per line; refuses (ValueError) a name that would not read
-    back as itself, or a repeated name, before anything is written."""
+def class_table_bytes(path: str, names: Sequence[str]) -> bytes:
+    """The file `write_class_table` writes, one name per line; refuses (ValueError, naming
+    `path`) a name that would not read back as itself, or a repeated name."""
     for class_id, name in enumerate(names):
         problem = class_name_problem(name)
         if problem:
             raise ValueError(f"Class table {path}: id {class_id} {problem}")
     parse_class_table("".join(f"{name}\n" for name in names), path)
+    return "".join(f"{name}\n" for name in names).encode("utf-8")
+
+
+def write_class_table(path: str, names: Sequence[str]) -> None:
+    """Writes the table (`class_table_bytes`), refusing a bad one before anything is written."""
+    data = class_table_bytes(path, names)
     with FileSystems.create(path) as handle:
-        handle.write("".join(f"{name}\n" for name in names).encode("utf-8"))
+        handle.write(data)
 
 
 def apply_renames(names: Sequence[str], renames: Mapping[str, str]) -> list[str]:

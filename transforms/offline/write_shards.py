@@ -14,11 +14,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
-import struct
 import zlib
 
 import apache_beam as beam
-import google_crc32c
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from apache_beam.metrics import Metrics
 
@@ -27,6 +25,7 @@ from transforms import codec
 from transforms.offline import splits
 from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.index_table import record_row
+from transforms.offline.tfrecord_framing import frame_record
 from transforms.reporting.feature_stats import record_features
 from transforms.snapshot_layout import dali_index_name, shard_name
 
@@ -51,18 +50,6 @@ def shard_counts(bytes_by_split: dict, output: OutputConfig) -> dict:
     target = output.target_shard_mb * 1024 * 1024
     return {split: output.num_shards or max(1, math.ceil(total / target))
             for split, total in bytes_by_split.items()}
-
-
-def _masked_crc(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def frame_record(data: bytes) -> bytes:
-    """TFRecord framing: length, masked crc32c of length, data, masked crc32c of data."""
-    length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", _masked_crc(length)) + data + struct.pack(
-        "<I", _masked_crc(data))
 
 
 class MetaColumns(beam.PTransform):

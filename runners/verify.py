@@ -1,0 +1,64 @@
+"""`pixelmill verify`: checks committed snapshots byte by byte against their manifests.
+
+    pixelmill verify OUT [--snapshot RUN_ID]
+
+Every committed snapshot of OUT (or the one named): each shard's TFRecord framing and CRCs,
+each listed file's size and sha256, each uncompressed shard's DALI index, the manifest's
+accounting (`pipelines.verify_snapshot`). Prints one line per broken file,
+`<path>: <what is wrong>`, warnings for folders that were never committed, and a summary line.
+Exit codes: 0 everything verifies; 1 something is broken; 2 bad usage (no OUT, no such
+snapshot).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from runners.errors import UsageError
+
+__all__ = ["main", "format_findings"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pixelmill verify", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("output_dir", metavar="OUT", help="the job's --output_dir")
+    parser.add_argument("--snapshot", metavar="RUN_ID", help="verify only this snapshot")
+    return parser
+
+
+def format_findings(findings) -> list[str]:
+    """The lines `main` prints: broken files, warnings, then the summary."""
+    lines = [f"{path}: {'; '.join(problems)}" for path, problems in sorted(
+        findings.broken.items())]
+    lines += [f"warning: {path}: {problem}" for path, problem in sorted(
+        findings.warnings.items())]
+    verdict = (f"{len(findings.broken)} broken" if findings.broken else "all verified")
+    lines.append(f"pixelmill verify: {len(findings.snapshots)} snapshot(s), {findings.files} "
+                 f"files: {verdict}")
+    return lines
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    from apache_beam.io.filesystems import FileSystems
+    from pipelines.verify_snapshot import verify_output
+    if not FileSystems.exists(args.output_dir):
+        raise UsageError(f"OUT {args.output_dir}: no such folder")
+    try:
+        findings = verify_output(args.output_dir, args.snapshot)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from exc
+    for line in format_findings(findings):
+        print(line)
+    return 0 if findings.ok else 1
+
+
+if __name__ == "__main__":
+    from runners.cli import console_main
+    console_main(["verify", *sys.argv[1:]])
