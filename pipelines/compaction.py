@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from transforms import codec
 from transforms import snapshot_layout as layout
-from transforms.live_view import LiveView, live_view, read_retirements
+from transforms.live_view import LiveView, is_base, live_view, read_retirements
 from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.index_table import INDEX_SCHEMA, upgrade_row
 from transforms.offline.write_shards import frame_record
@@ -131,7 +131,7 @@ def compact(output_dir: str, run_id: str | None = None) -> Snapshot | None:
     view = live_view(output_dir)
     if not view.snapshots:
         raise FileNotFoundError(f"No committed snapshot under {output_dir} to compact.")
-    if len(view.snapshots) == 1 and not view.removed and layout.is_base(view.snapshots[0]):
+    if len(view.snapshots) == 1 and not view.removed and is_base(view.snapshots[0]):
         return None
     run_id = run_id or layout.new_run_id()
     newest = view.snapshots[-1]

@@ -76,10 +76,9 @@ from pipelines.reader_records import (mix_records, read_records, removal_table,
 from pipelines.reader_samples import batch_samples, parse_sample, select_output
 from pipelines.reader_spec import ReaderSpec
 from transforms.online.augment import BatchAugmenter, build_batch_augmenter
-from transforms.live_view import LiveView, live_view
+from transforms.live_view import LiveView, live_view, select_snapshots
 from transforms.online.seeds import epoch_seed, step_seed
-from transforms.snapshot_layout import (Snapshot, list_shards, list_split_shards,
-                                        select_snapshots)
+from transforms.snapshot_layout import Snapshot, list_shards, list_split_shards
 
 __all__ = [
     "ReaderSpec",

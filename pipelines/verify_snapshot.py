@@ -122,6 +122,15 @@ def _check_accounting(manifest: dict, manifest_path: str, findings: Findings) ->
     for kind, part in sorted(accounting.items()):
         if not isinstance(part, dict):
             continue
+        if kind == "live":  # the live set: before + added - retired == after (live_view)
+            adds_up = (part.get("before", 0) + part.get("added", 0) - part.get("retired", 0)
+                       == part.get("after"))
+            parts_ok.append(adds_up and part.get("ok") is True)
+            if not parts_ok[-1]:
+                findings.add(manifest_path, f"accounting.live (ok={part.get('ok')}): before "
+                             f"{part.get('before')} + added {part.get('added')} - retired "
+                             f"{part.get('retired')} vs after {part.get('after')}")
+            continue
         total_key = "discovered" if "discovered" in part else "total"
         counts = {key: value for key, value in part.items()
                   if key not in (total_key, "ok") and isinstance(value, int)}

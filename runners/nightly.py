@@ -35,7 +35,7 @@ from transforms.reporting.history import fingerprint, read_history, reject_key
 from runners.locked_run import locked_run
 from runners.run_lock import LOCK_NAME, LockHeld, note_blocked
 from transforms import snapshot_layout as layout
-from transforms.live_view import live_view, removal_keys
+from transforms.live_view import live_view, read_manifest, removal_keys
 from transforms.snapshot_layout import Snapshot
 
 __all__ = ["NightlyOptions", "NightlyResult", "run", "main", "EXIT_DRIFT", "EXIT_LOCKED",
@@ -65,7 +65,7 @@ def _committed_run_ids(output_dir: str) -> list[str]:
     """run_ids of the committed snapshots that nights wrote, oldest first (read through Beam's
     FileSystems): a compaction's snapshot repeats earlier ones, so it is no night of history."""
     return [s.run_id for s in layout.committed_snapshots(output_dir, BEAM_FILES)
-            if layout.read_manifest(s, BEAM_FILES).get("kind") != "compaction"]
+            if read_manifest(s, BEAM_FILES).get("kind") != "compaction"]
 
 
 def _live(output_dir: str) -> tuple[list[str], frozenset]:

@@ -25,7 +25,7 @@ from configs.schema import SPLITS, Config, load_config
 from pipelines.reader_metadata import read_class_names
 from pipelines.training_input import augment_batch, make_dataset
 from transforms.online.augment import build_batch_augmenter
-from transforms.snapshot_layout import select_snapshots
+from transforms.live_view import select_snapshots
 
 __all__ = ["Preview", "build_preview", "run"]
 

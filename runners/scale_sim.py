@@ -225,7 +225,8 @@ def step_accounting(pipeline, corpus, workdir):
              "accepted_rows": records | beam.Filter(lambda r: r.reject is None),
              "image_rejects": rejects, "skipped": empty,
              "label_items": records, "box_items": empty, "all_rejects": rejects,
-             "matched": records | beam.Map(lambda r: (LABEL_ROW, 1))}
+             "matched": records | beam.Map(lambda r: (LABEL_ROW, 1)),
+             "archive_rows": empty, "kept": empty, "retired": empty}  # a full run's live set
     parts | Accounting(workdir)
 
 

@@ -23,6 +23,12 @@ def test_counts_of_every_part_and_zeros_for_empty_ones(tmp_path):
             "skipped": make("Skip", []), "label_items": make("Labels", ["l"] * 5),
             "box_items": make("Boxes", []), "all_rejects": make("All", rejects),
             "matched": make("Matched", [(LABEL_ROW, 3), (LABEL_ROW, 1)]),
+            # the live set: two records live before (one retired earlier, one rejected row)
+            "archive_rows": make("Archive", [
+                {"accepted": True, "removed": False}, {"accepted": True, "removed": False},
+                {"accepted": True, "removed": True}, {"accepted": False, "removed": False}]),
+            "kept": make("Kept", ["k"]),
+            "retired": make("Retired", [{"reason": "deleted"}]),
         }
         parts | Accounting(str(tmp_path))
     counts = json.loads((tmp_path / "_work" / "counts.json").read_text())
@@ -31,4 +37,5 @@ def test_counts_of_every_part_and_zeros_for_empty_ones(tmp_path):
         "images.skipped": 0, "label_rows.total": 5, "box_rows.total": 0,
         "label_rows.rejected": 1, "box_rows.rejected": 1, "label_rows.matched": 4,
         "reasons.image.blurry": 2, "reasons.label_row.bad_csv_row": 1,
-        "reasons.box_row.missing_file": 1}
+        "reasons.box_row.missing_file": 1, "live.before": 2, "live.kept": 1, "live.retired": 1,
+        "retired.deleted": 1}

@@ -29,6 +29,7 @@ from tests.conftest import FOLDER_IMAGES, write_folder_images
 from tests.jobutil import job_argv, run_job
 from tests.tiers import slow_fixture
 from transforms import snapshot_layout as layout
+from transforms import live_view
 
 SETS = ["output.num_shards=2"]
 
@@ -297,7 +298,7 @@ def test_a_manifest_that_does_not_parse_or_list_its_files_does_not_commit(tmp_pa
         assert f"is not committed: {problem}" in line
     assert layout.read_latest(out, storage) is None
     assert layout.latest_snapshot(out, storage).run_id == "r1"
-    assert [s.run_id for s in layout.select_snapshots(out, "all", storage)] == ["r1"]
+    assert [s.run_id for s in live_view.select_snapshots(out, "all", storage)] == ["r1"]
 
 
 def test_write_atomically_leaves_the_old_file_or_the_new_one(tmp_path, monkeypatch):

@@ -55,7 +55,11 @@ def test_a_nothing_new_night_reads_one_summary_per_snapshot(tmp_path, monkeypatc
         "reported_rejects"]
     assert summary["stats"]["images"]["accepted"] == 8
     if old_style:  # a snapshot published before summaries: read from its ledger and stats
-        os.remove(tmp_path / "out" / "snapshots" / first.run_id / layout.SUMMARY)
+        folder = tmp_path / "out" / "snapshots" / first.run_id
+        os.remove(folder / layout.SUMMARY)
+        manifest = json.loads((folder / layout.MANIFEST).read_text())
+        manifest["files"] = [f for f in manifest["files"] if f["path"] != layout.SUMMARY]
+        (folder / layout.MANIFEST).write_text(json.dumps(manifest))
     second, opened = _opened_during(monkeypatch, lambda: nightly.run(argv))
     assert second.snapshot is None and "nothing new" in second.message
     archived = [p for p in opened if f"/snapshots/{first.run_id}/" in p]

@@ -125,7 +125,7 @@ def test_incomplete_shard_series_is_an_error(tmp_path):
     snapshot = write_synthetic_snapshot(root, counts={"train": 6}, num_shards=3)
     tf.io.gfile.remove(f"{snapshot}/train/images-train.tfrecord-00001-of-00003")
     with pytest.raises(ValueError, match=r"Incomplete shard series.*indices \[0, 2\]"):
-        training_input.list_shards(training_input.select_snapshots(root)[0], "train")
+        training_input.list_shards(training_input.Snapshot("synthetic", snapshot), "train")
 
 
 def test_gzip_shards_are_read(tmp_path, config):
@@ -411,7 +411,9 @@ def _write_snapshot_by_hand(root, records, class_names=("class_0", "class_1", "c
             w.write(record)
     for name, text in (("classes.txt", "".join(f"{c}\n" for c in class_names)),
                        ("stats.json", json.dumps({"by_split": {"train": len(records)}})),
-                       ("manifest.json", "{}")):
+                       ("manifest.json", json.dumps({"files": [  # committed: lists its files
+                           {"path": "train/images-train.tfrecord-00000-of-00001"},
+                           {"path": "classes.txt"}, {"path": "stats.json"}]}))):
         tf.io.gfile.GFile(f"{snapshot}/{name}", "w").write(text)
     tf.io.gfile.GFile(f"{root}/LATEST", "w").write("manual")
 

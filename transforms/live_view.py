@@ -20,10 +20,11 @@ import json
 from typing import Iterable, NamedTuple, Sequence
 
 from transforms import snapshot_layout as layout
-from transforms.snapshot_layout import GFILE, Snapshot, Storage, join, live_snapshots
+from transforms.snapshot_layout import GFILE, Snapshot, Storage, join
 
 __all__ = ["RETIREMENT_FIELDS", "RETIREMENT_REASONS", "LiveView", "retirement",
-           "read_retirements", "live_view",
+           "read_retirements", "live_view", "read_manifest", "is_base", "live_snapshots",
+           "select_snapshots",
            "removal_keys", "removal_key", "KEY_SEPARATOR"]
 
 # One retirement line: the record (`snapshot`, `path`, `sha256`, `split`, `label`) and why it
@@ -48,6 +49,34 @@ def retirement(row: dict, reason: str, detail: str) -> dict:
     return {"path": row["path"], "sha256": row.get("sha256") or "", "split": row.get("split"),
             "label": row.get("label"), "snapshot": row["run_id"], "reason": reason,
             "detail": detail}
+
+
+def read_manifest(snapshot: Snapshot, storage: Storage = GFILE) -> dict:
+    """The snapshot's manifest.json as a dict (the one the Snapshot carries, if any)."""
+    if snapshot.manifest is not None:
+        return snapshot.manifest
+    try:
+        manifest = json.loads(storage.read_text(join(snapshot.path, layout.MANIFEST)))
+    except ValueError as exc:
+        raise ValueError(f"{join(snapshot.path, layout.MANIFEST)} does not parse: {exc}") from exc
+    return manifest if isinstance(manifest, dict) else {}
+
+
+def is_base(snapshot: Snapshot, storage: Storage = GFILE) -> bool:
+    """Whether the snapshot holds everything live when it was written (manifest `base`)."""
+    return bool(read_manifest(snapshot, storage).get("base"))
+
+
+def live_snapshots(output_dir: str, storage: Storage = GFILE) -> list[Snapshot]:
+    """The committed snapshots of the live view, oldest first: the newest base and every later
+    one (all of them when none is a base)."""
+    committed = layout.committed_snapshots(output_dir, storage)
+    start = 0
+    for index in range(len(committed) - 1, -1, -1):
+        if is_base(committed[index], storage):
+            start = index
+            break
+    return committed[start:]
 
 
 def read_retirements(path: str, storage: Storage = GFILE) -> list[dict]:
@@ -98,11 +127,18 @@ def live_view(output_dir: str, storage: Storage = GFILE,
     the live snapshots and `OUTPUT/forgotten.jsonl`."""
     live = live_snapshots(output_dir, storage)
     chosen = list(live if snapshots is None else snapshots)
-    ledgers = [join(s.path, layout.RETIRED) for s in live]
-    ledgers += [join(s.path, layout.RETIRED) for s in chosen if s not in live]
+    ledgers = [join(s.path, layout.RETIRED) for s in live + [c for c in chosen if c not in live]
+               if _retired_any(s, storage)]
     lines = [line for path in ledgers for line in read_retirements(path, storage)]
     lines += read_retirements(join(output_dir, layout.FORGOTTEN), storage)
     return LiveView(tuple(chosen), _removals(lines, {s.run_id for s in chosen}))
+
+
+def _retired_any(snapshot: Snapshot, storage: Storage) -> bool:
+    """Whether the snapshot's ledger may hold lines: its manifest's count says so (a quiet
+    night's empty ledger is not read), or the count is missing (read it)."""
+    live = read_manifest(snapshot, storage).get("accounting", {}).get("live", {})
+    return live.get("retired", 1) != 0
 
 
 def removal_key(run_id: str, path: str) -> str:
@@ -114,3 +150,28 @@ def removal_keys(view: LiveView) -> list[str]:
     """Every removed record of the view as `removal_key`s, sorted."""
     return sorted(removal_key(run_id, path) for run_id, paths in view.removed.items()
                   for path in paths)
+
+
+def select_snapshots(output_dir: str, snapshots="latest",
+                     storage: Storage = GFILE) -> list[Snapshot]:
+    """The committed snapshots to read, oldest first.
+
+    `"latest"`: `latest_snapshot`. `"all"`: the live snapshots (`live_snapshots`: the newest
+    base and every later one; see `transforms.live_view`). `N` or `"last:N"`: the
+    newest N. `"mix:W"`: all of them, the newest drawn with weight W against the archive (see
+    `pipelines.training_input.make_dataset`); needs at least two. Uncommitted snapshots are
+    never selected.
+    """
+    kind, value = layout.parse_selection(snapshots)
+    if kind == "latest":
+        return [layout.latest_snapshot(output_dir, storage)]
+    committed = live_snapshots(output_dir, storage)
+    if not committed:
+        layout.latest_snapshot(output_dir, storage)  # raises the "no committed snapshot" error
+    if kind == "last":
+        return committed[-value:]
+    if kind == "mix" and len(committed) < 2:
+        raise ValueError(
+            f"snapshots={snapshots!r} mixes the newest snapshot with the archive, but "
+            f"{output_dir} has {len(committed)} live snapshot(s) (since its newest base).")
+    return committed

@@ -1,5 +1,5 @@
 """The output folder's layout: the one owner of its names, the shard-file pattern, and which
-snapshots are committed, latest or selected.
+snapshots are committed or latest (which are live or selected: `transforms.live_view`).
 
     OUTPUT/
       LATEST                        # run_id of the newest committed snapshot
@@ -44,8 +44,8 @@ __all__ = [
     "shard_name", "shard_glob", "parse_shard_name", "tfrecord_compression", "DALI_INDEX_DIR",
     "dali_index_name", "FEATURE_STATS", "feature_stats_name",
     "parse_manifest", "snapshot_problems", "committed_snapshots", "read_latest",
-    "latest_snapshot", "parse_selection", "select_snapshots", "list_shards",
-    "list_split_shards", "is_base", "live_snapshots", "read_manifest", "shard_run_id",
+    "latest_snapshot", "parse_selection", "list_shards",
+    "list_split_shards", "shard_run_id",
 ]
 
 SNAPSHOTS = "snapshots"          # OUTPUT/snapshots/<run_id>/
@@ -380,34 +380,6 @@ def latest_snapshot(output_dir: str, storage: Storage = GFILE) -> Snapshot:
     return max(committed, key=lambda s: (storage.mtime(join(s.path, MANIFEST)), s.run_id))
 
 
-def read_manifest(snapshot: Snapshot, storage: Storage = GFILE) -> dict:
-    """The snapshot's manifest.json as a dict (the one the Snapshot carries, if any)."""
-    if snapshot.manifest is not None:
-        return snapshot.manifest
-    try:
-        manifest = json.loads(storage.read_text(join(snapshot.path, MANIFEST)))
-    except ValueError as exc:
-        raise ValueError(f"{join(snapshot.path, MANIFEST)} does not parse: {exc}") from exc
-    return manifest if isinstance(manifest, dict) else {}
-
-
-def is_base(snapshot: Snapshot, storage: Storage = GFILE) -> bool:
-    """Whether the snapshot holds everything live when it was written (manifest `base`)."""
-    return bool(read_manifest(snapshot, storage).get("base"))
-
-
-def live_snapshots(output_dir: str, storage: Storage = GFILE) -> list[Snapshot]:
-    """The committed snapshots of the live view, oldest first: the newest base and every later
-    one (all of them when none is a base)."""
-    committed = committed_snapshots(output_dir, storage)
-    start = 0
-    for index in range(len(committed) - 1, -1, -1):
-        if is_base(committed[index], storage):
-            start = index
-            break
-    return committed[start:]
-
-
 class Selection(NamedTuple):
     """A parsed `snapshots` choice: kind "latest" | "all" | "last" | "mix", with the count N
     ("last") or the newest snapshot's weight W ("mix"); 0 otherwise."""
@@ -440,28 +412,3 @@ def parse_selection(spec) -> Selection:
         "Unknown snapshots selection. Expected one of ('latest', 'all', N or 'last:N' with "
         "N >= 1, 'mix:W' with 0 < W < 1 the share of the newest snapshot). "
         f"Received: snapshots={spec!r}")
-
-
-def select_snapshots(output_dir: str, snapshots="latest",
-                     storage: Storage = GFILE) -> list[Snapshot]:
-    """The committed snapshots to read, oldest first.
-
-    `"latest"`: `latest_snapshot`. `"all"`: the live snapshots (`live_snapshots`: the newest
-    base and every later one; see `transforms.live_view`). `N` or `"last:N"`: the
-    newest N. `"mix:W"`: all of them, the newest drawn with weight W against the archive (see
-    `pipelines.training_input.make_dataset`); needs at least two. Uncommitted snapshots are
-    never selected.
-    """
-    kind, value = parse_selection(snapshots)
-    if kind == "latest":
-        return [latest_snapshot(output_dir, storage)]
-    committed = live_snapshots(output_dir, storage)
-    if not committed:
-        latest_snapshot(output_dir, storage)  # raises the "no committed snapshot" error
-    if kind == "last":
-        return committed[-value:]
-    if kind == "mix" and len(committed) < 2:
-        raise ValueError(
-            f"snapshots={snapshots!r} mixes the newest snapshot with the archive, but "
-            f"{output_dir} has {len(committed)} live snapshot(s) (since its newest base).")
-    return committed

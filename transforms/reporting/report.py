@@ -130,15 +130,9 @@ def _accounting_section(stats: Mapping) -> str:
             if check.get("skipped"):
                 equation += (f" + unchanged since an earlier snapshot "
                              f"{_number(check['skipped'])}")
-        elif {"before", "added", "retired", "after"} <= set(check):
-            equation = (f"live before {_number(check['before'])} + added "
-                        f"{_number(check['added'])} - retired {_number(check['retired'])} = "
-                        f"live now {_number(check['after'])}")
-            reasons = check.get("retired_by_reason") or {}
-            if reasons:
-                equation += " (retired: " + ", ".join(
-                    f"{_number(n)} {r}" for r, n in sorted(reasons.items())) + ")"
-            equation = _e(equation)
+        elif {"before", "added", "retired", "after"} <= set(check):  # the live set
+            equation = _e("live before {before:,} + added {added:,} - retired {retired:,} = live "
+                          "now {after:,} ".format(**check) + str(check["retired_by_reason"]))
         elif {"total", "matched", "rejected"} <= set(check):
             equation = (f"total {_number(check['total'])} = matched {_number(check['matched'])}"
                         f" + rejected {_number(check['rejected'])}")
