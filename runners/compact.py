@@ -12,9 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from runners.errors import UsageError
-from runners.locked_run import locked_run
-from transforms import snapshot_layout as layout
+from runners.locked_run import locked_maintenance
 
 __all__ = ["main"]
 
@@ -24,12 +22,9 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
-    if not layout.committed_snapshots(args.output_dir):
-        raise UsageError(f"--output_dir {args.output_dir}: no committed snapshot.")
-    from pipelines.compaction import compact  # TensorFlow: after the flags are checked
-    run_id = layout.new_run_id()
-    with locked_run(args.output_dir, run_id):
-        snapshot = compact(args.output_dir, run_id)
+    from pipelines.compaction import compact  # TensorFlow: after the flags are parsed
+    snapshot = locked_maintenance(args.output_dir, lambda run_id: compact(args.output_dir,
+                                                                          run_id))
     if snapshot is None:
         print("pixelmill compact: nothing to do: the live set is one base snapshot already")
         return 0

@@ -17,7 +17,7 @@ import re
 import sys
 
 from runners.errors import UsageError
-from runners.locked_run import locked_run
+from runners.locked_run import locked_maintenance
 from transforms import snapshot_layout as layout
 
 __all__ = ["main", "parse_names"]
@@ -54,12 +54,9 @@ def main(argv=None) -> int:
     parser.add_argument("--from", dest="from_file", default=None)
     args = parser.parse_args(argv)
     paths, shas = parse_names(args.path, args.sha256, args.from_file)
-    if not layout.committed_snapshots(args.output_dir):
-        raise UsageError(f"--output_dir {args.output_dir}: no committed snapshot.")
     from pipelines.compaction import forget  # TensorFlow: after the flags are checked
-    run_id = layout.new_run_id()
-    with locked_run(args.output_dir, run_id):
-        result = forget(args.output_dir, paths, shas, detail="pixelmill forget")
+    result = locked_maintenance(args.output_dir, lambda _run_id: forget(
+        args.output_dir, paths, shas, detail="pixelmill forget"))
     for line in result["lines"]:
         where = f"snapshot {line['snapshot']}" if line["snapshot"] else "no record (yet)"
         print(f"forgotten: {line['path'] or line['sha256']}  ({where})")

@@ -28,7 +28,8 @@ from runners.errors import UsageError
 from runners.run_lock import RunLock, clear_blocked
 from transforms import snapshot_layout as layout
 
-__all__ = ["locked_run", "check_run_id", "clean_unfinished", "RUN_ID_PATTERN"]
+__all__ = ["locked_run", "locked_maintenance", "check_run_id", "clean_unfinished",
+           "RUN_ID_PATTERN"]
 
 _LOG = logging.getLogger(__name__)
 RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -98,3 +99,14 @@ def locked_run(output_dir: str, run_id: str, stale_after_s: float = 12 * 3600):
             _LOG.warning("run %s failed: removing its staging and uncommitted files", run_id)
             _discard_own(output_dir, run_id)
             raise
+
+
+def locked_maintenance(output_dir: str, work):
+    """`work(run_id)` under the output folder's lock, for commands that change committed
+    snapshots (`forget`, `compact`): a UsageError when there is none, leftovers of dead runs
+    cleaned first, as for a run."""
+    if not layout.committed_snapshots(output_dir):
+        raise UsageError(f"--output_dir {output_dir}: no committed snapshot.")
+    run_id = layout.new_run_id()
+    with locked_run(output_dir, run_id):
+        return work(run_id)

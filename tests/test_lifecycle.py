@@ -326,3 +326,16 @@ def test_a_night_after_compact_plans_against_the_new_base(compacted, tmp_path):
         "dog/0.jpg", "relabeled", compacted[3].run_id)
     after = live_records(world.out)
     assert after["dog/0.jpg"][0] == "cat" and len(after) == 7
+
+
+def test_forget_reads_paths_and_sha256s_from_a_file_and_refuses_bad_ones(tmp_path):
+    from runners.errors import UsageError
+    from runners.forget import parse_names
+    listing = tmp_path / "takedown.txt"
+    listing.write_text("cat/1.jpg\n\n" + "AB" * 32 + "\n")
+    assert parse_names(["dog/0.jpg"], [], str(listing)) == (["dog/0.jpg", "cat/1.jpg"],
+                                                            ["ab" * 32])
+    with pytest.raises(UsageError, match=r"--sha256 must be 64 hex digits. Received: \['abc'\]"):
+        parse_names([], ["abc"], None)
+    with pytest.raises(UsageError, match="Name what to forget"):
+        parse_names([], [], None)
