@@ -23,7 +23,7 @@ from transforms import snapshot_layout as layout
 from transforms.snapshot_layout import GFILE, Snapshot, Storage, join, live_snapshots
 
 __all__ = ["RETIREMENT_FIELDS", "RETIREMENT_REASONS", "LiveView", "retirement",
-           "read_retirements", "live_view",
+           "read_retirements", "live_view", "live_count",
            "removal_keys", "removal_key", "KEY_SEPARATOR"]
 
 # One retirement line: the record (`snapshot`, `path`, `sha256`, `split`, `label`) and why it
@@ -103,6 +103,17 @@ def live_view(output_dir: str, storage: Storage = GFILE,
     lines = [line for path in ledgers for line in read_retirements(path, storage)]
     lines += read_retirements(join(output_dir, layout.FORGOTTEN), storage)
     return LiveView(tuple(chosen), _removals(lines, {s.run_id for s in chosen}))
+
+
+def live_count(view: LiveView, storage: Storage = GFILE) -> int:
+    """How many records the view reads: per snapshot, its manifest's accepted images less its
+    removed records. What a run would shrink (`runners.guard`)."""
+    total = 0
+    for snapshot in view.snapshots:
+        accepted = int(layout.read_manifest(snapshot, storage).get("accounting", {})
+                       .get("images", {}).get("accepted", 0))
+        total += max(0, accepted - len(view.removed_rows(snapshot.run_id)))
+    return total
 
 
 def removal_key(run_id: str, path: str) -> str:
