@@ -256,7 +256,8 @@ class DriftConfig:
     distribution and the archive's (TFDV's categorical drift comparator). `quality_js_max`: the
     largest allowed Jensen-Shannon divergence (base 2, in [0, 1]) between the histograms of each
     quality metric (TFDV's numeric drift comparator). `low_count_ratio`: alarm when tonight
-    brings fewer images than this fraction of the median of earlier nights. Checks start once
+    brings fewer accepted images (in all, or of one class) than this fraction of the median of
+    earlier nights; rejects never count. Checks start once
     `min_history` snapshots exist.
     """
     class_linf_max: float = 0.25

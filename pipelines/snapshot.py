@@ -22,7 +22,7 @@ import posixpath
 
 from apache_beam.io.filesystems import FileSystems
 
-from configs.schema import config_to_dict
+from configs.schema import SPLITS, config_to_dict
 from pipelines.beam_files import (BEAM_FILES, BeamStorage, read_json, remove_tree, sync_files,
                                   write_atomically)
 from pipelines.job import PreprocessJob
@@ -38,8 +38,8 @@ from transforms import snapshot_layout as layout
 from transforms.snapshot_layout import WORK_DIR, Snapshot, work_file
 
 __all__ = ["AccountingError", "BeamStorage", "BEAM_FILES", "check_accounting",
-           "publish_snapshot", "staged_stats", "staged_rejects", "discard_staging",
-           "remove_tree", "read_json"]
+           "publish_snapshot", "publish_candidate", "staged_stats", "staged_rejects",
+           "discard_staging", "remove_tree", "read_json"]
 
 # Never open unsafe files, never decode bombs or files that crashed or hung the decoder (even
 # isolated they would cost the timeout again), never open what could not be read (a FIFO),
@@ -222,6 +222,51 @@ def _staged_fingerprints(staging: str) -> set:
         return {fingerprint(reject_key(json.loads(line))) for line in handle if line.strip()}
 
 
+def _stage_reports(job: PreprocessJob, run_id: str, extra_stats: dict | None,
+                   reject_keys) -> tuple[dict, dict]:
+    """(accounting, stats) of the staged run, after writing its stats, report, TFDS metadata
+    and summary.json into the staging folder (see `publish_snapshot` for the arguments)."""
+    staging = job.staging_dir
+    accounting, stats = staged_stats(job)
+    stats.update(extra_stats or {})
+    _write_json(FileSystems.join(staging, layout.STATS), stats)
+    _write_bytes(FileSystems.join(staging, layout.STATS_PB),
+                 to_statistics_proto(stats).SerializeToString(deterministic=True))
+    html = render_report(stats, _thumbnails(job, stats), title=f"pixelmill snapshot {run_id}",
+                         run_id=run_id)
+    _write_bytes(FileSystems.join(staging, layout.REPORT), html.encode("utf-8"))
+    _write_tfds_files(job, run_id, stats["classes"])
+    _write_json(FileSystems.join(staging, layout.SUMMARY), snapshot_summary(
+        stats, reject_keys or (),
+        _staged_fingerprints(staging) if reject_keys is None else ()))
+    return accounting, stats
+
+
+def _is_shard_file(rel: str) -> bool:
+    """A shard or its DALI index: everything under a split's folder."""
+    return rel.split("/", 1)[0] in SPLITS and "/" in rel
+
+
+def publish_candidate(job: PreprocessJob, output_dir: str, run_id: str, inputs: dict,
+                      why: dict, extra_stats: dict | None = None, reject_keys=None) -> str:
+    """Publishes a refused run (`runners.guard`) as a failed candidate and returns its folder,
+    `candidates/<run_id>/`: its ledgers, stats and report as a snapshot would have them, no
+    shards, and `candidate.json` (`why`, the inputs and the accounting). Nothing is committed:
+    LATEST, classes.txt and the live view stay; the staging folder is removed."""
+    staging = job.staging_dir
+    accounting, _ = _stage_reports(job, run_id, extra_stats, reject_keys)
+    final = layout.candidate_dir(output_dir, run_id)
+    remove_tree(final)  # a candidate of the same --run_id refused before
+    rels = [rel for rel in _staged_files(staging) if not _is_shard_file(rel)]
+    _move([FileSystems.join(staging, rel) for rel in rels],
+          [FileSystems.join(final, rel) for rel in rels])
+    _write_json(FileSystems.join(final, layout.CANDIDATE), {
+        "run_id": run_id, "refused": why, "inputs": inputs, "accounting": accounting,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat()})
+    remove_tree(staging)
+    return final
+
+
 def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: dict,
                      extra_stats: dict | None = None, reject_keys=None) -> Snapshot:
     """Checks the staged run and commits it as `snapshots/<run_id>/` (see module docstring).
@@ -230,20 +275,8 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
     first to report, for its summary.json (the nightly passes tonight's new ones; None: every
     line of its ledger)."""
     staging = job.staging_dir
-    accounting, stats = staged_stats(job)
-    stats.update(extra_stats or {})
+    accounting, stats = _stage_reports(job, run_id, extra_stats, reject_keys)
     table = stats["classes"]
-    _write_json(FileSystems.join(staging, layout.STATS), stats)
-    _write_bytes(FileSystems.join(staging, layout.STATS_PB),
-                 to_statistics_proto(stats).SerializeToString(deterministic=True))
-    html = render_report(stats, _thumbnails(job, stats), title=f"pixelmill snapshot {run_id}",
-                         run_id=run_id)
-    _write_bytes(FileSystems.join(staging, layout.REPORT), html.encode("utf-8"))
-    _write_tfds_files(job, run_id, table)
-    _write_json(FileSystems.join(staging, layout.SUMMARY), snapshot_summary(
-        stats, reject_keys or (),
-        _staged_fingerprints(staging) if reject_keys is None else ()))
-
     shard_entries = {entry["path"]: entry for entry in read_json(work_file(staging, "shards.json"))}
     final = layout.snapshot_dir(output_dir, run_id)
     rels = _staged_files(staging)

@@ -13,8 +13,9 @@ Each subcommand is also `python -m runners.<module>`.
 
 Exit codes: 0 done; 1 the run failed (the error is printed; nothing was published); 2 bad
 flags, config or inputs, found before any work (one line, no traceback); 75 another run holds
-the output folder's lock; `nightly` adds 3 (drift with --fail_on_drift); `verify` exits 1 when
-a file is broken. Never a signal: the process ends with `os._exit` whatever happened (see
+the output folder's lock; 4 `preprocess` or `nightly` refused a run that would lose the last
+good data (`runners.guard`: nothing published, --accept_shrink publishes it); `nightly` adds 3
+(drift with --fail_on_drift); `verify` exits 1 when a file is broken. Never a signal: the process ends with `os._exit` whatever happened (see
 `console_main`).
 """
 from __future__ import annotations
@@ -27,13 +28,16 @@ import traceback
 
 from configs.schema import ConfigError
 from runners.errors import UsageError
+from runners.guard import EXIT_REFUSED, ShrinkRefused
 from runners.run_lock import LockHeld
 
-__all__ = ["main", "console_main", "SUBCOMMANDS", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED"]
+__all__ = ["main", "console_main", "SUBCOMMANDS", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED",
+           "EXIT_REFUSED"]
 
 EXIT_FAILED = 1   # the run failed; the error is printed, nothing was published
 EXIT_USAGE = 2    # bad flags, config or inputs, found before any work: one line
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds the output folder
+# EXIT_REFUSED = 4 (runners.guard): the run would lose the last good data; nothing published
 
 SUBCOMMANDS = {
     "preprocess": ("runners.preprocess", "raw images + CSV labels -> committed TFRecord snapshot"),
@@ -87,6 +91,9 @@ def main(argv=None) -> int:
     except LockHeld as exc:
         print(f"pixelmill {command}: {exc}", file=sys.stderr)
         return EXIT_LOCKED
+    except ShrinkRefused as exc:
+        print(f"pixelmill {command}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     except Exception as exc:  # noqa: BLE001 - a failed run: the error, then exit 1
         traceback.print_exc()
         print(f"pixelmill {command}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -16,7 +16,9 @@ already hold (same kind, path, reason and content): a file that is rejected agai
 
 Exit codes: 0 published or nothing new; 1 the run failed, or the lock turned away
 `--lock_blocked_max` runs in a row (a stuck lock is an error, not a skip); 2 bad
-flags/config; 3 drift with --fail_on_drift; 75 another run holds the output folder's lock.
+flags/config; 3 drift with --fail_on_drift; 4 refused: the night would lose the last good data
+(`runners.guard`; nothing published, --accept_shrink publishes it); 75 another run holds the
+output folder's lock.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import sys
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.beam_files import BEAM_FILES
+from runners.guard import guarded_publish
 from runners.nightly_precheck import quick_look
 from runners.options import NightlyOptions, PreprocessOptions, print_help, wants_help
 from runners.preprocess import execute, parse_options, resolve_job
@@ -35,7 +38,7 @@ from transforms.reporting.history import fingerprint, read_history, reject_key
 from runners.locked_run import locked_run
 from runners.run_lock import LOCK_NAME, LockHeld, note_blocked
 from transforms import snapshot_layout as layout
-from transforms.live_view import live_view, read_manifest, removal_keys
+from transforms.live_view import live_count, live_view, read_manifest, removal_keys
 from transforms.snapshot_layout import Snapshot
 
 __all__ = ["NightlyOptions", "NightlyResult", "run", "main", "EXIT_DRIFT", "EXIT_LOCKED",
@@ -53,12 +56,14 @@ class LockBlocked(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class NightlyResult:
-    """What a night did: `snapshot` is None when nothing new was found."""
+    """What a night did: `snapshot` is None when nothing new was found (or the night was
+    refused: `refused`, raised by `run`)."""
     run_id: str
     snapshot: Snapshot | None
     message: str
     drift: dict
     exit_code: int
+    refused: Exception | None = None
 
 
 def _committed_run_ids(output_dir: str) -> list[str]:
@@ -68,11 +73,12 @@ def _committed_run_ids(output_dir: str) -> list[str]:
             if read_manifest(s, BEAM_FILES).get("kind") != "compaction"]
 
 
-def _live(output_dir: str) -> tuple[list[str], frozenset]:
+def _live(output_dir: str) -> tuple[list[str], frozenset, int]:
     """(run_ids of the live snapshots, oldest first; their removed records as
-    `live_view.removal_key`s): what tonight is planned against."""
+    `live_view.removal_key`s; the live count): what tonight is planned against."""
     view = live_view(output_dir, BEAM_FILES)
-    return [s.run_id for s in view.snapshots], frozenset(removal_keys(view))
+    return ([s.run_id for s in view.snapshots], frozenset(removal_keys(view)),
+            live_count(view, BEAM_FILES))
 
 
 def _reject_keys(rejects) -> set:
@@ -84,12 +90,18 @@ def _reject_keys(rejects) -> set:
 
 
 def run(argv=None) -> NightlyResult:
+    """One night (see the module docstring); raises `guard.ShrinkRefused` when tonight would
+    lose the last good data (its ledger and report are then in `candidates/<run_id>/`)."""
     options, job_options, run_id, output_dir = parse_options(argv)
     nightly = options.view_as(NightlyOptions)
     job, inputs = resolve_job(job_options, layout.staging_dir(output_dir, run_id))
     try:
         with locked_run(output_dir, run_id, nightly.lock_stale_hours * 3600) as lock:
-            return _night(job, options, nightly, inputs, output_dir, run_id, lock)
+            result = _night(job, options, nightly, inputs, output_dir, run_id, lock,
+                            job_options)
+        if result.refused is not None:  # raised outside the lock: not a failed run
+            raise result.refused
+        return result
     except LockHeld as exc:
         blocked = note_blocked(output_dir, str(exc))
         if blocked >= nightly.lock_blocked_max:
@@ -100,11 +112,12 @@ def run(argv=None) -> NightlyResult:
         raise
 
 
-def _night(job, options, nightly, inputs, output_dir: str, run_id: str, lock) -> NightlyResult:
+def _night(job, options, nightly, inputs, output_dir: str, run_id: str, lock,
+           job_options) -> NightlyResult:
     """The night itself, under the lock (see `run`): a quick look first (`nightly_precheck`),
     the whole job only when the look cannot rule out news."""
     history_ids = _committed_run_ids(output_dir)
-    live_ids, removed = _live(output_dir)
+    live_ids, removed, live_before = _live(output_dir)
     # One summary.json per earlier snapshot, never their ledgers or stats.json.
     history, reported, _old = read_history(
         [layout.snapshot_dir(output_dir, rid) for rid in history_ids], BEAM_FILES)
@@ -113,8 +126,7 @@ def _night(job, options, nightly, inputs, output_dir: str, run_id: str, lock) ->
                              nightly.quick_look_max_files, removed)
         if message:
             return NightlyResult(run_id, None, message, {}, 0)
-    from pipelines.snapshot import (discard_staging, publish_snapshot, staged_rejects,
-                                    staged_stats)  # TensorFlow: only for a night that works
+    from pipelines.snapshot import discard_staging, staged_rejects, staged_stats  # TensorFlow: only for a night that works
     job = dataclasses.replace(job, removed=removed, archive=tuple(
         (rid, FileSystems.join(layout.snapshot_dir(output_dir, rid), layout.INDEX))
         for rid in live_ids))
@@ -132,9 +144,12 @@ def _night(job, options, nightly, inputs, output_dir: str, run_id: str, lock) ->
     drift = check_drift(stats, history, job.config.drift)
     cumulative = cumulative_stats(history + [stats])
     lock.check()
-    snapshot = publish_snapshot(job, output_dir, run_id, inputs,
-                                extra_stats={"drift": drift, "cumulative": cumulative},
-                                reject_keys=new_rejects)
+    snapshot, refused = guarded_publish(
+        job, output_dir, run_id, inputs, live_before, job_options.max_shrink,
+        job_options.accept_shrink, extra_stats={"drift": drift, "cumulative": cumulative},
+        reject_keys=new_rejects)
+    if refused is not None:
+        return NightlyResult(run_id, None, str(refused), drift, refused.exit_code, refused)
     exit_code = EXIT_DRIFT if drift["drifted"] and nightly.fail_on_drift else 0
     message = "drift detected" if drift["drifted"] else "no drift"
     return NightlyResult(run_id, snapshot, message, drift, exit_code)

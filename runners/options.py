@@ -56,6 +56,14 @@ class PreprocessOptions(PipelineOptions):
                             metavar="SECTION.KEY=VALUE", help="Override one config value.")
         parser.add_argument("--run_id", default=None,
                             help="Snapshot name (default: UTC timestamp).")
+        parser.add_argument("--max_shrink", type=float, default=0.5,
+                            help="Refuse a run (exit 4, nothing published; its ledger and "
+                                 "report go to OUTPUT/candidates/<run_id>/) that would drop "
+                                 "more than this fraction of the live set, or all of it "
+                                 "(0 < x <= 1).")
+        parser.add_argument("--accept_shrink", action="store_true", default=False,
+                            help="Publish a run that --max_shrink (or labels matching no "
+                                 "image) would refuse.")
         parser.add_argument("--allow_forgotten", action="store_true", default=False,
                             help="Accept images `pixelmill forget` named (by path or content) "
                                  "again; by default they are rejected as `forgotten`.")

@@ -33,11 +33,12 @@ from pipelines.job import PreprocessJob
 from runners.beam_runner import prepare_job, runner_for
 from runners.errors import UsageError
 from runners.frozen_heap import frozen_heap
+from runners.guard import check_max_shrink, guarded_publish
 from runners.options import PreprocessOptions, print_help, wants_help
 from transforms.offline import boxes, classes, labels
 from transforms.offline.join_labels import read_csv_header
 from transforms import snapshot_layout as layout
-from transforms.live_view import read_retirements
+from transforms.live_view import live_count, live_view, read_retirements
 from pipelines.beam_files import BEAM_FILES
 from runners.locked_run import check_run_id, locked_run
 
@@ -113,6 +114,7 @@ def resolve_job(job_options: PreprocessOptions, staging_dir: str):
             raise UsageError(f"--data_root {root}: no such folder.")
     output_dir = _require(job_options.output_dir, "--output_dir")
     _check_output_dir(output_dir)
+    check_max_shrink(job_options.max_shrink)
     try:
         config = load_config(job_options.config, job_options.config_overrides or ())
     except ConfigError as exc:
@@ -177,15 +179,20 @@ def parse_options(argv) -> tuple[PipelineOptions, PreprocessOptions, str, str]:
 
 def run(argv=None) -> layout.Snapshot:
     """Runs the job over every input and commits the snapshot; raises on any failure
-    (nothing published, its own staging removed). Holds the output folder's lock while it
-    runs, and first removes what killed runs left (`runners.locked_run`)."""
+    (nothing published, its own staging removed), and `guard.ShrinkRefused` when the new
+    base would lose the last good data (`runners.guard`). Holds the output folder's lock
+    while it runs, and first removes what killed runs left (`runners.locked_run`)."""
     options, job_options, run_id, output_dir = parse_options(argv)
     job, inputs = resolve_job(job_options, layout.staging_dir(output_dir, run_id))
-    from pipelines.snapshot import publish_snapshot  # TensorFlow: after flags are checked
     with locked_run(output_dir, run_id) as lock:
         execute(job, options)
         lock.check()
-        return publish_snapshot(job, output_dir, run_id, inputs)
+        before = live_count(live_view(output_dir, BEAM_FILES), BEAM_FILES)
+        snapshot, refused = guarded_publish(job, output_dir, run_id, inputs, before,
+                                            job_options.max_shrink, job_options.accept_shrink)
+    if refused is not None:
+        raise refused
+    return snapshot
 
 
 def main(argv=None) -> int:

@@ -72,3 +72,24 @@ def test_low_count_alarm():
     result = check_drift(_stats({"a": 10}), history, DriftConfig(low_count_ratio=0.2))
     assert result["alarms"][0]["name"] == "low_count" and result["alarms"][0]["usual"] == 100
     assert result["drifted"]
+
+
+def test_low_count_alarm_counts_accepted_images_not_rejects():
+    # Tonight every image was rejected: 10 images came, none to train on.
+    history = [_stats({"a": 10}), _stats({"a": 10})]
+    result = check_drift(_stats({}, rejected=10), history, DriftConfig(low_count_ratio=0.2))
+    names = [alarm["name"] for alarm in result["alarms"]]
+    assert names == ["low_count", "low_count/a"] and result["alarms"][0]["tonight"] == 0
+    assert result["drifted"]
+
+
+def test_low_count_alarm_per_class_counts_that_class_accepted_images():
+    history = [_stats({"a": 10, "b": 10}), _stats({"a": 10, "b": 10})]
+    result = check_drift(_stats({"a": 18, "b": 1}, rejected=30), history,
+                         DriftConfig(low_count_ratio=0.2, class_linf_max=1.0))
+    assert [(a["name"], a["tonight"], a["usual"]) for a in result["alarms"]] == [
+        ("low_count/b", 1, 10)]
+    # Exactly ratio x the usual count is not low.
+    ok = check_drift(_stats({"a": 10, "b": 2}), history,
+                     DriftConfig(low_count_ratio=0.2, class_linf_max=1.0))
+    assert ok["alarms"] == []

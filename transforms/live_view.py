@@ -24,7 +24,7 @@ from transforms.snapshot_layout import GFILE, Snapshot, Storage, join
 
 __all__ = ["RETIREMENT_FIELDS", "RETIREMENT_REASONS", "LiveView", "retirement",
            "read_retirements", "live_view", "read_manifest", "is_base", "live_snapshots",
-           "select_snapshots",
+           "select_snapshots", "live_count",
            "removal_keys", "removal_key", "KEY_SEPARATOR"]
 
 # One retirement line: the record (`snapshot`, `path`, `sha256`, `split`, `label`) and why it
@@ -139,6 +139,17 @@ def _retired_any(snapshot: Snapshot, storage: Storage) -> bool:
     night's empty ledger is not read), or the count is missing (read it)."""
     live = read_manifest(snapshot, storage).get("accounting", {}).get("live", {})
     return live.get("retired", 1) != 0
+
+
+def live_count(view: LiveView, storage: Storage = GFILE) -> int:
+    """How many records the view reads: per snapshot, its manifest's accepted images less its
+    removed records. What a run would shrink (`runners.guard`)."""
+    total = 0
+    for snapshot in view.snapshots:
+        accepted = int(read_manifest(snapshot, storage).get("accounting", {})
+                       .get("images", {}).get("accepted", 0))
+        total += max(0, accepted - len(view.removed_rows(snapshot.run_id)))
+    return total
 
 
 def removal_key(run_id: str, path: str) -> str:

@@ -6,6 +6,8 @@ snapshots are committed or latest (which are live or selected: `transforms.live_
       classes.txt                   # the class table, append-only across runs
       .staging/<run_id>/            # a run being written (never read); `_work/` inside it holds
                                     # the job's internal summaries, never published
+      candidates/<run_id>/          # a refused run's ledgers and report, with candidate.json
+                                    # (why): never committed, never read
       snapshots/<run_id>/
         <split>/<name>-<split>.tfrecord-00000-of-00008[.gz]
         <split>/dali_index/<name>-<split>.tfrecord-00000-of-00008.idx   # uncompressed shards
@@ -38,9 +40,10 @@ from configs.schema import SPLITS
 __all__ = [
     "SNAPSHOTS", "LATEST", "MANIFEST", "CLASSES", "STATS", "STATS_PB", "REPORT", "REJECTS",
     "SUMMARY", "RETIRED", "FORGOTTEN",
-    "INDEX", "TRANSFORM_FN", "STAGING", "WORK_DIR",
+    "INDEX", "TRANSFORM_FN", "STAGING", "WORK_DIR", "CANDIDATES", "CANDIDATE",
     "Snapshot", "Storage", "GfileStorage", "GFILE", "Selection",
     "join", "new_run_id", "snapshot_dir", "staging_dir", "staging_root", "work_file",
+    "candidate_dir",
     "shard_name", "shard_glob", "parse_shard_name", "tfrecord_compression", "DALI_INDEX_DIR",
     "dali_index_name", "FEATURE_STATS", "feature_stats_name",
     "parse_manifest", "snapshot_problems", "committed_snapshots", "read_latest",
@@ -63,6 +66,8 @@ FORGOTTEN = "forgotten.jsonl"    # OUTPUT/forgotten.jsonl: records `pixelmill fo
 TRANSFORM_FN = "transform_fn"    # TFT's exported transform, next to the shards
 STAGING = ".staging"             # OUTPUT/.staging/<run_id>/
 WORK_DIR = "_work"               # job-internal summaries inside the staging folder
+CANDIDATES = "candidates"        # OUTPUT/candidates/<run_id>/: refused runs (runners.guard)
+CANDIDATE = "candidate.json"     # why it was refused, with its counts
 
 _SHARD = "{name}-{split}.tfrecord-{index:05d}-of-{count:05d}{suffix}"
 _GZIP_SUFFIX = ".gz"
@@ -155,6 +160,11 @@ def staging_root(output_dir: str) -> str:
 
 def staging_dir(output_dir: str, run_id: str) -> str:
     return join(output_dir, STAGING, run_id)
+
+
+def candidate_dir(output_dir: str, run_id: str) -> str:
+    """A refused run's ledgers and report: outside `snapshots/`, never committed or read."""
+    return join(output_dir, CANDIDATES, run_id)
 
 
 def work_file(staging: str, name: str) -> str:

@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 from configs.schema import DriftConfig
 
 __all__ = ["cumulative_stats", "class_distribution", "linf_distance", "js_divergence",
-           "check_drift", "drift_view"]
+           "check_drift", "drift_view", "low_count_alarms"]
 
 
 def _add_counts(into: dict, counts: Mapping) -> None:
@@ -99,6 +99,41 @@ def _check(name: str, statistic: str, value: float, threshold: float, detail=Non
             "threshold": threshold, "drifted": value > threshold, "detail": detail or {}}
 
 
+def _class_counts(stats: Mapping) -> dict:
+    """class -> accepted images, over all splits (rejects never count)."""
+    counts: dict = {}
+    for per_class in stats.get("by_split_class", {}).values():
+        for name, count in per_class.items():
+            counts[name] = counts.get(name, 0) + count
+    return counts
+
+
+def low_count_alarms(tonight: Mapping, history: Sequence[Mapping], ratio: float) -> list:
+    """Alarms for tonight's accepted images, in all and per class, under `ratio` x the median
+    of earlier nights' (a class missing from a night counts 0 there). Accepted images only: a
+    night whose images are all rejected brought nothing to train on."""
+    alarms = []
+    earlier = [h.get("images", {}).get("accepted", 0) for h in history]
+    tonight_count = tonight.get("images", {}).get("accepted", 0)
+    usual = statistics.median(earlier) if earlier else 0
+    if usual and tonight_count < ratio * usual:
+        alarms.append({
+            "name": "low_count", "tonight": tonight_count, "usual": usual,
+            "detail": f"tonight brought {tonight_count} accepted images, under "
+                      f"{ratio} x the median of earlier nights ({usual})"})
+    earlier_classes = [_class_counts(h) for h in history]
+    tonight_classes = _class_counts(tonight)
+    for name in sorted({name for counts in earlier_classes for name in counts}):
+        usual = statistics.median([counts.get(name, 0) for counts in earlier_classes])
+        count = tonight_classes.get(name, 0)
+        if usual and count < ratio * usual:
+            alarms.append({
+                "name": f"low_count/{name}", "class": name, "tonight": count, "usual": usual,
+                "detail": f"tonight brought {count} accepted images of class {name!r}, under "
+                          f"{ratio} x the median of earlier nights ({usual})"})
+    return alarms
+
+
 def check_drift(tonight: Mapping, history: Sequence[Mapping], config: DriftConfig) -> dict:
     """Tonight's stats.json against earlier snapshots' (oldest first): per-check verdicts,
     an overall `drifted` flag and the low-count alarm."""
@@ -127,16 +162,7 @@ def check_drift(tonight: Mapping, history: Sequence[Mapping], config: DriftConfi
             f"quality/{metric}", "jensen_shannon",
             js_divergence(tonight_histogram["counts"], histogram["counts"]),
             config.quality_js_max))
-    earlier = [h.get("images", {}).get("accepted", 0) + h.get("images", {}).get("rejected", 0)
-               for h in history]
-    tonight_count = (tonight.get("images", {}).get("accepted", 0)
-                     + tonight.get("images", {}).get("rejected", 0))
-    usual = statistics.median(earlier) if earlier else 0
-    if usual and tonight_count < config.low_count_ratio * usual:
-        result["alarms"].append({
-            "name": "low_count", "tonight": tonight_count, "usual": usual,
-            "detail": f"tonight brought {tonight_count} images, under "
-                      f"{config.low_count_ratio} x the median of earlier nights ({usual})"})
+    result["alarms"] += low_count_alarms(tonight, history, config.low_count_ratio)
     result["drifted"] = any(check["drifted"] for check in result["checks"]) or bool(
         result["alarms"])
     return result
