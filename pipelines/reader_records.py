@@ -20,7 +20,8 @@ from transforms.online.seeds import fold_in, fold_in_name, uniform
 from transforms.snapshot_layout import tfrecord_compression
 
 __all__ = ["without_autograph", "permutation", "file_order", "interleave_files",
-           "block_shuffle", "read_records", "mix_records", "removal_table", "without_removed"]
+           "block_shuffle", "read_records", "mix_records", "removal_table", "without_removed",
+           "count_table", "checked_shard"]
 
 _FILENAME_ONLY = {codec.IMAGE_FILENAME: tf.io.FixedLenFeature([], tf.string)}
 
@@ -72,16 +73,52 @@ def without_removed(records: tf.data.Dataset, shard_path: tf.Tensor,
     return records.filter(without_autograph(live))
 
 
+def count_table(counts: dict) -> tf.lookup.StaticHashTable | None:
+    """A table of each shard's record count (path -> count, from the manifests), or None when
+    a count is unknown (then shards are read unchecked, as before)."""
+    if not counts or any(not isinstance(n, int) for n in counts.values()):
+        return None
+    paths = sorted(counts)
+    return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+        tf.constant(paths), tf.constant([counts[p] for p in paths], tf.int64)), default_value=-1)
+
+
+def checked_shard(shard_path: tf.Tensor, kind: tf.Tensor, expected: tf.Tensor
+                  ) -> tf.data.Dataset:
+    """One shard's records, failing with the shard's path when it holds fewer readable records
+    than its manifest says (a corrupt or truncated record ends the read; TensorFlow's own
+    error names no file). Same records in the same order as a plain read of a sound shard."""
+    end = tf.data.Dataset.from_tensors((tf.constant(-1, tf.int64), tf.constant(b"")))
+    items = tf.data.TFRecordDataset(shard_path, kind).ignore_errors().enumerate().concatenate(end)
+
+    def step(seen, item):
+        index, record = item
+        at_end = index < 0
+        sound = tf.logical_or(tf.logical_not(at_end), tf.equal(seen, expected))
+        check = tf.debugging.Assert(sound, [
+            "Corrupt or truncated shard", shard_path, "read", seen, "records of", expected,
+            "(manifest.json); `pixelmill verify OUTPUT` names what is wrong"], summarize=8)
+        with tf.control_dependencies([check]):
+            seen = tf.where(at_end, seen, index + 1)
+        return seen, (record, at_end)
+    return items.scan(tf.constant(0, tf.int64), without_autograph(step)).filter(
+        without_autograph(lambda record, at_end: tf.logical_not(at_end))).map(
+        without_autograph(lambda record, at_end: record))
+
+
 def interleave_files(paths: tf.Tensor, kinds: tf.Tensor, num_files: int, cycle_length: int,
                      pipeline_id: int = 0, num_pipelines: int = 1,
-                     removed: tf.lookup.StaticHashTable | None = None) -> tf.data.Dataset:
+                     removed: tf.lookup.StaticHashTable | None = None,
+                     counts: tf.lookup.StaticHashTable | None = None) -> tf.data.Dataset:
     """The records of this input pipeline's files (every `num_pipelines`-th file from
     `pipeline_id`: replicas read disjoint files), `cycle_length` files at once, one record from
-    each in turn, deterministically; without the `removed` records (`removal_table`)."""
+    each in turn, deterministically; without the `removed` records (`removal_table`), each
+    shard checked against its record count when `counts` is given (`count_table`)."""
     per_pipeline = len(range(pipeline_id, num_files, num_pipelines))
 
     def records(path, kind):
-        shard = tf.data.TFRecordDataset(path, kind)
+        shard = (tf.data.TFRecordDataset(path, kind) if counts is None
+                 else checked_shard(path, kind, counts.lookup(path)))
         return shard if removed is None else without_removed(shard, path, removed)
     return tf.data.Dataset.from_tensor_slices((paths, kinds)).shard(
         num_pipelines, pipeline_id).interleave(
@@ -103,14 +140,15 @@ def block_shuffle(records: tf.data.Dataset, block_size: int,
 def read_records(files: Sequence[str], epoch_seed: tf.Tensor, *, shuffle: bool,
                  shuffle_buffer: int, cycle_length: int, pipeline_id: int = 0,
                  num_pipelines: int = 1, tag: str = "",
-                 removed: tf.lookup.StaticHashTable | None = None) -> tf.data.Dataset:
+                 removed: tf.lookup.StaticHashTable | None = None,
+                 counts: tf.lookup.StaticHashTable | None = None) -> tf.data.Dataset:
     """One epoch of live records of `files`: file order -> interleave (less `removed`) ->
     block shuffle. `tag` names the group in the seeds ("/fresh", "/archive"), so groups get
     independent orders."""
     order_seed = fold_in_name(epoch_seed, f"reader/file_order{tag}") if shuffle else None
     paths, kinds = file_order(files, order_seed)
     records = interleave_files(paths, kinds, len(files), cycle_length, pipeline_id,
-                               num_pipelines, removed)
+                               num_pipelines, removed, counts)
     if shuffle:
         records = block_shuffle(records, shuffle_buffer,
                                 fold_in_name(epoch_seed, f"reader/record_order{tag}"))

@@ -71,8 +71,8 @@ from configs.schema import Config, load_config
 from pipelines.reader_metadata import (batches_per_epoch, count_examples, has_boxes,
                                        normalization, read_class_names, read_label_offset,
                                        read_pixel_stats)
-from pipelines.reader_records import (mix_records, read_records, removal_table,
-                                      without_autograph)
+from pipelines.reader_records import (count_table, mix_records, read_records,
+                                      removal_table, without_autograph)
 from pipelines.reader_samples import batch_samples, parse_sample, select_output
 from pipelines.reader_spec import ReaderSpec
 from transforms.online.augment import BatchAugmenter, build_batch_augmenter
@@ -182,11 +182,12 @@ def augment_batch(augmenter, batch: dict, seed: int, epoch, step, replica=0) -> 
     return augmenter(batch, step_seed(seed, epoch, step, replica))
 
 
-def _epoch_records(plan: ReadPlan, this_epoch: tf.Tensor,
-                   removed: tf.lookup.StaticHashTable | None) -> tf.data.Dataset:
-    """One epoch of encoded live records: the files in order, or the fresh/archive mix."""
+def _epoch_records(plan: ReadPlan, this_epoch: tf.Tensor, tables: tuple) -> tf.data.Dataset:
+    """One epoch of encoded live records: the files in order, or the fresh/archive mix.
+    `tables`: the removed records and the shards' record counts (`_reader_tables`)."""
     spec = plan.spec
-    read = functools.partial(read_records, removed=removed, shuffle=spec.shuffle,
+    removed, counts = tables
+    read = functools.partial(read_records, removed=removed, counts=counts, shuffle=spec.shuffle,
                              shuffle_buffer=spec.shuffle_buffer, cycle_length=spec.cycle_length,
                              pipeline_id=plan.pipeline_id, num_pipelines=plan.num_pipelines)
     weight = spec.selection.mix_weight
@@ -197,11 +198,10 @@ def _epoch_records(plan: ReadPlan, this_epoch: tf.Tensor,
                        read(fresh_files, this_epoch, tag="/fresh"), this_epoch, weight)
 
 
-def _one_epoch(plan: ReadPlan, epoch_index: tf.Tensor,
-               removed: tf.lookup.StaticHashTable | None) -> tf.data.Dataset:
+def _one_epoch(plan: ReadPlan, epoch_index: tf.Tensor, tables: tuple) -> tf.data.Dataset:
     """records -> skip -> parse + decode -> batch -> augment -> normalize, for one epoch."""
     spec = plan.spec
-    records = _epoch_records(plan, epoch_seed(spec.seed, epoch_index), removed)
+    records = _epoch_records(plan, epoch_seed(spec.seed, epoch_index), tables)
     first_step = tf.where(epoch_index == spec.epoch, tf.constant(spec.start_step, tf.int64),
                           tf.constant(0, tf.int64))
     parse = functools.partial(parse_sample, image_size=spec.image_size,
@@ -242,16 +242,26 @@ def _with_known_cardinality(dataset: tf.data.Dataset, plan: ReadPlan) -> tf.data
         spec.num_epochs * per_epoch - spec.start_step))
 
 
+def _shard_counts(plan: ReadPlan) -> dict:
+    """Each planned shard's record count as its snapshot's manifest lists it (None unknown)."""
+    listed = {}
+    for snapshot in plan.snapshots:
+        for entry in (snapshot.manifest or {}).get("files", []):
+            if isinstance(entry, dict) and "path" in entry:
+                listed[f"{snapshot.path}/{entry['path']}"] = entry.get("records")
+    return {path: listed.get(path) for group in plan.file_groups for path in group}
+
+
 def read_dataset(output_dir: str, spec: ReaderSpec,
                  input_context: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
     """The batches `spec` describes, from the committed snapshots under `output_dir`:
     plan -> epochs `spec.epoch ..` one after the other -> known cardinality -> prefetch."""
     plan = plan_reading(output_dir, spec, input_context)
-    removed = removal_table(plan.view)
+    tables = (removal_table(plan.view), count_table(_shard_counts(plan)))
     options = tf.data.Options()
     options.deterministic = True
     dataset = tf.data.Dataset.range(spec.epoch, spec.epoch + spec.num_epochs).flat_map(
-        without_autograph(lambda epoch_index: _one_epoch(plan, epoch_index, removed)))
+        without_autograph(lambda epoch_index: _one_epoch(plan, epoch_index, tables)))
     dataset = _with_known_cardinality(dataset, plan)
     return dataset.with_options(options).prefetch(tf.data.AUTOTUNE)
 

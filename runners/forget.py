@@ -36,7 +36,10 @@ def parse_names(paths, shas, from_file) -> tuple[list[str], list[str]]:
         except OSError as exc:
             raise UsageError(f"--from {from_file}: {exc.strerror}") from exc
         for line in lines:
-            (shas if _SHA256.match(line.lower()) else paths).append(line)
+            if _SHA256.match(line.lower()):
+                shas.append(line.lower())
+            else:
+                paths.append(line)
     bad = [s for s in shas if not _SHA256.match(s)]
     if bad:
         raise UsageError(f"--sha256 must be 64 hex digits. Received: {bad}")
