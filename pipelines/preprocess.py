@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -93,16 +94,29 @@ def _labels_of(record: ImageRecord):
         yield box[4]
 
 
-def _assign_class_id(record: ImageRecord, table):
-    ids = {name: i for i, name in enumerate(table)}
-    if record.label not in ids:
-        return record.rejected("unknown_class", (
-            f"label {record.label!r} is not in the class table ({len(table)} classes: "
-            f"{', '.join(table[:20])}{', ...' if len(table) > 20 else ''})"))
-    unknown = sorted({box[4] for box in record.boxes} - set(ids))
-    if unknown:
-        return record.rejected("bad_box", f"box classes {unknown} are not in the class table")
-    return dataclasses.replace(record, label_id=ids[record.label])
+@beam.typehints.with_output_types(typing.Any)  # as Beam infers it: no disassembly at build
+class _AssignClassIdFn(beam.DoFn):
+    """Gives a record its class id, or rejects it (`unknown_class`, `bad_box`). The name -> id
+    lookup is built once per class table (the side input is the same object for a worker's
+    bundles), never per record: its cost must not grow with the table."""
+
+    def __init__(self):
+        self._table, self._ids = None, {}
+
+    def process(self, record: ImageRecord, table):
+        if table is not self._table:
+            self._table, self._ids = table, {name: i for i, name in enumerate(table)}
+        ids = self._ids
+        if record.label not in ids:
+            yield record.rejected("unknown_class", (
+                f"label {record.label!r} is not in the class table ({len(table)} classes: "
+                f"{', '.join(table[:20])}{', ...' if len(table) > 20 else ''})"))
+            return
+        unknown = sorted({box[4] for box in record.boxes if box[4] not in ids})
+        if unknown:
+            yield record.rejected("bad_box", f"box classes {unknown} are not in the class table")
+            return
+        yield dataclasses.replace(record, label_id=ids[record.label])
 
 
 def _reject_forgotten(record: ImageRecord, paths: frozenset, shas: frozenset) -> ImageRecord:
@@ -227,8 +241,8 @@ class AssignClasses(beam.PTransform):
                            lambda labels: classes.extend_class_table(start_table, labels, frozen)))
         with_ids, rejected = (
             labelled
-            | "AssignClassIds" >> beam.Map(_assign_class_id,
-                                           beam.pvalue.AsSingleton(class_table))
+            | "AssignClassIds" >> beam.ParDo(_AssignClassIdFn(),
+                                             beam.pvalue.AsSingleton(class_table))
             | "RouteClassIds" >> _Route())
         return class_table, with_ids, rejected
 

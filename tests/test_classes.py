@@ -87,3 +87,22 @@ def test_classes_file_that_reorders_existing_ids_is_refused(first_run, tmp_path,
                      "--classes", str(reordered)])
     assert code == 2
     assert "class ids never change" in capsys.readouterr().err
+
+
+def test_class_ids_come_from_one_lookup_per_table_not_one_per_record():
+    from pipelines.preprocess import _AssignClassIdFn
+    from transforms.offline.image_record import ImageRecord
+    table = [f"class_{i}" for i in range(20_000)]
+    fn = _AssignClassIdFn()
+    [first] = fn.process(ImageRecord(uri="u", path="a.jpg", file_bytes=1, label="class_19999"),
+                         table)
+    lookup = fn._ids
+    [second] = fn.process(ImageRecord(uri="u", path="b.jpg", file_bytes=1, label="class_7",
+                                      boxes=((0.1, 0.1, 0.2, 0.2, "nope"),)), table)
+    [third] = fn.process(ImageRecord(uri="u", path="c.jpg", file_bytes=1, label="dog"), table)
+    assert fn._ids is lookup  # built once for the table
+    assert first.label_id == 19999
+    assert (second.reject.reason, second.reject.detail) == (
+        "bad_box", "box classes ['nope'] are not in the class table")
+    assert third.reject.reason == "unknown_class" and "(20000 classes: class_0," in \
+        third.reject.detail

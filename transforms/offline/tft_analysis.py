@@ -51,6 +51,7 @@ empty dataset as null.
 from __future__ import annotations
 
 import contextlib
+import collections
 import hashlib
 import math
 from typing import Callable, Mapping, Sequence
@@ -138,7 +139,7 @@ def _check_class_table(names, source: str, allow_empty: bool = False) -> list[st
         problem = class_name_problem(name)
         if problem:
             raise ValueError(f"{source} entries must be valid class names: {problem}")
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    duplicates = sorted(name for name, n in collections.Counter(names).items() if n > 1)
     if duplicates:
         raise ValueError(f"{source} lists {duplicates} more than once; ids would be ambiguous.")
     return names
