@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import gc
 import json
 import logging
 import os
 import shutil
+import signal
+import time
 import types
 
 import pytest
@@ -206,9 +209,13 @@ def test_a_full_disk_at_each_step_of_the_publish(staged, tmp_path, monkeypatch):
 
 
 def _killed_child(staged, attempt, at: int) -> int:
-    """Publishes in a forked child that `os._exit`s at the `at`-th operation; its status."""
+    """Publishes in a forked child that `os._exit`s at the `at`-th operation; its status. The
+    child collects no garbage: a TensorFlow resource finalized there would wait forever on
+    the parent's runtime threads, which a fork does not copy (a full run hung so once). A
+    child still alive after 120 s is killed, so the test fails instead of hanging."""
     pid = os.fork()
     if pid == 0:  # the child: never returns
+        gc.disable()
         code = 3
         try:
             with pytest.MonkeyPatch.context() as patch:
@@ -217,8 +224,16 @@ def _killed_child(staged, attempt, at: int) -> int:
             code = 0
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError(f"the publishing child hung at operation {at}")
+        time.sleep(0.02)
 
 
 def test_a_kill_at_each_step_of_the_publish(staged, tmp_path, monkeypatch):
