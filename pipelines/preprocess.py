@@ -32,6 +32,7 @@ from pipelines.job import PreprocessJob
 from transforms.offline import classes, quality_rules, splits
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
+from transforms.offline.file_kinds import OTHER_FILES
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
 from transforms.offline.inspect_image import InspectImages
@@ -136,7 +137,7 @@ def _assign_split(record: ImageRecord, ratios):
 
 class ReadInputs(beam.PTransform):
     """Pipeline -> dict of PCollections: `refs` (discovered files), `discovery_rejects`,
-    `label_items`/`box_items` (every CSV row, parsed or rejected), `label_rows`/`box_rows`
+    `other_files` (the extension key of each file that is no image), `label_items`/`box_items` (every CSV row, parsed or rejected), `label_rows`/`box_rows`
     (parsed), `label_rejects`/`box_rejects`, and `archive_rows` (the committed snapshots' index
     rows with their run_id; empty on a full run)."""
 
@@ -146,7 +147,7 @@ class ReadInputs(beam.PTransform):
 
     def expand(self, pipeline):
         job = self._job
-        refs, discovery_rejects = pipeline | "DiscoverImages" >> DiscoverImages(
+        discovered = pipeline | "DiscoverImages" >> DiscoverImages(
             list(job.data_roots), job.config.discovery.extensions,
             job.config.limits.max_file_bytes)
         label_items = (pipeline
@@ -159,7 +160,8 @@ class ReadInputs(beam.PTransform):
                      | "ReadBoxRows" >> ReadBoxRows(job.config.labels.max_cell_bytes))
         boxes = box_items | "SplitBoxRows" >> beam.FlatMap(_split_rows).with_outputs(
             REJECTED, main="rows")
-        return {"refs": refs, "discovery_rejects": discovery_rejects,
+        return {"refs": discovered.refs, "discovery_rejects": discovered.rejected,
+                "other_files": discovered.other_files,
                 "label_items": label_items, "label_rows": labels.rows,
                 "label_rejects": labels[REJECTED], "box_items": box_items,
                 "box_rows": boxes.rows, "box_rejects": boxes[REJECTED],
@@ -373,8 +375,10 @@ class WriteLedgers(beam.PTransform):
 
 class Accounting(beam.PTransform):
     """A dict of the job's PCollections -> `_work/counts.json`: how many inputs were discovered,
-    accepted, rejected (per reason) and skipped, and how many CSV rows matched or were rejected.
-    Counts go through combiners (constant memory whatever the number of inputs)."""
+    accepted, rejected (per reason) and skipped, how many CSV rows matched or were rejected,
+    and how many other files (no images) were listed per extension (`other_files.<ext>`; no
+    `other_files` part: none). Counts go through combiners (constant memory whatever the
+    number of inputs)."""
 
     def __init__(self, staging_dir: str):
         super().__init__()
@@ -407,6 +411,9 @@ class Accounting(beam.PTransform):
             (parts["retired"]
              | "RetiredKeys" >> beam.Map(lambda line: (f"retired.{line['reason']}", 1))),
         ]
+        if "other_files" in parts:
+            counts.append(parts["other_files"] | "OtherFileKeys" >> beam.Map(
+                lambda key: (f"{OTHER_FILES}.{key}", 1)))
         return (counts
                 | "AllCounts" >> beam.Flatten()
                 | "SumPerKey" >> beam.CombinePerKey(sum)

@@ -26,7 +26,7 @@ from configs.schema import SPLITS, config_to_dict
 from pipelines.beam_files import (BEAM_FILES, BeamStorage, read_json, remove_tree, sync_files,
                                   write_atomically)
 from pipelines.job import PreprocessJob
-from transforms.offline import classes, quality_rules
+from transforms.offline import classes, file_kinds, quality_rules
 from transforms.reporting.history import fingerprint, reject_key, snapshot_summary
 from transforms.reporting.report import render_report
 from transforms.reporting.stats import finalize_stats
@@ -43,9 +43,9 @@ __all__ = ["AccountingError", "BeamStorage", "BEAM_FILES", "check_accounting",
 
 # Never open unsafe files, never decode bombs or files that crashed or hung the decoder (even
 # isolated they would cost the timeout again), never open what could not be read (a FIFO),
-# nothing to show for rows.
+# nothing to show for rows, nothing the decoder cannot read.
 _NO_THUMBNAIL = ("unsafe_path", "too_large", "decoder_crash", "unreadable", "missing_file",
-                 "bad_csv_row")
+                 "bad_csv_row", "unsupported_format")
 
 
 class AccountingError(RuntimeError):
@@ -182,6 +182,7 @@ def staged_stats(job: PreprocessJob) -> tuple[dict, dict]:
     stats = finalize_stats(read_json(work_file(staging, "index_summary.json")),
                            _rejects_by_kind(counts), accounting)
     stats["thresholds"] = quality_rules.thresholds(job.config.quality)
+    stats[file_kinds.OTHER_FILES] = file_kinds.other_files_from_counts(counts)
     stats["classes"] = classes.read_class_table(FileSystems.join(staging, layout.CLASSES))
     if job.config.transform.enabled:
         stats["transform"] = tft_summary(staging)

@@ -28,8 +28,8 @@ from pipelines.job import PreprocessJob
 from transforms import snapshot_layout as layout
 from transforms.live_view import removal_key
 from transforms.offline.discover import TooManyFiles, list_images
-from transforms.offline.join_labels import (label_key, missing_file_rejects, read_box_csv,
-                                            read_label_csv, unchanged_since)
+from transforms.offline.join_labels import (assign_rows, label_key, missing_file_rejects,
+                                            read_box_csv, read_label_csv, unchanged_since)
 from transforms.offline.rejects import Reject
 from transforms.reporting.history import fingerprint, reject_key
 
@@ -47,20 +47,21 @@ class QuickLook:
     `max_files` listed files: the look holds the listing in memory)."""
 
     def __init__(self, job: PreprocessJob, max_files: int | None = None):
-        self.refs, self.discovery_rejects = list_images(
+        self.refs, self.discovery_rejects, self.other_files = list_images(
             job.data_roots, job.config.discovery.extensions, job.config.limits.max_file_bytes,
             max_files)
-        self.label_rows, self.row_rejects = _split(
+        label_rows, self.row_rejects = _split(
             item for path in job.label_csvs for item in read_label_csv(path, job.config.labels))
         box_rows, box_rejects = _split(
             item for path in job.box_csvs
             for item in read_box_csv(path, job.config.labels.max_cell_bytes))
-        self.box_rows = box_rows
         self.row_rejects += box_rejects
         seen = {ref.path for ref in self.refs} | {r.path for r in self.discovery_rejects}
-        self.row_rejects += missing_file_rejects(
-            [r for r in self.label_rows if r.path not in seen],
-            [r for r in self.box_rows if r.path not in seen])
+        # Rows by the discovered path they name, as the job's join matches them (NFC).
+        self.label_rows, missing_labels, hints = assign_rows(label_rows, seen)
+        self.box_rows, missing_boxes, box_hints = assign_rows(box_rows, seen)
+        self.row_rejects += missing_file_rejects(missing_labels, missing_boxes,
+                                                 {**hints, **box_hints})
         self._renames = dict(job.config.classes.renames)
         self._folder_labels = job.folder_labels
         self._forgotten = (job.forgotten_paths, job.forgotten_shas)
@@ -68,17 +69,11 @@ class QuickLook:
     def changed(self, priors: dict) -> list[str]:
         """Paths of discovered images the job would inspect tonight (new or changed, or
         whose latest record is no longer live)."""
-        rows_by_path: dict[str, list] = {}
-        for row in self.label_rows:
-            rows_by_path.setdefault(row.path, []).append(row)
-        boxes_by_path: dict[str, list] = {}
-        for row in self.box_rows:
-            boxes_by_path.setdefault(row.path, []).append(row)
         return [ref.path for ref in self.refs
                 if (priors.get(ref.path) or {}).get("removed")
                 or not unchanged_since(ref, priors.get(ref.path), label_key(
-                    ref.path, rows_by_path.get(ref.path, ()), self._renames,
-                    self._folder_labels, boxes_by_path.get(ref.path, ())),
+                    ref.path, self.label_rows.get(ref.path, ()), self._renames,
+                    self._folder_labels, self.box_rows.get(ref.path, ())),
                     self._forgotten)]
 
     def rejects(self) -> list[Reject]:

@@ -6,6 +6,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from configs.schema import SPLITS
 from transforms import snapshot_layout as layout
+from transforms.offline.file_kinds import OTHER_FILES, describe_other_files
 from transforms.snapshot_layout import Snapshot
 
 __all__ = ["format_summary"]
@@ -20,6 +21,9 @@ def format_summary(snapshot: Snapshot) -> str:
                if images.get("skipped") else "")
     lines.append(f"images: {images['discovered']} discovered = {images['accepted']} accepted + "
                  f"{images['rejected']} rejected{skipped}  [{verdict}]")
+    other = describe_other_files(stats.get(OTHER_FILES) or {})
+    if other:
+        lines.append(f"skipped (not images): {other}")
     for kind in ("label_rows", "box_rows"):
         part = accounting[kind]
         if part["total"]:

@@ -29,6 +29,7 @@ def test_counts_of_every_part_and_zeros_for_empty_ones(tmp_path):
                 {"accepted": True, "removed": True}, {"accepted": False, "removed": False}]),
             "kept": make("Kept", ["k"]),
             "retired": make("Retired", [{"reason": "deleted"}]),
+            "other_files": make("Other", ["txt", "json", "txt", "(none)"]),
         }
         parts | Accounting(str(tmp_path))
     counts = json.loads((tmp_path / "_work" / "counts.json").read_text())
@@ -38,4 +39,6 @@ def test_counts_of_every_part_and_zeros_for_empty_ones(tmp_path):
         "label_rows.rejected": 1, "box_rows.rejected": 1, "label_rows.matched": 4,
         "reasons.image.blurry": 2, "reasons.label_row.bad_csv_row": 1,
         "reasons.box_row.missing_file": 1, "live.before": 2, "live.kept": 1, "live.retired": 1,
-        "retired.deleted": 1}
+        "retired.deleted": 1,
+        # files that are no images, per extension key (not part of images.discovered)
+        "other_files.txt": 2, "other_files.json": 1, "other_files.(none)": 1}

@@ -3,7 +3,9 @@ import os
 
 import pytest
 
-from transforms.offline.paths import UnsafePath, escapes_root, normalize_relative, relative_to_root
+from transforms.offline.paths import (UnsafePath, escapes_root, match_key, match_row_path,
+                                      normalize_relative, not_a_regular_file, relative_to_root,
+                                      unresolvable_links)
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -174,3 +176,45 @@ def test_escapes_root_flags_a_plain_path_outside(data_root):
 ])
 def test_escapes_root_ignores_object_store_paths(root, full_path):
     assert escapes_root(root, full_path) is None
+
+
+NFC, NFD = "caf\u00e9.jpg", "cafe\u0301.jpg"
+
+
+@pytest.mark.parametrize("row, discovered, expected", [
+    (NFC, [NFC], (NFC, "")),
+    (NFC, [NFD], (NFD, "")),  # the file keeps its on-disk name
+    (NFD, [NFC], (NFC, "")),
+    (NFD, [NFC, NFD], (NFD, "")),  # the exact name wins
+    ("Cafe.JPG", ["cafe.jpg"], (None, "'cafe.jpg' differs only in case")),
+    ("CAF\u00c9.jpg", [NFD], (None, f"{NFD!r} differs only in case and Unicode normalization")),
+    ("gone.jpg", [], (None, "")),
+])
+def test_match_row_path_exact_then_nfc_and_names_near_misses(row, discovered, expected):
+    assert match_row_path(row, discovered) == expected
+
+
+def test_two_files_equal_in_nfc_are_named_by_neither_inexact_row():
+    mixed = "cafe\u0301\u00e9.jpg"  # NFC: "caf\u00e9\u00e9.jpg"; NFD: two combining accents
+    both = ["caf\u00e9\u00e9.jpg", "cafe\u0301e\u0301.jpg"]
+    assert match_row_path(mixed, both) == (None, (
+        f"{both[1]!r} and {both[0]!r} differ from it only by Unicode normalization, so it "
+        f"names neither: name one exactly"))
+    assert match_key(mixed) == match_key(both[0]) == match_key(both[1].upper())
+
+
+def test_unresolvable_links_and_the_detail_of_each(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "ok.jpg").write_bytes(b"x")
+    os.symlink(tmp_path / "ok.jpg", tmp_path / "good_link.jpg")
+    os.symlink("loop.jpg", tmp_path / "sub" / "loop.jpg")
+    os.symlink("nowhere", tmp_path / "gone.jpg")
+    os.symlink(tmp_path / "sub", tmp_path / "folder_link")
+    assert list(unresolvable_links(str(tmp_path))) == [str(tmp_path / "gone.jpg"),
+                                                        str(tmp_path / "sub" / "loop.jpg")]
+    assert not_a_regular_file(str(tmp_path / "sub" / "loop.jpg")) == (
+        "symlink cannot be resolved: it loops (-> 'loop.jpg': Too many levels of symbolic "
+        "links); never opened")
+    assert not_a_regular_file(str(tmp_path / "gone.jpg")) == (
+        "symlink cannot be resolved: its target 'nowhere' cannot be reached (No such file or "
+        "directory); never opened")

@@ -117,3 +117,39 @@ def test_unchanged_files_are_skipped_and_changed_or_retried_ones_are_inspected_a
                             retires=(("run1", row.path, f"sha-{row.path}", "train", "cat",
                                       "cat"),) if row.path in live else ())
                 for row in rows[1:]]})
+
+
+def test_a_row_in_another_unicode_normalization_names_the_file_which_keeps_its_name():
+    nfd, nfc = "cafe\u0301/1.jpg", "caf\u00e9/1.jpg"
+    row = _label(nfc, "cat", 2)
+    prior = _prior(nfd, "run1", "cat")
+    with fn_api_pipeline() as pipeline:
+        planned = _plan(pipeline, [_ref(nfd)], [], [row], [], [prior], folder_labels=False)
+        assert_outputs(planned, {
+            SKIPPED: [(nfd, "run1")], MATCHED: [(LABEL_ROW, 1)], KEPT: [prior]})
+
+
+def test_near_misses_in_case_or_between_two_normalizations_say_so():
+    both = ["caf\u00e9\u00e9.jpg", "cafe\u0301e\u0301.jpg"]  # two files, equal in NFC
+    rows = [_label("Cat.JPG", "cat", 2), _label("cafe\u0301\u00e9.jpg", "cat", 3),
+            _label(both[0], "dog", 4)]
+    with fn_api_pipeline() as pipeline:
+        planned = _plan(pipeline, [_ref("cat.jpg"), *map(_ref, both)], [], rows, [], [],
+                        folder_labels=False)
+        assert_outputs(planned, {
+            ROW_REJECTS: [
+                Reject(path="Cat.JPG", reason="missing_file", kind=LABEL_ROW,
+                       detail="labels.csv:2: no image 'Cat.JPG' was discovered under the data "
+                              "root; 'cat.jpg' differs only in case"),
+                Reject(path=rows[1].path, reason="missing_file", kind=LABEL_ROW,
+                       detail=f"labels.csv:3: no image {rows[1].path!r} was discovered under "
+                              f"the data root; {both[1]!r} and {both[0]!r} differ from it "
+                              f"only by Unicode normalization, so it names neither: name one "
+                              f"exactly")],
+            MATCHED: [(LABEL_ROW, 1)],  # the exact row
+            "images": [
+                ImageRecord(uri="/data/cat.jpg", path="cat.jpg", file_bytes=10, mtime=1000.0),
+                ImageRecord(uri=f"/data/{both[0]}", path=both[0], file_bytes=10, mtime=1000.0,
+                            label_key="canine", label_rows=(rows[2],)),
+                ImageRecord(uri=f"/data/{both[1]}", path=both[1], file_bytes=10,
+                            mtime=1000.0)]})

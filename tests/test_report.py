@@ -181,3 +181,22 @@ def test_report_marks_histogram_without_values():
     page = _render()
     # _stats() measures only blur_laplacian_var: the other quality charts have no values
     assert page.count('fill="#888">no values</text>') == len(QUALITY_METRICS) - 1
+
+
+def test_report_shows_the_files_that_are_no_images_per_extension():
+    stats = _stats()
+    assert "skipped (not images)" not in render_report(stats, {}, title="t", run_id="r")
+    stats["other_files"] = {"txt": 12, "json": 3, "(none)": 1, "<x>": 1}
+    assert ('<p class="note">skipped (not images): 12 .txt, 3 .json, 1 with no extension, '
+            '1 .&lt;x&gt;</p>') in render_report(stats, {}, title="t", run_id="r")
+
+
+def test_the_run_summary_shows_the_files_that_are_no_images_per_extension():
+    from runners.summary import format_summary
+    from transforms.snapshot_layout import Snapshot
+    stats = dict(_stats(), other_files={"txt": 12, "json": 3})
+    accounting = dict(stats["accounting"], images=dict(stats["accounting"]["images"]))
+    lines = format_summary(Snapshot("r1", "/out/snapshots/r1", accounting=accounting,
+                                    stats=stats)).splitlines()
+    assert lines[2:4] == ["images: 6 discovered = 4 accepted + 2 rejected  [OK]",
+                          "skipped (not images): 12 .txt, 3 .json"]

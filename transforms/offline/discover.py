@@ -1,29 +1,37 @@
-"""Discovery: every image file under the data roots, through Beam's file APIs (local or gs://).
+"""Discovery: every file under the data roots, through Beam's file APIs (local or gs://).
 
-A root is a folder (searched recursively) or a glob. Files are kept when their extension is in
+A root is a folder (searched recursively) or a glob. Files are read when their extension is in
 `discovery.extensions` (case-insensitively); the real format is decided later from magic bytes.
-A local file that resolves outside its root through a symlink is rejected as `unsafe_path`,
-anything but a regular file (a FIFO, a device) as `unreadable`, and a file listed bigger than
-`limits.max_file_bytes` as `too_large`; none of them is ever opened.
+An image the decoder cannot read by its extension (`file_kinds.UNSUPPORTED`: TIFF, HEIC, RAW,
+...) is rejected as `unsupported_format`; every other file is counted per extension
+(`Discovered.other_files`). A local file that resolves outside its root through a symlink is
+rejected as `unsafe_path`, anything but a regular file (a FIFO, a device, a link that resolves
+to nothing, which Beam's local listing drops and `paths.unresolvable_links` finds again) as
+`unreadable`, and a file listed bigger than `limits.max_file_bytes` as `too_large`; none of them
+is ever opened (an unsupported image only for its first bytes, to name its format).
 """
 from __future__ import annotations
 
 import dataclasses
-import posixpath
+import os
+import re
 import typing
 
 import apache_beam as beam
 from apache_beam.io import fileio
+from apache_beam.io.filesystem import FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from transforms.offline import paths
+from transforms.offline import file_kinds, paths
 from transforms.offline.image_record import ImageRecord
 
-__all__ = ["FileRef", "DiscoverImages", "root_and_pattern", "UNSAFE_TAG", "classify_file",
-           "one_per_rel_path", "list_images", "TooManyFiles"]
+__all__ = ["FileRef", "DiscoverImages", "Discovered", "Listing", "root_and_pattern",
+           "UNSAFE_TAG", "classify_file", "one_per_rel_path", "list_images", "TooManyFiles",
+           "unresolved_listing"]
 
 UNSAFE_TAG = "unsafe"
+_OTHER_TAG = "other"
 _GLOB_CHARS = "*?["
 
 
@@ -60,13 +68,34 @@ def _refusal(metadata, max_file_bytes: int | None) -> tuple[str, str] | None:
     return None
 
 
+def _head(uri: str) -> tuple[bytes | None, str]:
+    """(the first bytes of a file, or None and why they could not be read)."""
+    try:
+        with FileSystems.open(uri, compression_type="uncompressed") as handle:
+            return handle.read(file_kinds.HEAD_BYTES), ""
+    except (OSError, ValueError) as exc:  # Beam wraps remote errors in IOError (OSError)
+        return None, getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
+def unresolved_listing(base: str, pattern: str) -> list:
+    """FileMetadata (size 0) of the links under a local root that resolve to nothing and match
+    its pattern: the files Beam's local listing drops (`paths.unresolvable_links`). None for
+    object stores, which have no links."""
+    if not paths.is_local(base) or not os.path.isdir(base):
+        return []
+    wanted = re.compile(FileSystem.translate_pattern(pattern))
+    return [FileMetadata(path, 0) for path in paths.unresolvable_links(base)
+            if wanted.match(path)]
+
+
 def classify_file(root: str, metadata, extensions: tuple,
-                  max_file_bytes: int | None) -> FileRef | ImageRecord | None:
+                  max_file_bytes: int | None) -> FileRef | ImageRecord | str:
     """One listed file under `root`: a FileRef to read, a rejected ImageRecord for a file that
-    must never be opened, or None when its extension is not an image's."""
-    extension = posixpath.splitext(metadata.path)[1].lower().lstrip(".")
-    if extension not in extensions:
-        return None
+    must never be opened (or whose format the decoder cannot read), or, for a file that is no
+    image, its extension key (`file_kinds.other_file_key`)."""
+    extension = file_kinds.extension_of(metadata.path)
+    if extension not in extensions and extension not in file_kinds.UNSUPPORTED:
+        return file_kinds.other_file_key(paths.printable(metadata.path))
     size = int(metadata.size_in_bytes)
     try:
         rel = paths.relative_to_root(root, metadata.path)
@@ -81,6 +110,10 @@ def classify_file(root: str, metadata, extensions: tuple,
     refusal = _refusal(metadata, max_file_bytes)
     if refusal:
         return ImageRecord(uri=metadata.path, path=rel, file_bytes=size).rejected(*refusal)
+    if extension not in extensions:
+        return ImageRecord(uri=metadata.path, path=rel, file_bytes=size).rejected(
+            "unsupported_format", file_kinds.unsupported_detail(extension,
+                                                                *_head(metadata.path)))
     return FileRef(uri=metadata.path, path=rel, file_bytes=size,
                    mtime=getattr(metadata, "last_updated_in_seconds", None))
 
@@ -99,36 +132,49 @@ class TooManyFiles(RuntimeError):
     """The listing holds more files than the caller of `list_images` wants in memory."""
 
 
+class Listing(typing.NamedTuple):
+    """What `list_images` finds: FileRefs to read, rejected ImageRecords, and the count of
+    the other files per extension key (as `DiscoverImages` counts them)."""
+    refs: list
+    rejected: list
+    other_files: dict
+
+
 def list_images(roots, extensions: tuple, max_file_bytes: int | None,
-                max_files: int | None = None) -> tuple[list[FileRef], list[ImageRecord]]:
-    """What `DiscoverImages` finds, in one process without a pipeline: (FileRefs, rejected
-    ImageRecords). For a quick look at a listing (nightly's pre-check), not for big jobs:
-    raises `TooManyFiles` once more than `max_files` files are listed."""
-    by_path, rejected, listed, extensions = {}, [], 0, tuple(extensions)
+                max_files: int | None = None) -> Listing:
+    """What `DiscoverImages` finds, in one process without a pipeline. For a quick look at a
+    listing (nightly's pre-check), not for big jobs: raises `TooManyFiles` once more than
+    `max_files` files are listed."""
+    by_path, rejected, other, listed = {}, [], {}, 0
+    extensions = tuple(extensions)
     for root in roots:
         base, pattern = root_and_pattern(root)
-        for metadata in FileSystems.match([pattern])[0].metadata_list:
+        for metadata in (FileSystems.match([pattern])[0].metadata_list
+                         + unresolved_listing(base, pattern)):
             listed += 1
             if max_files is not None and listed > max_files:
                 raise TooManyFiles(f"more than {max_files} files under {list(roots)}")
             found = classify_file(base, metadata, extensions, max_file_bytes)
             if isinstance(found, FileRef):
                 by_path.setdefault(found.path, []).append(found)
-            elif found is not None:
+            elif isinstance(found, str):
+                other[found] = other.get(found, 0) + 1
+            else:
                 rejected.append(found)
     refs = []
     for rel, group in sorted(by_path.items()):
         kept, others = one_per_rel_path(rel, group)
         refs.append(kept)
         rejected.extend(others)
-    return refs, rejected
+    return Listing(refs, rejected, dict(sorted(other.items())))
 
 
 # Output type declared (what Beam infers anyway: Any), so that building the graph does not
 # disassemble `process` and everything it calls (tens of ms per DoFn and job).
 @beam.typehints.with_output_types(typing.Any)
 class _ClassifyFileFn(beam.DoFn):
-    """Keeps image files by extension; splits off files that must never be opened."""
+    """Keeps image files by extension; splits off files that must never be opened (or cannot
+    be decoded) and the extension keys of the files that are no images."""
 
     def __init__(self, root: str, extensions: tuple, max_file_bytes: int | None):
         self._root = root
@@ -138,17 +184,27 @@ class _ClassifyFileFn(beam.DoFn):
 
     def process(self, metadata):
         found = classify_file(self._root, metadata, self._extensions, self._max_file_bytes)
-        if found is None:
+        if isinstance(found, str):
             self._skipped.inc()
+            yield beam.pvalue.TaggedOutput(_OTHER_TAG, found)
         elif isinstance(found, FileRef):
             yield found
         else:
             yield beam.pvalue.TaggedOutput(UNSAFE_TAG, found)
 
 
+class Discovered(typing.NamedTuple):
+    """DiscoverImages' outputs: `refs` (a FileRef per image file, spread across workers),
+    `rejected` (an ImageRecord per file rejected unopened), `other_files` (the extension key
+    of every file that is no image)."""
+    refs: beam.PCollection
+    rejected: beam.PCollection
+    other_files: beam.PCollection
+
+
 class DiscoverImages(beam.PTransform):
-    """roots -> (FileRef per image file, rejected ImageRecord per file that must not be
-    opened), the FileRefs spread across workers."""
+    """roots -> `Discovered`. A local root is also walked for the links that resolve to
+    nothing, which Beam's match drops (`unresolved_listing`)."""
 
     def __init__(self, roots: list[str], extensions: tuple, max_file_bytes: int | None = None):
         super().__init__()
@@ -157,18 +213,22 @@ class DiscoverImages(beam.PTransform):
         self._max_file_bytes = max_file_bytes
 
     def expand(self, pbegin):
-        refs, unsafe = [], []
+        refs, unsafe, other = [], [], []
         for index, root in enumerate(self._roots):
             base, pattern = root_and_pattern(root)
-            found = (
-                pbegin
-                | f"Pattern{index}" >> beam.Create([pattern])
-                | f"Match{index}" >> fileio.MatchAll()
-                | f"Classify{index}" >> beam.ParDo(
-                    _ClassifyFileFn(base, self._extensions, self._max_file_bytes)
-                ).with_outputs(UNSAFE_TAG, main="ok"))
+            listed = pbegin | f"Pattern{index}" >> beam.Create([pattern]) | (
+                f"Match{index}" >> fileio.MatchAll())
+            if paths.is_local(base):
+                listed = ((listed, pbegin
+                           | f"LocalRoot{index}" >> beam.Create([(base, pattern)])
+                           | f"Unresolved{index}" >> beam.FlatMapTuple(unresolved_listing))
+                          | f"AllListed{index}" >> beam.Flatten())
+            found = listed | f"Classify{index}" >> beam.ParDo(
+                _ClassifyFileFn(base, self._extensions, self._max_file_bytes)
+            ).with_outputs(UNSAFE_TAG, _OTHER_TAG, main="ok")
             refs.append(found.ok)
             unsafe.append(found[UNSAFE_TAG])
+            other.append(found[_OTHER_TAG])
         grouped = (
             refs
             | "FlattenRefs" >> beam.Flatten()
@@ -177,7 +237,8 @@ class DiscoverImages(beam.PTransform):
             | "OnePerRelPath" >> beam.ParDo(_OnePerRelPathFn()).with_outputs(
                 UNSAFE_TAG, main="ok"))
         rejected = (unsafe + [grouped[UNSAFE_TAG]]) | "FlattenRejected" >> beam.Flatten()
-        return grouped.ok | "Spread" >> beam.Reshuffle(), rejected
+        return Discovered(grouped.ok | "Spread" >> beam.Reshuffle(), rejected,
+                          other | "FlattenOtherFiles" >> beam.Flatten())
 
 
 class _OnePerRelPathFn(beam.DoFn):

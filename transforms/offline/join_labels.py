@@ -1,5 +1,8 @@
 """Label and box CSVs joined to the discovered images with a Beam join (CoGroupByKey on the
-root-relative path), so no process ever holds the whole label table.
+root-relative path, grouped by `paths.match_key` so that a CSV path in NFC finds a file named
+in NFD and a near miss in letter case can be named), so no process ever holds the whole label
+table. A row names the file it equals, or else the one equal in NFC (`assign_rows`); the
+record keeps the on-disk path.
 
 The join runs on metadata only, before any image is read, and also brings in what earlier
 committed snapshots remember about each path (their `index.parquet` rows): a file whose size,
@@ -24,6 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from configs.schema import Config, LabelsConfig
 from transforms.offline import boxes as box_rules
 from transforms.offline import labels as label_rules
+from transforms.offline import paths
 from transforms.offline.classes import class_name_problem
 from transforms.offline.csv_records import DEFAULT_MAX_CELL_BYTES, text_lines
 from transforms.offline.image_record import ImageRecord
@@ -34,7 +38,7 @@ __all__ = ["ReadLabelRows", "ReadBoxRows", "PlanImages", "resolve_labels", "labe
            "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "RETRIED_REASONS", "KEPT",
            "RETIRED", "label_names", "retire_inspected", "live_prior",
            "read_csv_header", "read_label_csv", "read_box_csv", "unchanged_since",
-           "missing_file_rejects"]
+           "missing_file_rejects", "assign_rows"]
 
 ROW_REJECTS = "row_rejects"
 MATCHED = "matched"
@@ -196,13 +200,34 @@ def unchanged_since(ref, prior: dict | None, key: str, forgotten=(frozenset(), f
             and prior["reason"] not in RETRIED_REASONS)
 
 
-def missing_file_rejects(label_rows, box_rows) -> list[Reject]:
-    """The rejects of CSV rows whose path names no discovered file."""
+def missing_file_rejects(label_rows, box_rows, hints: dict | None = None) -> list[Reject]:
+    """The rejects of CSV rows whose path names no discovered file; `hints` (row path ->
+    sentence, from `assign_rows`) names the files that differ only in case or normalization."""
+    hints = hints or {}
     return [Reject(path=row.path, reason="missing_file", kind=kind,
                    detail=f"{row.source}: no image {row.path!r} was discovered under the "
-                          f"data root")
+                          f"data root" + (f"; {hints[row.path]}" if row.path in hints else ""))
             for row, kind in [(r, LABEL_ROW) for r in label_rows]
             + [(r, BOX_ROW) for r in box_rows]]
+
+
+def assign_rows(rows, discovered) -> tuple[dict, list, dict]:
+    """(discovered path -> the rows that name it, the rows that name no discovered path, row
+    path -> why it missed, for the ones that missed narrowly): each row by
+    `paths.match_row_path` against the `discovered` paths with its `match_key`."""
+    by_key: dict = {}
+    for path in discovered:
+        by_key.setdefault(paths.match_key(path), set()).add(path)
+    named, missing, hints = {}, [], {}
+    for row in rows:
+        path, hint = paths.match_row_path(row.path, by_key.get(paths.match_key(row.path), ()))
+        if path is None:
+            missing.append(row)
+            if hint:
+                hints[row.path] = hint
+        else:
+            named.setdefault(path, []).append(row)
+    return named, missing, hints
 
 
 # Output type declared (what Beam infers anyway: Any), so that building the graph does not
@@ -216,7 +241,32 @@ class _PlanFn(beam.DoFn):
         self._renames = dict(config.classes.renames)
 
     def process(self, item):
-        rel, grouped = item
+        """One `match_key` group: split into the exact paths it holds, each planned alone
+        (rows to the path they name, see `assign_rows`)."""
+        _, grouped = item
+        by_path: dict = {}
+
+        def part(path: str) -> dict:
+            return by_path.setdefault(path, {name: [] for name in grouped})
+
+        for name, key in (("refs", _path_of), ("rejected", _path_of),
+                          ("prior", lambda row: row["path"])):
+            for element in grouped[name]:
+                part(key(element))[name].append(element)
+        discovered = [path for path, parts in by_path.items()
+                      if parts["refs"] or parts["rejected"]]
+        hints = {}
+        for name in ("labels", "boxes"):
+            named, missing, missed = assign_rows(grouped[name], discovered)
+            hints.update(missed)
+            for row in missing:
+                part(row.path)[name].append(row)
+            for path, rows in named.items():
+                part(path)[name].extend(rows)
+        for rel in sorted(by_path):
+            yield from self._plan(rel, by_path[rel], hints)
+
+    def _plan(self, rel: str, grouped: dict, hints: dict):
         refs = list(grouped["refs"])
         rejected = list(grouped["rejected"])
         label_rows = tuple(sorted(grouped["labels"], key=lambda r: r.source))
@@ -225,7 +275,7 @@ class _PlanFn(beam.DoFn):
         latest = priors[-1] if priors else None
         live = [row for row in priors if row["accepted"] and not row.get("removed")]
         if not refs and not rejected:
-            for reject in missing_file_rejects(label_rows, box_rows):
+            for reject in missing_file_rejects(label_rows, box_rows, hints):
                 yield beam.pvalue.TaggedOutput(ROW_REJECTS, reject)
             for row in live:
                 yield beam.pvalue.TaggedOutput(RETIRED, retirement(
@@ -263,6 +313,10 @@ class _PlanFn(beam.DoFn):
                                             for row in live))
 
 
+def _path_of(element) -> str:
+    return element.path
+
+
 def live_prior(latest: dict | None, live: list) -> dict | None:
     """The live record of a path: its latest index row, when that row is accepted and no
     later snapshot retired it (`live` holds the path's accepted rows not retired)."""
@@ -294,7 +348,8 @@ def retire_inspected(record: ImageRecord):
 
 class PlanImages(beam.PTransform):
     """Joins, by root-relative path, the discovered files, the images rejected at discovery,
-    the label and box rows, and the latest remembered index row of each path.
+    the label and box rows, and the latest remembered index row of each path. A row names a
+    file by its exact path or, failing that, by its path in Unicode NFC (`assign_rows`).
 
     Outputs: main, ImageRecords to inspect (carrying their rows, and the live records they
     will retire); `rejected`, discovery rejects; `skipped`, (path, run_id) of unchanged files
@@ -314,12 +369,13 @@ class PlanImages(beam.PTransform):
 
     def expand(self, inputs):
         refs, rejected, label_rows, box_rows, prior_rows = inputs
+        key = paths.match_key
         keyed = {
-            "refs": refs | "KeyRefs" >> beam.Map(lambda r: (r.path, r)),
-            "rejected": rejected | "KeyRejected" >> beam.Map(lambda r: (r.path, r)),
-            "labels": label_rows | "KeyLabelRows" >> beam.Map(lambda r: (r.path, r)),
-            "boxes": box_rows | "KeyBoxRows" >> beam.Map(lambda r: (r.path, r)),
-            "prior": prior_rows | "KeyPriorRows" >> beam.Map(lambda r: (r["path"], r)),
+            "refs": refs | "KeyRefs" >> beam.Map(lambda r: (key(r.path), r)),
+            "rejected": rejected | "KeyRejected" >> beam.Map(lambda r: (key(r.path), r)),
+            "labels": label_rows | "KeyLabelRows" >> beam.Map(lambda r: (key(r.path), r)),
+            "boxes": box_rows | "KeyBoxRows" >> beam.Map(lambda r: (key(r.path), r)),
+            "prior": prior_rows | "KeyPriorRows" >> beam.Map(lambda r: (key(r["path"]), r)),
         }
         return (keyed
                 | "JoinByPath" >> beam.CoGroupByKey()

@@ -10,9 +10,15 @@ Two kinds of paths reach the job, and both end up as the same canonical key (the
   root. A name that is not already canonical (so no CSV row could name it unambiguously) is
   refused the same way.
 
-`escapes_root` and `not_a_regular_file` are the functions here that touch the local
-filesystem, without opening anything: a link inside the root that points outside it is
-refused, and so is anything but a regular file (a FIFO would block its reader).
+`escapes_root`, `not_a_regular_file` and `unresolvable_links` are the functions here that
+touch the local filesystem, without opening anything: a link inside the root that points
+outside it is refused, and so is anything but a regular file (a FIFO would block its reader)
+or a link that resolves to nothing (Beam's local listing drops those without a word).
+
+Matching (`match_key`, `match_row_path`): a CSV path names a discovered file when the two are
+equal, or else equal in Unicode NFC (macOS and many zip tools write names in NFD); the file
+keeps its on-disk name. Paths that differ only in letter case never match, but a row that
+misses only by case (or names two files that differ only by normalization) says so.
 
 Decisions, so CSVs written anywhere mean the same thing:
 
@@ -29,12 +35,15 @@ Decisions, so CSVs written anywhere mean the same thing:
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
+import unicodedata
 
 __all__ = ["UnsafePath", "normalize_relative", "relative_to_root", "escapes_root", "printable",
-           "not_a_regular_file"]
+           "not_a_regular_file", "unresolvable_links", "is_local", "match_key",
+           "match_row_path"]
 
 # Beam FileSystems' own rule for a scheme-qualified path (`gs://`, `s3://`, `file://`).
 _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -167,7 +176,7 @@ def not_a_regular_file(full_path: str) -> str | None:
     try:
         mode = os.stat(full_path).st_mode
     except OSError as exc:
-        return f"not a regular file: it cannot be examined ({exc.strerror or exc})"
+        return _unresolved(full_path, exc)
     if stat.S_ISREG(mode):
         return None
     kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
@@ -175,3 +184,74 @@ def not_a_regular_file(full_path: str) -> str | None:
              (stat.S_ISBLK, "a block device"))
     kind = next((name for test, name in kinds if test(mode)), "of an unknown kind")
     return f"not a regular file ({kind}); never opened"
+
+
+def _unresolved(full_path: str, exc: OSError) -> str:
+    """The reject detail of a path that `os.stat` cannot follow."""
+    try:
+        target = os.readlink(full_path)
+    except OSError:
+        return f"not a regular file: it cannot be examined ({exc.strerror or exc})"
+    if exc.errno == errno.ELOOP:
+        return (f"symlink cannot be resolved: it loops (-> {printable(target)!r}: "
+                f"{exc.strerror}); never opened")
+    return (f"symlink cannot be resolved: its target {printable(target)!r} cannot be reached "
+            f"({exc.strerror or exc}); never opened")
+
+
+def is_local(path: str) -> bool:
+    """Whether `path` is on the local file system (no `scheme://`)."""
+    return not _URL.match(path)
+
+
+def unresolvable_links(folder: str):
+    """Full paths of the symlinks below a local `folder` that resolve to nothing (dangling,
+    or a loop), in the form Beam's local listing gives its files (`os.path.join` of the walk).
+
+    Beam's `LocalFileSystem` walks the same tree (`os.walk`, links to folders not followed)
+    and silently drops every entry whose size it cannot read; these are those entries. Only
+    links are examined (their type comes with the listing), so no file is opened or stat'ed.
+    A folder that cannot be listed is skipped, as the listing skips it."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in sorted(entries, key=lambda e: e.name):
+        if entry.is_symlink():
+            if not os.path.exists(entry.path):
+                yield entry.path
+        elif entry.is_dir(follow_symlinks=False):
+            yield from unresolvable_links(entry.path)
+
+
+def match_key(path: str) -> str:
+    """What a CSV path and a discovered path are grouped by before they are compared: NFC,
+    case-folded. Paths with one key may still differ (see `match_row_path`)."""
+    return unicodedata.normalize("NFC", path).casefold()
+
+
+def match_row_path(row_path: str, discovered) -> tuple[str | None, str]:
+    """(the discovered path a CSV row names, or None; and when None, why, for the
+    `missing_file` detail: '' or a sentence naming the near misses). `discovered`: the
+    discovered paths with the row's `match_key`.
+
+    The exact path wins; else the one discovered path equal in NFC. Two discovered paths
+    equal in NFC (two files on Linux whose names differ only by normalization) and neither
+    exact: the row names neither (the detail names both). Letter case never matches."""
+    discovered = sorted(set(discovered))
+    if row_path in discovered:
+        return row_path, ""
+    nfc = unicodedata.normalize("NFC", row_path)
+    same = [path for path in discovered if unicodedata.normalize("NFC", path) == nfc]
+    if len(same) == 1:
+        return same[0], ""
+    if same:
+        names = " and ".join(repr(path) for path in same)
+        return None, (f"{names} differ from it only by Unicode normalization, so it names "
+                      f"neither: name one exactly")
+    if not discovered:
+        return None, ""
+    names = ", ".join(repr(path) for path in discovered[:3])
+    how = ("only in case" if all(path.casefold() == row_path.casefold() for path in discovered)
+           else "only in case and Unicode normalization")
+    return None, f"{names} {'differs' if len(discovered) == 1 else 'differ'} {how}"

@@ -24,6 +24,9 @@ REASONS = {
                    "UTF-8 (shown escaped; never opened)",
     "unreadable": "the file could not be read, or is not a regular file (never opened)",
     "unknown_format": "magic bytes are not JPEG, PNG, GIF, BMP or WebP",
+    "unsupported_format": "an image format the decoder cannot read, by its extension (TIFF, "
+                          "HEIC/HEIF, AVIF, JPEG XL, SVG, camera RAW, PSD, ...; the format "
+                          "and what its first bytes say in detail)",
     "bad_header": "the header is malformed, declares no size, or is an animated WebP (the "
                   "decoder corrupts memory on those)",
     "too_large": "more pixels than limits.max_pixels or, over all frames, "
@@ -41,7 +44,9 @@ REASONS = {
     "bad_box": "a box is inverted, outside the image, or has an unknown class",
     "duplicate": "same sha256 as an image kept under another path (named in detail)",
     "near_duplicate": "perceptual hash within dedup.max_hamming of a kept image (named in detail)",
-    "missing_file": "a CSV row names a file that was not discovered under the data root",
+    "missing_file": "a CSV row names a file that was not discovered under the data root (a "
+                    "file that differs only in case or Unicode normalization is named in "
+                    "detail)",
     "bad_csv_row": "a CSV line that does not parse (file and line number in detail)",
     "forgotten": "`pixelmill forget` named this path or content; not brought back while its "
                  "source exists (unless --allow_forgotten)",

@@ -13,6 +13,7 @@ from typing import Mapping, Sequence
 
 from configs.schema import SPLITS
 from transforms.codec import QUALITY_METRICS
+from transforms.offline.file_kinds import OTHER_FILES, describe_other_files
 from transforms.offline.rejects import IMAGE, KINDS, REASONS
 
 __all__ = ["render_report"]
@@ -144,13 +145,11 @@ def _accounting_section(stats: Mapping) -> str:
     banner = ("Accounting check passed: every input is accounted for." if overall else
               "Accounting check FAILED: some inputs are neither accepted nor rejected "
               "(or counted twice).")
-    totals = _table(
-        ["images", "count"],
-        [["discovered", _number(images["discovered"])],
-         ["accepted", _number(images["accepted"])],
-         ["rejected", _number(images["rejected"])]],
-        numeric=(1,))
+    totals = _table(["images", "count"], [[name, _number(images[name])] for name in (
+        "discovered", "accepted", "rejected")], numeric=(1,))
+    other = describe_other_files(stats.get(OTHER_FILES) or {})  # "12 .txt, 3 .json"
     return ("<h2>Totals and accounting</h2>" + totals
+            + (f'<p class="note">skipped (not images): {_e(other)}</p>' if other else "")
             + f'<div class="banner {"ok" if overall else "failed"}">{_e(banner)}</div>'
             + _table(["input", "check", "status"], rows))
 
