@@ -17,7 +17,7 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from transforms.offline import paths
+from transforms.offline import paths, progress
 from transforms.offline.image_record import ImageRecord
 
 __all__ = ["FileRef", "DiscoverImages", "root_and_pattern", "UNSAFE_TAG", "classify_file",
@@ -137,6 +137,8 @@ class _ClassifyFileFn(beam.DoFn):
         self._skipped = Metrics.counter("pixelmill", "skipped_not_image_extension")
 
     def process(self, metadata):
+        progress.enter("discovering")
+        progress.add("listed")
         found = classify_file(self._root, metadata, self._extensions, self._max_file_bytes)
         if found is None:
             self._skipped.inc()
@@ -192,6 +194,7 @@ class _OnePerRelPathFn(beam.DoFn):
         rel, refs = item
         kept, others = one_per_rel_path(rel, refs)
         self._discovered.inc(1 + len(others))
+        progress.add("discovered", 1 + len(others))
         yield kept
         for other in others:
             yield beam.pvalue.TaggedOutput(UNSAFE_TAG, other)
