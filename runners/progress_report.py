@@ -52,7 +52,7 @@ def format_line(state: progress.Progress, now: float) -> str:
         return line
     elapsed = _eta(now - state.phase_started)
     if state.phase == "writing":
-        return f"writing shards: {counts.get('written', 0):,} records ({elapsed})"
+        return f"writing: {counts.get('written', 0):,} records in shards ({elapsed})"
     done = (f" ({discovered:,} discovered, {counts.get('accepted', 0):,} passed inspection)"
             if discovered else "")
     return f"{state.phase}{done} ({elapsed})"

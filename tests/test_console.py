@@ -85,7 +85,7 @@ def test_progress_line_counts_rate_and_eta_while_inspecting_then_names_the_phase
                                                  inspected=5, accepted=5), 1.0)
     assert nightly.startswith("inspecting 5/10 ") and nightly.endswith("ETA 0:01")
     assert progress_report.format_line(_state("writing", 0.0, written=7), 61.0) == \
-        "writing shards: 7 records (1:01)"
+        "writing: 7 records in shards (1:01)"
     assert progress_report.format_line(_state("TFT", 0.0, discovered=9, accepted=8), 3.0) == \
         "TFT (9 discovered, 8 passed inspection) (0:03)"
 
@@ -154,7 +154,7 @@ def test_without_a_terminal_each_phase_is_one_log_line():
     finally:
         logger.removeHandler(records)
     assert stream.getvalue() == ""
-    assert [line.split()[0] for line in records.lines] == ["inspecting", "writing"]
+    assert [line.split()[0].rstrip(":") for line in records.lines] == ["inspecting", "writing"]
 
 
 def _fail(monkeypatch, tmp_path, capsys, *flags):
