@@ -110,7 +110,7 @@ def console_main(argv=None) -> None:
     reports Ctrl-C).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not console.split_verbose(argv)[1]:
+    if not console.split_verbose(argv)[1] and sys.stderr is sys.__stderr__:  # not captured
         console.quiet_native_output()  # before TensorFlow or a child process starts
     try:
         code = main(argv)
