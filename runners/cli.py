@@ -27,6 +27,7 @@ import sys
 import traceback
 
 from configs.schema import ConfigError
+from runners import console
 from runners.errors import UsageError
 from runners.guard import EXIT_REFUSED, ShrinkRefused
 from runners.run_lock import LockHeld
@@ -62,10 +63,8 @@ def _usage() -> str:
 
 
 def main(argv=None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("apache_beam.typehints", "apache_beam.runners.worker", "absl"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    argv, verbose = console.split_verbose(list(sys.argv[1:] if argv is None else argv))
+    console.configure_logging(verbose)
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
@@ -94,9 +93,8 @@ def main(argv=None) -> int:
     except ShrinkRefused as exc:
         print(f"pixelmill {command}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
-    except Exception as exc:  # noqa: BLE001 - a failed run: the error, then exit 1
-        traceback.print_exc()
-        print(f"pixelmill {command}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - a failed run: the cause, then exit 1
+        console.report_failure(command, rest, exc, verbose)
         return EXIT_FAILED
     return result if isinstance(result, int) else 0
 
@@ -111,6 +109,9 @@ def console_main(argv=None) -> None:
     (exit 1; a failed run exited 139 from the teardown) or is interrupted (130, as a shell
     reports Ctrl-C).
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not console.split_verbose(argv)[1] and sys.stderr is sys.__stderr__:  # not captured
+        console.quiet_native_output()  # before TensorFlow or a child process starts
     try:
         code = main(argv)
     except KeyboardInterrupt:
@@ -122,6 +123,7 @@ def console_main(argv=None) -> None:
         traceback.print_exc()
         code = EXIT_FAILED
     logging.shutdown()
+    console.drain()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -13,6 +13,7 @@ import os
 
 from runners import preprocess
 from runners.demo_data import generate_demo
+from runners.progress_report import reporting
 from runners.summary import format_summary
 
 __all__ = ["run"]
@@ -32,10 +33,11 @@ def run(argv=None) -> int:
                          images_per_class=args.images_per_class)
     print(f"demo data: {demo.root} ({len(demo.expected)} image files, labels in "
           f"{demo.labels_csv})")
-    snapshot = preprocess.run([
-        "--data_root", demo.root, "--labels", demo.labels_csv, "--classes", demo.classes_txt,
-        "--boxes", demo.boxes_csv, "--output_dir", os.path.join(workdir, "output"),
-        *beam_args])
+    with reporting():
+        snapshot = preprocess.run([
+            "--data_root", demo.root, "--labels", demo.labels_csv, "--classes",
+            demo.classes_txt, "--boxes", demo.boxes_csv, "--output_dir",
+            os.path.join(workdir, "output"), *beam_args])
     print()
     print(format_summary(snapshot))
     return 0 if snapshot.accounting["ok"] else 1

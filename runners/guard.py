@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from runners.errors import UsageError
+from transforms.offline import progress
 
 __all__ = ["EXIT_REFUSED", "DEFAULT_MAX_SHRINK", "Verdict", "ShrinkRefused", "decide",
            "live_after", "check_max_shrink", "refusal_line", "guarded_publish"]
@@ -89,6 +90,7 @@ def guarded_publish(job, output_dir: str, run_id: str, inputs: dict, before: int
     report are in `candidates/<run_id>/`: the caller raises it after leaving the lock, so a
     refusal is not logged as a failed run. `publish_kwargs` go to `publish_snapshot`."""
     from pipelines.snapshot import publish_candidate, publish_snapshot, staged_stats
+    progress.enter("publishing")
     accounting, _ = staged_stats(job)
     labels = accounting["label_rows"]
     verdict = decide(before, live_after(accounting, base=not job.archive), labels["total"],

@@ -33,6 +33,7 @@ from runners.guard import guarded_publish
 from runners.nightly_precheck import quick_look
 from runners.options import NightlyOptions, PreprocessOptions, print_help, wants_help
 from runners.preprocess import execute, parse_options, resolve_job
+from runners.progress_report import reporting
 from transforms.reporting.drift import check_drift, cumulative_stats
 from transforms.reporting.history import fingerprint, read_history, reject_key
 from runners.locked_run import locked_run
@@ -162,7 +163,8 @@ def main(argv=None) -> int:
         print_help("pixelmill nightly", __doc__, [PreprocessOptions, NightlyOptions])
         return 0
     try:
-        result = run(argv)
+        with reporting():
+            result = run(argv)
     except LockHeld as exc:
         print(f"pixelmill nightly: {exc}", file=sys.stderr)
         return EXIT_LOCKED

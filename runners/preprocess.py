@@ -35,6 +35,7 @@ from runners.errors import UsageError
 from runners.frozen_heap import frozen_heap
 from runners.guard import check_max_shrink, guarded_publish
 from runners.options import PreprocessOptions, print_help, wants_help
+from runners.progress_report import reporting
 from transforms.offline import boxes, classes, labels
 from transforms.offline.join_labels import read_csv_header
 from transforms import snapshot_layout as layout
@@ -201,7 +202,8 @@ def main(argv=None) -> int:
     if wants_help(argv):
         print_help("pixelmill preprocess", __doc__, [PreprocessOptions])
         return 0
-    snapshot = run(argv)
+    with reporting():
+        snapshot = run(argv)
     print(format_summary(snapshot))
     return 0
 

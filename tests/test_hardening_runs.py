@@ -125,8 +125,10 @@ def test_a_run_that_raises_is_exit_1_with_the_error(tmp_path, monkeypatch, capsy
     code = cli.main(["preprocess", "--data_root", str(junk_folder(tmp_path / "images")),
                      "--output_dir", str(tmp_path / "out"), *_sets(FAST)])
     assert code == 1
-    assert capsys.readouterr().err.rstrip().endswith(
-        "pixelmill preprocess: failed: RuntimeError: a worker died")
+    err = capsys.readouterr().err.rstrip().splitlines()
+    last = err[0]  # the cause first, and only it
+    assert len(err) == 1 and last.startswith("pixelmill preprocess: failed: RuntimeError: a worker died "
+                           f"(traceback in {tmp_path / 'out' / '.logs'}/"), last
 
 
 # Case 11: the run lock.

@@ -34,7 +34,7 @@ import zlib
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms.offline import quality
+from transforms.offline import progress, quality
 from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
 from transforms.offline.near_search import search_bucket
 
@@ -50,6 +50,7 @@ _HOT = "hot"
 
 
 def _keep_lowest_path(item):
+    progress.enter("dedup")
     _sha, grouped = item
     ordered = sorted(grouped["records"], key=lambda r: r.path)
     archived = sorted(grouped["archive"])  # (run_id, rel) of earlier acceptances

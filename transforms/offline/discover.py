@@ -23,7 +23,7 @@ from apache_beam.io.filesystem import FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from transforms.offline import file_kinds, paths
+from transforms.offline import file_kinds, paths, progress
 from transforms.offline.image_record import ImageRecord
 
 __all__ = ["FileRef", "DiscoverImages", "Discovered", "Listing", "root_and_pattern",
@@ -183,6 +183,8 @@ class _ClassifyFileFn(beam.DoFn):
         self._skipped = Metrics.counter("pixelmill", "skipped_not_image_extension")
 
     def process(self, metadata):
+        progress.enter("discovering")
+        progress.add("listed")
         found = classify_file(self._root, metadata, self._extensions, self._max_file_bytes)
         if isinstance(found, str):
             self._skipped.inc()
@@ -253,6 +255,7 @@ class _OnePerRelPathFn(beam.DoFn):
         rel, refs = item
         kept, others = one_per_rel_path(rel, refs)
         self._discovered.inc(1 + len(others))
+        progress.add("discovered", 1 + len(others))
         yield kept
         for other in others:
             yield beam.pvalue.TaggedOutput(UNSAFE_TAG, other)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
-import time
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -19,12 +17,10 @@ from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
 from configs.schema import Config
-from transforms.offline import image_header, isolation, quality
+from transforms.offline import image_header, isolation, progress, quality
 from transforms.offline.image_record import ImageRecord
 
 __all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages", "size_reject"]
-
-_LOG = logging.getLogger(__name__)
 
 
 def size_reject(width: int, height: int, limits) -> tuple[str, str] | None:
@@ -48,15 +44,14 @@ _NOT_DECODED = ("unreadable", "unknown_format", "bad_header", "decode_error", "d
 
 
 class _Tally:
-    """Beam counters per outcome (and `decoded`) plus a progress line every 10 s, kept by the
-    DoFn that sees the results: the worker, also when the decoding runs in a child process
-    whose counters Beam would never collect."""
+    """Beam counters per outcome (`inspected`, `inspected_ok`, `rejected`, `rejected_<reason>`,
+    `decoded`) and the same counts in this process's `progress` (the launcher's progress line),
+    kept by the DoFn that sees the results: the worker, also when the decoding runs in a child
+    process whose counters Beam would never collect."""
 
     def __init__(self, limits):
         self._max_pixels = limits.max_pixels
         self._counters = {}
-        self._seen = 0
-        self._started = self._last_log = time.monotonic()
 
     def _inc(self, name: str):
         counter = self._counters.get(name)
@@ -72,15 +67,15 @@ class _Tally:
         return record.reject.reason not in _NOT_DECODED
 
     def add(self, record: ImageRecord):
+        progress.enter("inspecting")
         if self._decoded(record):
             self._inc("decoded")
+        self._inc("inspected")
         self._inc("rejected_" + record.reject.reason if record.reject else "inspected_ok")
-        self._seen += 1
-        now = time.monotonic()
-        if now - self._last_log >= 10.0:
-            rate = self._seen / max(now - self._started, 1e-9)
-            _LOG.info("pixelmill: inspected %d images in this worker (%.0f/s)", self._seen, rate)
-            self._last_log = now
+        if record.reject:
+            self._inc("rejected")
+        progress.add("inspected")
+        progress.add("rejected" if record.reject else "accepted")
 
 
 class InspectImageFn(beam.DoFn):

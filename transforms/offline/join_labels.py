@@ -27,7 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from configs.schema import Config, LabelsConfig
 from transforms.offline import boxes as box_rules
 from transforms.offline import labels as label_rules
-from transforms.offline import paths
+from transforms.offline import paths, progress
 from transforms.offline.classes import class_name_problem
 from transforms.offline.csv_records import DEFAULT_MAX_CELL_BYTES, text_lines
 from transforms.offline.image_record import ImageRecord
@@ -298,6 +298,7 @@ class _PlanFn(beam.DoFn):
             if (kept is not None or (latest is not None and not latest["accepted"])) \
                     and unchanged_since(ref, latest, key, self._forgotten):
                 yield beam.pvalue.TaggedOutput(SKIPPED, (rel, latest["run_id"]))
+                progress.add("skipped")
                 for row in live:
                     if row is kept:
                         yield beam.pvalue.TaggedOutput(KEPT, row)

@@ -67,6 +67,7 @@ from configs.online import image_size_pair
 from transforms import codec
 from transforms.decode import decode_for_model
 from transforms.offline.classes import class_name_problem
+from transforms.offline import progress
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.tft_write import WriteTransformFnOnce
 
@@ -162,6 +163,7 @@ def raw_features(item: ImageRecord | Mapping) -> dict:
     whose channel moments were not measured gets pixel count 0: it counts in the vocabulary and
     the size quantiles but adds nothing to the pixel mean/std.
     """
+    progress.enter("TFT")
     if isinstance(item, ImageRecord):
         rel, accepted = item.path, item.reject is None
         label, width, height, moments = item.label, item.width, item.height, item.moments

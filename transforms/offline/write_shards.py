@@ -22,7 +22,7 @@ from apache_beam.metrics import Metrics
 
 from configs.schema import OutputConfig
 from transforms import codec
-from transforms.offline import splits
+from transforms.offline import progress, splits
 from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.index_table import record_row
 from transforms.offline.tfrecord_framing import frame_record
@@ -83,6 +83,7 @@ class _WriteShardFn(beam.DoFn):
 
     def process(self, item, counts, class_table, columns):
         (split, index), records = item
+        progress.enter("writing")
         records = sorted((r for r in records if r is not None), key=lambda r: r.sha256)
         class_ids = {name: i for i, name in enumerate(class_table)}
         rel_path = shard_name(self._output.name, split, index, counts[split],
@@ -115,6 +116,7 @@ class _WriteShardFn(beam.DoFn):
                 dali.add(len(framed))
                 write(framed)
                 self._written.inc()
+                progress.add("written")
                 yield record_row(record, rel_path)
                 yield beam.pvalue.TaggedOutput(FEATURES, (split, record_features(example)))
             if compressor is not None:
