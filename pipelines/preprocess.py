@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import typing
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -93,31 +92,6 @@ def _labels_of(record: ImageRecord):
     yield record.label
     for box in record.boxes:
         yield box[4]
-
-
-@beam.typehints.with_output_types(typing.Any)  # as Beam infers it: no disassembly at build
-class _AssignClassIdFn(beam.DoFn):
-    """Gives a record its class id, or rejects it (`unknown_class`, `bad_box`). The name -> id
-    lookup is built once per class table (the side input is the same object for a worker's
-    bundles), never per record: its cost must not grow with the table."""
-
-    def __init__(self):
-        self._table, self._ids = None, {}
-
-    def process(self, record: ImageRecord, table):
-        if table is not self._table:
-            self._table, self._ids = table, {name: i for i, name in enumerate(table)}
-        ids = self._ids
-        if record.label not in ids:
-            yield record.rejected("unknown_class", (
-                f"label {record.label!r} is not in the class table ({len(table)} classes: "
-                f"{', '.join(table[:20])}{', ...' if len(table) > 20 else ''})"))
-            return
-        unknown = sorted({box[4] for box in record.boxes if box[4] not in ids})
-        if unknown:
-            yield record.rejected("bad_box", f"box classes {unknown} are not in the class table")
-            return
-        yield dataclasses.replace(record, label_id=ids[record.label])
 
 
 def _reject_forgotten(record: ImageRecord, paths: frozenset, shas: frozenset) -> ImageRecord:
@@ -243,7 +217,7 @@ class AssignClasses(beam.PTransform):
                            lambda labels: classes.extend_class_table(start_table, labels, frozen)))
         with_ids, rejected = (
             labelled
-            | "AssignClassIds" >> beam.ParDo(_AssignClassIdFn(),
+            | "AssignClassIds" >> beam.ParDo(classes.AssignClassIdFn(),
                                              beam.pvalue.AsSingleton(class_table))
             | "RouteClassIds" >> _Route())
         return class_table, with_ids, rejected

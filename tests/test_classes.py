@@ -90,7 +90,7 @@ def test_classes_file_that_reorders_existing_ids_is_refused(first_run, tmp_path,
 
 
 def test_class_ids_come_from_one_lookup_per_table_not_one_per_record():
-    from pipelines.preprocess import _AssignClassIdFn
+    from transforms.offline.classes import AssignClassIdFn as _AssignClassIdFn
     from transforms.offline.image_record import ImageRecord
     table = [f"class_{i}" for i in range(20_000)]
     fn = _AssignClassIdFn()

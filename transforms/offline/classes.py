@@ -15,12 +15,15 @@ writing checks every name first.
 """
 from __future__ import annotations
 
+import dataclasses
+import typing
 import unicodedata
 from typing import Iterable, Mapping, Sequence
 
+import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-__all__ = ["parse_class_table", "read_class_table", "write_class_table", "class_table_bytes",
+__all__ = ["AssignClassIdFn", "parse_class_table", "read_class_table", "write_class_table", "class_table_bytes",
            "apply_renames", "extend_class_table", "class_name_problem"]
 
 # Unicode categories a class name must not contain: controls (Cc: NUL, \t, \v, \f, \x1c-\x1f,
@@ -103,3 +106,28 @@ def extend_class_table(existing: Sequence[str], labels: Iterable[str], frozen: b
         return list(existing)
     known = set(existing)
     return list(existing) + sorted({label for label in labels if label not in known})
+
+
+@beam.typehints.with_output_types(typing.Any)  # as Beam infers it: no disassembly at build
+class AssignClassIdFn(beam.DoFn):
+    """Gives a record its class id, or rejects it (`unknown_class`, `bad_box`). The name -> id
+    lookup is built once per class table (the side input is the same object for a worker's
+    bundles), never per record: its cost must not grow with the table."""
+
+    def __init__(self):
+        self._table, self._ids = None, {}
+
+    def process(self, record, table):
+        if table is not self._table:
+            self._table, self._ids = table, {name: i for i, name in enumerate(table)}
+        ids = self._ids
+        if record.label not in ids:
+            yield record.rejected("unknown_class", (
+                f"label {record.label!r} is not in the class table ({len(table)} classes: "
+                f"{', '.join(table[:20])}{', ...' if len(table) > 20 else ''})"))
+            return
+        unknown = sorted({box[4] for box in record.boxes if box[4] not in ids})
+        if unknown:
+            yield record.rejected("bad_box", f"box classes {unknown} are not in the class table")
+            return
+        yield dataclasses.replace(record, label_id=ids[record.label])
