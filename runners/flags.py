@@ -18,8 +18,8 @@ import math
 from runners.errors import UsageError
 
 __all__ = ["add_preprocess_flags", "add_nightly_flags", "command_help", "positive_float",
-           "count_at_least", "did_you_mean", "wants_help", "CommandParser", "DEFAULT_QUICK_LOOK_MAX_FILES",
-           "BEAM_FLAGS_EPILOG"]
+           "count_at_least", "did_you_mean", "wants_help", "CommandParser",
+           "DEFAULT_QUICK_LOOK_MAX_FILES", "BEAM_FLAGS_EPILOG"]
 
 DEFAULT_QUICK_LOOK_MAX_FILES = 1_000_000
 BEAM_FLAGS_EPILOG = (
