@@ -18,9 +18,10 @@ Exit codes: 0 done; 1 the run failed (the error is printed; nothing was publishe
 flags, config or inputs, found before any work (one line, no traceback); 75 another run holds
 the output folder's lock; 4 `preprocess` or `nightly` refused a run that would lose the last
 good data (`runners.guard`: nothing published, --accept_shrink publishes it); `nightly` adds 3
-(drift with --fail_on_drift); `verify` exits 1 when a file is broken. Never a signal: the
-process ends with `os._exit` whatever happened (see `console_main`). `--help` and `--version`
-load neither TensorFlow nor Beam.
+(drift with --fail_on_drift); `verify` exits 1 when a file is broken; 143 / 130 stopped by
+SIGTERM / SIGINT (cleaned up: `runners.stop_signals`). Never a signal: the process ends with
+`os._exit` whatever happened (see `console_main`). `--help` and `--version` load neither
+TensorFlow nor Beam.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import sys
 import traceback
 
 from configs.checks import ConfigError
+from runners import stop_signals
 from runners.errors import LockHeld, UsageError
 from runners.flags import command_help, wants_help
 from runners.guard import EXIT_REFUSED, ShrinkRefused
@@ -106,6 +108,8 @@ def main(argv=None) -> int:
         print(f"pixelmill {command}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as exc:  # noqa: BLE001 - a failed run: the error, then exit 1
+        if stop_signals.received() is not None:  # a library turned the signal into an error
+            raise stop_signals.Stopped.by(stop_signals.received()) from exc
         traceback.print_exc()
         print(f"pixelmill {command}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -123,7 +127,12 @@ def console_main(argv=None) -> None:
     reports Ctrl-C).
     """
     try:
-        code = main(argv)
+        with stop_signals.handled():
+            code = main(argv)
+    except stop_signals.Stopped as exc:  # cleaned up on its way here (`locked_run`)
+        print(f"pixelmill: stopped by {exc.name}: the run's unpublished files and its lock "
+              f"were removed", file=sys.stderr)
+        code = exc.exit_code
     except KeyboardInterrupt:
         print("pixelmill: interrupted", file=sys.stderr)
         code = 130
@@ -132,6 +141,7 @@ def console_main(argv=None) -> None:
     except BaseException:  # noqa: BLE001 - report it, then still skip the teardown
         traceback.print_exc()
         code = EXIT_FAILED
+    stop_signals.end_children()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -95,8 +95,10 @@ def locked_run(output_dir: str, run_id: str, stale_after_s: float = 12 * 3600):
         check_run_id(run_id, output_dir)
         try:
             yield lock
-        except BaseException:
-            _LOG.warning("run %s failed: removing its staging and uncommitted files", run_id)
+        except BaseException as exc:
+            if isinstance(exc, Exception):  # a signal or Ctrl-C: the command says it once
+                _LOG.warning("run %s failed: removing its staging and uncommitted files",
+                             run_id)
             _discard_own(output_dir, run_id)
             raise
 
