@@ -95,6 +95,19 @@ def end_children(timeout_s: float = 5.0) -> None:
     server = getattr(forkserver, "_forkserver", None)
     pid = getattr(server, "_forkserver_pid", None)
     if pid:
+        forked = _children_of(pid)  # a decoder the server was forking when we stopped
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+        for child in forked + _children_of(pid):
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGKILL)
+
+
+def _children_of(pid: int) -> list[int]:
+    """The child pids of `pid` (Linux /proc; empty elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
+            return [int(text) for text in handle.read().split()]
+    except (OSError, ValueError):
+        return []
