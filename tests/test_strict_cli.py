@@ -7,7 +7,6 @@ import argparse
 import json
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -80,11 +79,9 @@ def test_the_heartbeat_sleeps_between_beats_whatever_the_stale_time(tmp_path):
     beats = []
     refresh = lock._store.refresh
     lock._store.refresh = lambda data: beats.append(time.monotonic()) or refresh(data)
-    before = time.thread_time()
     with lock:
         time.sleep(0.5)
     assert 1 <= len(beats) <= 12  # at most one beat every 0.05 s, not a busy loop
-    assert threading.active_count() >= 1 and time.thread_time() - before < 0.4
 
 
 @pytest.mark.parametrize("text,key,line", [
