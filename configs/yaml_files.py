@@ -31,6 +31,47 @@ def _deep_merge(base: dict, override: Mapping) -> dict:
     return merged
 
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping names one key twice; `key` is its dotted path, `first`/`second` the lines."""
+
+    def __init__(self, key: str, first: int, second: int):
+        super().__init__(problem=f"duplicate key {key!r}")
+        self.key, self.first, self.second = key, first, second
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last
+    one silently, so a config would quietly lose a setting). Merge keys (`<<`) may override."""
+
+    def construct_document(self, node):
+        self._checked = set()
+        self._check_unique(node, ())
+        return super().construct_document(node)
+
+    def _check_unique(self, node, path: tuple) -> None:
+        if id(node) in self._checked:  # an alias of a node already checked (or a cycle)
+            return
+        self._checked.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                self._check_unique(item, path + (str(index),))
+            return
+        if not isinstance(node, yaml.MappingNode):
+            return
+        seen = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                    key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node)
+            line = key_node.start_mark.line + 1
+            dotted = ".".join(path + (str(key),))
+            if key in seen:
+                raise _DuplicateKey(dotted, seen[key], line)
+            seen[key] = line
+            self._check_unique(value_node, path + (str(key),))
+
+
 def _load_mapping(path: str) -> dict:
     """One YAML file -> its mapping. Errors name the file and where it went wrong, never its
     contents: an `extends:` may point anywhere, and its text must not end up in a log."""
@@ -44,7 +85,11 @@ def _load_mapping(path: str) -> dict:
         raise ConfigError(f"Config file {path} is larger than {MAX_CONFIG_BYTES} bytes; "
                           "it is not a pixelmill config")
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - safe
+    except _DuplicateKey as exc:
+        raise ConfigError(f"Config file {path}: duplicate key {exc.key!r} at line {exc.second} "
+                          f"(first at line {exc.first}); a key may appear once per section, "
+                          f"or the earlier value would be silently lost") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"Config file {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} "
                           f"at offset {exc.start}); it is not a YAML file") from None

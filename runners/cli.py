@@ -8,15 +8,20 @@
     pixelmill preview --output_dir OUT --out grid.png
     pixelmill verify OUT [--snapshot RUN_ID]
     pixelmill bench preprocess|train|quality|scale [options]
+    pixelmill --version
 
-Each subcommand is also `python -m runners.<module>`.
+Each subcommand is also `python -m runners.<module>`. An argument that is neither a flag of the
+command nor (for `preprocess` and `nightly`) a Beam pipeline option is an error, with the
+nearest flag as a suggestion.
 
 Exit codes: 0 done; 1 the run failed (the error is printed; nothing was published); 2 bad
 flags, config or inputs, found before any work (one line, no traceback); 75 another run holds
 the output folder's lock; 4 `preprocess` or `nightly` refused a run that would lose the last
 good data (`runners.guard`: nothing published, --accept_shrink publishes it); `nightly` adds 3
-(drift with --fail_on_drift); `verify` exits 1 when a file is broken. Never a signal: the process ends with `os._exit` whatever happened (see
-`console_main`).
+(drift with --fail_on_drift); `verify` exits 1 when a file is broken; 143 / 130 stopped by
+SIGTERM / SIGINT (cleaned up: `runners.stop_signals`). Never a signal: the process ends with
+`os._exit` whatever happened (see `console_main`). `--help` and `--version` load neither
+TensorFlow nor Beam.
 """
 from __future__ import annotations
 
@@ -26,11 +31,11 @@ import os
 import sys
 import traceback
 
-from configs.schema import ConfigError
-from runners import console
-from runners.errors import UsageError
+from configs.checks import ConfigError
+from runners import console, stop_signals
+from runners.errors import LockHeld, UsageError
+from runners.flags import command_help, wants_help
 from runners.guard import EXIT_REFUSED, ShrinkRefused
-from runners.run_lock import LockHeld
 
 __all__ = ["main", "console_main", "SUBCOMMANDS", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED",
            "EXIT_REFUSED"]
@@ -68,6 +73,10 @@ def main(argv=None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from runners.version import version
+        print(f"pixelmill {version()}")
+        return 0
     command, rest = argv[0], argv[1:]
     if command not in SUBCOMMANDS:
         print(f"pixelmill: unknown command {command!r}. Expected one of "
@@ -80,6 +89,9 @@ def main(argv=None) -> int:
                   file=sys.stderr)
             return 2
         module_name, rest = _BENCHES[rest[0]], rest[1:]
+    if command in ("preprocess", "nightly") and wants_help(rest):  # without Beam's import
+        print(command_help(command, module_name), end="")
+        return 0
     module = importlib.import_module(module_name)
     entry = getattr(module, "main", None) or module.run
     try:
@@ -94,6 +106,8 @@ def main(argv=None) -> int:
         print(f"pixelmill {command}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except Exception as exc:  # noqa: BLE001 - a failed run: the cause, then exit 1
+        if stop_signals.received() is not None:  # a library turned the signal into an error
+            raise stop_signals.Stopped.by(stop_signals.received()) from exc
         console.report_failure(command, rest, exc, verbose)
         return EXIT_FAILED
     return result if isinstance(result, int) else 0
@@ -113,7 +127,12 @@ def console_main(argv=None) -> None:
     if not console.split_verbose(argv)[1] and sys.stderr is sys.__stderr__:  # not captured
         console.quiet_native_output()  # before TensorFlow or a child process starts
     try:
-        code = main(argv)
+        with stop_signals.handled():
+            code = main(argv)
+    except stop_signals.Stopped as exc:  # cleaned up on its way here (`locked_run`)
+        print(f"pixelmill: stopped by {exc.name}: the run's unpublished files and its lock "
+              f"were removed", file=sys.stderr)
+        code = exc.exit_code
     except KeyboardInterrupt:
         print("pixelmill: interrupted", file=sys.stderr)
         code = 130
@@ -122,6 +141,7 @@ def console_main(argv=None) -> None:
     except BaseException:  # noqa: BLE001 - report it, then still skip the teardown
         traceback.print_exc()
         code = EXIT_FAILED
+    stop_signals.end_children()
     logging.shutdown()
     console.drain()
     sys.stdout.flush()

@@ -12,17 +12,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from runners.locked_run import locked_maintenance
+from runners.flags import CommandParser
 
 __all__ = ["main"]
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="pixelmill compact", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="pixelmill compact", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
     from pipelines.compaction import compact  # TensorFlow: after the flags are parsed
+    from runners.locked_run import locked_maintenance
     snapshot = locked_maintenance(args.output_dir, lambda run_id: compact(args.output_dir,
                                                                           run_id))
     if snapshot is None:

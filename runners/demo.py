@@ -11,23 +11,24 @@ import argparse
 import sys
 import os
 
-from runners import preprocess
-from runners.demo_data import generate_demo
-from runners.progress_report import reporting
-from runners.summary import format_summary
+from runners.flags import CommandParser, count_at_least
 
 __all__ = ["run"]
 
 
 def run(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="pixelmill demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="pixelmill demo", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="demo_out",
                         help="Folder for the demo data and output (default: demo_out).")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the generated data.")
-    parser.add_argument("--images_per_class", type=int, default=12)
+    parser.add_argument("--images_per_class", type=count_at_least(1), default=12)
     args, beam_args = parser.parse_known_args(argv)
     beam_args = [a for a in beam_args if a != "--"]
+    from runners import preprocess  # Beam and TensorFlow: after the flags are parsed
+    from runners.demo_data import generate_demo
+    from runners.progress_report import reporting
+    from runners.summary import format_summary
     workdir = os.path.abspath(args.workdir)
     demo = generate_demo(workdir, seed=args.seed,
                          images_per_class=args.images_per_class)

@@ -16,8 +16,8 @@ import argparse
 import re
 import sys
 
+from runners.flags import CommandParser
 from runners.errors import UsageError
-from runners.locked_run import locked_maintenance
 from transforms import snapshot_layout as layout
 
 __all__ = ["main", "parse_names"]
@@ -49,8 +49,8 @@ def parse_names(paths, shas, from_file) -> tuple[list[str], list[str]]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="pixelmill forget", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = CommandParser(prog="pixelmill forget", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--path", action="append", default=[])
     parser.add_argument("--sha256", action="append", default=[])
@@ -58,6 +58,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     paths, shas = parse_names(args.path, args.sha256, args.from_file)
     from pipelines.compaction import forget  # TensorFlow: after the flags are checked
+    from runners.locked_run import locked_maintenance
     result = locked_maintenance(args.output_dir, lambda _run_id: forget(
         args.output_dir, paths, shas, detail="pixelmill forget"))
     for line in result["lines"]:

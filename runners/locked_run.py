@@ -96,7 +96,8 @@ def locked_run(output_dir: str, run_id: str, stale_after_s: float = 12 * 3600):
         try:
             yield lock
         except BaseException:
-            # debug: the failure's own one line comes first (runners.console.report_failure)
+            # debug: the failure's own one line comes first (runners.console.report_failure);
+            # a signal's line is the command's (runners.stop_signals)
             _LOG.debug("run %s failed: removing its staging and uncommitted files", run_id)
             _discard_own(output_dir, run_id)
             raise

@@ -31,7 +31,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.beam_files import BEAM_FILES
 from runners.guard import guarded_publish
 from runners.nightly_precheck import quick_look
-from runners.options import NightlyOptions, PreprocessOptions, print_help, wants_help
+from runners.options import NightlyOptions, print_help, wants_help
 from runners.preprocess import execute, parse_options, resolve_job
 from runners.progress_report import reporting
 from transforms.reporting.drift import check_drift, cumulative_stats
@@ -93,7 +93,7 @@ def _reject_keys(rejects) -> set:
 def run(argv=None) -> NightlyResult:
     """One night (see the module docstring); raises `guard.ShrinkRefused` when tonight would
     lose the last good data (its ledger and report are then in `candidates/<run_id>/`)."""
-    options, job_options, run_id, output_dir = parse_options(argv)
+    options, job_options, run_id, output_dir = parse_options(argv, "nightly")
     nightly = options.view_as(NightlyOptions)
     job, inputs = resolve_job(job_options, layout.staging_dir(output_dir, run_id))
     try:
@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     """Command-line entry: prints the summary and the drift verdict; returns the exit code."""
     from runners.summary import format_summary
     if wants_help(argv):
-        print_help("pixelmill nightly", __doc__, [PreprocessOptions, NightlyOptions])
+        print_help("nightly")
         return 0
     try:
         with reporting():

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.job import PreprocessJob
+from runners.flags import DEFAULT_QUICK_LOOK_MAX_FILES
 from transforms import snapshot_layout as layout
 from transforms.live_view import removal_key
 from transforms.offline.discover import TooManyFiles, list_images
@@ -39,7 +40,7 @@ _LOG = logging.getLogger(__name__)
 _PRIOR_COLUMNS = ("path", "bytes", "mtime", "label_key", "reason", "sha256")
 # The look keeps tonight's listing in the launcher's memory (~400 bytes a file): past this many
 # files the job, which streams it, decides (`pixelmill nightly --quick_look_max_files`).
-DEFAULT_MAX_FILES = 1_000_000
+DEFAULT_MAX_FILES = DEFAULT_QUICK_LOOK_MAX_FILES  # the default of --quick_look_max_files
 
 
 class QuickLook:

@@ -42,6 +42,7 @@ from transforms import snapshot_layout as layout
 from transforms.live_view import live_count, live_view, read_retirements
 from pipelines.beam_files import BEAM_FILES
 from runners.locked_run import check_run_id, locked_run
+from runners.strict_flags import check_flags
 
 __all__ = ["PreprocessOptions", "run", "main", "resolve_job", "translate_flags", "execute",
            "parse_options"]
@@ -168,10 +169,14 @@ def execute(job: PreprocessJob, options: PipelineOptions) -> None:
         raise RuntimeError(f"The pipeline ended in state {state}; nothing was published.")
 
 
-def parse_options(argv) -> tuple[PipelineOptions, PreprocessOptions, str, str]:
-    """(Beam options, pixelmill options, run_id, output_dir) from a command line."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    options = PipelineOptions(translate_flags(argv))
+def parse_options(argv, command: str = "preprocess"
+                  ) -> tuple[PipelineOptions, PreprocessOptions, str, str]:
+    """(Beam options, pixelmill options, run_id, output_dir) from `command`'s command line;
+    UsageError for an argument that is neither its flag nor a Beam option
+    (`runners.strict_flags`)."""
+    argv = translate_flags(sys.argv[1:] if argv is None else list(argv))
+    check_flags(argv, command)
+    options = PipelineOptions(argv)
     job_options = options.view_as(PreprocessOptions)
     output_dir = _require(job_options.output_dir, "--output_dir")
     run_id = check_run_id(job_options.run_id or layout.new_run_id(), output_dir)
@@ -200,7 +205,7 @@ def main(argv=None) -> int:
     """Command-line entry: runs the job and prints the summary; exit code 0 on success."""
     from runners.summary import format_summary
     if wants_help(argv):
-        print_help("pixelmill preprocess", __doc__, [PreprocessOptions])
+        print_help("preprocess")
         return 0
     with reporting():
         snapshot = run(argv)

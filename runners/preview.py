@@ -18,14 +18,10 @@ import logging
 import math
 
 import numpy as np
-import tensorflow as tf
 from PIL import Image, ImageDraw, ImageFont
 
 from configs.schema import SPLITS, Config, load_config
-from pipelines.reader_metadata import read_class_names
-from pipelines.training_input import augment_batch, make_dataset
-from transforms.online.augment import build_batch_augmenter
-from transforms.live_view import select_snapshots
+from runners.flags import CommandParser
 
 __all__ = ["Preview", "build_preview", "run"]
 
@@ -94,6 +90,10 @@ def build_preview(output_dir: str, config: Config, split: str = "train", n: int 
     does (`jit_compile` as in `make_dataset`), and renders the grid."""
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be an integer >= 1. Received: n={n!r}")
+    from pipelines.reader_metadata import read_class_names  # TensorFlow: after the flags
+    from pipelines.training_input import augment_batch, make_dataset
+    from transforms.online.augment import build_batch_augmenter
+    from transforms.live_view import select_snapshots
     seed = config.online.seed if seed is None else seed
     class_names = read_class_names(select_snapshots(output_dir))
     dataset = make_dataset(output_dir, split, batch_size=n, config=config, seed=seed,
@@ -148,7 +148,7 @@ def _wrap(text: str, width_px: int, char_px: int = 6) -> str:
 
 
 def _parse_args(argv):
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="pixelmill preview",
         description="PNG grid of training samples: original beside augmented, boxes and class "
                     "names drawn.")
@@ -175,6 +175,7 @@ def run(argv=None) -> Preview:
     config = load_config(args.config, args.set)
     preview = build_preview(args.output_dir, config, split=args.split, n=args.n,
                             seed=args.seed, epoch=args.epoch)
+    import tensorflow as tf  # after the flags: `--help` and usage errors stay light
     with tf.io.gfile.GFile(args.out, "wb") as handle:
         preview.image.save(handle, format="PNG")
     logging.info("wrote %s: %d samples, original | augmented", args.out,

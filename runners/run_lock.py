@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -36,16 +37,15 @@ import uuid
 
 from apache_beam.io.filesystems import FileSystems
 
+from runners.errors import LockHeld
+
 __all__ = ["LockHeld", "LockLost", "RunLock", "LOCK_NAME", "BLOCKED_NAME", "machine_identity",
            "note_blocked", "clear_blocked"]
 
 _LOG = logging.getLogger(__name__)
 LOCK_NAME = ".lock"
 BLOCKED_NAME = ".lock_blocked"
-
-
-class LockHeld(RuntimeError):
-    """Another run holds the lock; the message says which."""
+_MIN_HEARTBEAT_S = 0.05
 
 
 class LockLost(RuntimeError):
@@ -256,9 +256,15 @@ class RunLock:
 
     def __init__(self, output_dir: str, run_id: str, stale_after_s: float = 12 * 3600,
                  heartbeat_s: float = 60.0):
+        for name, value in (("stale_after_s", stale_after_s), ("heartbeat_s", heartbeat_s)):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a number of seconds > 0. Received: "
+                                 f"{name}={value!r}")
         self._path = FileSystems.join(output_dir, LOCK_NAME)
         self._stale_after_s = float(stale_after_s)
-        self._heartbeat_s = min(float(heartbeat_s), self._stale_after_s / 4)
+        # Four beats per stale period, but never a busy loop: at least _MIN_HEARTBEAT_S apart.
+        self._heartbeat_s = max(min(float(heartbeat_s), self._stale_after_s / 4),
+                                _MIN_HEARTBEAT_S)
         self._owner = {**machine_identity(), "pid": os.getpid(), "run_id": run_id,
                        "since": time.time()}
         self._data = json.dumps(self._owner, sort_keys=True, allow_nan=False).encode("utf-8")

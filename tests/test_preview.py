@@ -116,7 +116,7 @@ def test_n_beyond_the_split_shows_every_sample(output_dir, tmp_path):
     assert len(result.panels) == 8
 
 
-def test_n_below_one_is_rejected(output_dir, tmp_path, capsys):
-    with pytest.raises(SystemExit):
+def test_n_below_one_is_rejected(output_dir, tmp_path):
+    from runners.errors import UsageError
+    with pytest.raises(UsageError, match=r"--n must be >= 1. Received: --n=0"):
         preview.run(_argv(output_dir, tmp_path / "none.png", "--n", "0"))
-    assert "--n must be >= 1. Received: --n=0" in capsys.readouterr().err
