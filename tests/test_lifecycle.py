@@ -339,3 +339,22 @@ def test_forget_reads_paths_and_sha256s_from_a_file_and_refuses_bad_ones(tmp_pat
         parse_names([], ["abc"], None)
     with pytest.raises(UsageError, match="Name what to forget"):
         parse_names([], [], None)
+
+
+def test_before_compact_tfds_reads_one_snapshot_as_written_less_forgotten_bytes(two_nights,
+                                                                                 forgotten):
+    """What the README's reader table says: TFDS reads one snapshot's shards; `forget`
+    rewrote them (and their TFDS shard lengths) without the forgotten record."""
+    import tensorflow_datasets as tfds
+    world = forgotten[0]
+    first = two_nights[1].run_id
+    builder = tfds.builder_from_directory(str(world.out / "snapshots" / first))
+    names = sorted(example["image/filename"].numpy().decode()
+                   for example in builder.as_dataset(split="train"))
+    assert names == sorted(f"{c}/{i}.jpg" for c in ("cat", "dog") for i in range(4)
+                           if (c, i) != ("cat", 0)) + ["owl/0.jpg"]
+    assert builder.info.splits["train"].num_examples == len(names) == 8
+    second = layout.latest_snapshot(str(two_nights[0].out))
+    tonight = sorted(example["image/filename"].numpy().decode() for example in
+                     tfds.builder_from_directory(second.path).as_dataset(split="train"))
+    assert tonight == ["bird/0.jpg", "cat/1.jpg", "dog/2.jpg"]
