@@ -29,6 +29,17 @@ def job_argv(data_root, output_dir, labels=(), classes=None, boxes=(), sets=(), 
     return argv + list(extra)
 
 
+def nightly_argv(root, labels, out, *extra) -> list[str]:
+    """The flags of a small, fast night (or full run) whose images all go to train: inline
+    decoding, no TFT, no thumbnails, no near-duplicate search (lifecycle and guard tests)."""
+    argv = ["--data_root", str(root), "--labels", str(labels), "--output_dir", str(out)]
+    for item in ("decode.isolation=inline", "transform.enabled=false",
+                 "report.thumbnails_per_reason=0", "dedup.near_duplicates=false",
+                 "split.train=1.0", "split.validation=0.0", "split.test=0.0"):
+        argv += ["--set", item]
+    return argv + list(extra)
+
+
 def run_job(data_root, output_dir, labels=(), classes=None, boxes=(), sets=(), extra=(),
             isolation: str = "inline", tft: bool = False, thumbnails: bool = False):
     """Runs the offline job in this process and returns its committed Snapshot.

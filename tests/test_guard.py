@@ -13,11 +13,11 @@ from runners import cli
 from runners.errors import UsageError
 from runners.guard import EXIT_REFUSED, check_max_shrink, decide, live_after
 from tests.imageutil import encode, photo
+from tests.jobutil import nightly_argv
 from tests.tiers import slow_fixture
 from transforms import snapshot_layout as layout
 from transforms.live_view import live_count, live_view
 
-ALL_TRAIN = ["split.train=1.0", "split.validation=0.0", "split.test=0.0"]
 
 
 # ----------------------------------------------------------------------------- the rule
@@ -101,13 +101,7 @@ class World:
             f"{path},{label}\n" for path, label in sorted(rows.items())))
 
     def argv(self, *extra) -> list[str]:
-        argv = ["--data_root", str(self.root), "--labels", str(self.labels), "--output_dir",
-                str(self.out), "--set", "decode.isolation=inline",
-                "--set", "transform.enabled=false", "--set", "report.thumbnails_per_reason=0",
-                "--set", "dedup.near_duplicates=false"]
-        for item in ALL_TRAIN:
-            argv += ["--set", item]
-        return argv + list(extra)
+        return nightly_argv(self.root, self.labels, self.out, *extra)
 
     def copy(self, base) -> "World":
         other = World(self.root, base)

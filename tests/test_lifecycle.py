@@ -13,12 +13,11 @@ from pipelines.reader_spec import ReaderSpec
 from configs.schema import load_config
 from runners import nightly
 from tests.imageutil import encode, photo
-from tests.jobutil import index_rows
+from tests.jobutil import index_rows, nightly_argv
 from tests.tiers import slow_fixture
 from transforms import snapshot_layout as layout
 from transforms.live_view import live_view, read_retirements
 
-ALL_TRAIN = ["split.train=1.0", "split.validation=0.0", "split.test=0.0"]
 
 
 def _jpeg(seed: int, class_index: int) -> bytes:
@@ -52,13 +51,7 @@ class World:
             f"{path},{label}\n" for path, label in sorted(self.rows.items())))
 
     def argv(self, *extra) -> list[str]:
-        argv = ["--data_root", str(self.root), "--labels", str(self.labels), "--output_dir",
-                str(self.out), "--set", "decode.isolation=inline",
-                "--set", "transform.enabled=false", "--set", "report.thumbnails_per_reason=0",
-                "--set", "dedup.near_duplicates=false"]
-        for item in ALL_TRAIN:
-            argv += ["--set", item]
-        return argv + list(extra)
+        return nightly_argv(self.root, self.labels, self.out, *extra)
 
     def night(self, *extra):
         return nightly.run(self.argv(*extra))
