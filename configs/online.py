@@ -4,8 +4,8 @@ Frozen dataclasses validated in `__post_init__`, loaded from YAML by the generic
 `configs/schema.py` (nested sections `online.geometry`, `online.pixel`, `online.mix` and
 `online.normalize` are built from the annotations). Errors read like the rest of the config:
 
-    ConfigError: Unknown fill_mode 'reflec'. Expected one of ('constant', 'reflect', 'nearest',
-    'wrap'). Received: online.geometry.fill_mode='reflec'
+    ConfigError: Unknown fill_mode 'reflec'. Expected one of ('auto', 'constant', 'reflect',
+    'nearest', 'wrap'). Received: online.geometry.fill_mode='reflec'
 
 Conventions used throughout:
 * Images are float32 in [0, 1]; every pixel op clips its output to [0, 1].
@@ -36,7 +36,10 @@ __all__ = [
     "OnlineConfig",
 ]
 
-FILL_MODES = ("constant", "reflect", "nearest", "wrap")
+FILL_MODES = ("auto", "constant", "reflect", "nearest", "wrap")
+# What each fill mode puts into the padding a warp exposes, for the warning with boxes.
+_COPIES = {"reflect": "a mirror image of the picture", "wrap": "the opposite side of the picture",
+           "nearest": "the border pixels stretched outwards"}
 INTERPOLATIONS = ("bilinear", "nearest")
 LAMBDA_MODES = ("batch", "sample")
 NORMALIZE_MODES = ("dataset", "fixed", "none")
@@ -69,6 +72,11 @@ class GeometryConfig:
     dropped with its label. Elastic deformation (off when `elastic_alpha` is 0) adds a smooth
     random displacement field of up to `elastic_alpha` px to the same sampling pass; boxes follow
     the affine part only.
+
+    `fill_mode: auto` (the default) pads with `fill_value` (constant) when the batches carry
+    boxes and reflects otherwise: reflect, wrap and nearest copy objects into the padding without
+    a box, which teaches a detector that they are background. Set explicitly with boxes, they
+    are used with one warning (`unboxed_copies_warning`).
     """
     enabled: bool = True
     horizontal_flip: float = 0.5          # probability
@@ -82,8 +90,8 @@ class GeometryConfig:
     crop_area: tuple = (0.5, 1.0)         # fraction of the image area kept by the crop
     crop_aspect_ratio: tuple = (0.75, 1.3333333333333333)  # width/height, log-uniform
     interpolation: str = "bilinear"
-    fill_mode: str = "reflect"
-    fill_value: float = 0.0               # used by fill_mode constant
+    fill_mode: str = "auto"               # auto: constant with boxes, reflect without
+    fill_value: float = 0.0               # used by fill_mode constant (and auto with boxes)
     min_box_area: float = 0.25            # drop boxes keeping less of their area than this
     elastic_alpha: float = 0.0            # max displacement in px; 0 = off
     elastic_grid: int = 4                 # control points per side of the displacement field
@@ -117,6 +125,31 @@ class GeometryConfig:
             and self.rotation_degrees == 0 and self.scale == (1.0, 1.0) and self.translate == 0
             and self.shear_degrees == 0 and self.crop_probability == 0
             and self.elastic_alpha == 0)
+
+    @property
+    def exposes_padding(self) -> bool:
+        """True when a sample can show points from outside the input (rotation, shear, shift,
+        zoom out, elastic, a quarter turn of a non-square image); flips and crops cannot."""
+        return (not self.is_identity) and (
+            self.rotation_degrees > 0 or self.shear_degrees > 0 or self.translate > 0
+            or self.scale[0] < 1.0 or self.elastic_alpha > 0 or self.rot90)
+
+    def fill_mode_for(self, with_boxes: bool) -> str:
+        """The fill mode used: `auto` is constant when the batches carry boxes, else reflect."""
+        if self.fill_mode != "auto":
+            return self.fill_mode
+        return "constant" if with_boxes else "reflect"
+
+    def unboxed_copies_warning(self) -> str | None:
+        """The warning for batches with boxes when the fill mode copies image content into the
+        padding (an explicit reflect, wrap or nearest); None when nothing is copied."""
+        if self.fill_mode not in _COPIES or not self.exposes_padding:
+            return None
+        return (f"online.geometry.fill_mode={self.fill_mode!r} with boxes: the padding that "
+                f"rotation, scale, shift, shear or elastic deformation expose is filled with "
+                f"{_COPIES[self.fill_mode]}, so objects copied there carry no box (a detector "
+                f"learns them as background). fill_mode: auto (the default) or constant pads "
+                f"with fill_value instead.")
 
 
 @dataclasses.dataclass(frozen=True)

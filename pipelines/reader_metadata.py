@@ -150,15 +150,18 @@ def has_boxes(snapshots: Sequence[Snapshot], files: Sequence[str]) -> bool:
     return False
 
 
-def batches_per_epoch(view: LiveView, split: str, batch_size: int,
-                      drop_remainder: bool) -> int | None:
+def batches_per_epoch(view: LiveView, split: str, batch_size: int, drop_remainder: bool,
+                      share: tuple[int, int] = (0, 1)) -> int | None:
     """Batches in one epoch of the view's live records (`stats.json` `by_split` less the
-    removed records; None when a count is missing). Known cardinality lets Keras show
+    removed records; None when a count is missing), or of the replica's share `(pipeline_id,
+    num_pipelines)`: every n-th record from pipeline_id. Known cardinality lets Keras show
     progress and stop exactly; a wrong count fails loudly."""
     counts = [read_stats(s).get("by_split", {}).get(split) for s in view.snapshots]
     if not all(isinstance(count, int) for count in counts):
         return None
     total = sum(counts) - sum(view.removed_count(s.run_id, split) for s in view.snapshots)
+    if share[1] > 1:
+        total = len(range(share[0], total, share[1]))
     return total // batch_size if drop_remainder else -(-total // batch_size)
 
 

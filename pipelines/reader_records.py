@@ -1,7 +1,7 @@
 """The training reader's record steps: shard files -> one epoch of serialized records.
 
     file order (seed, epoch) -> this replica's files -> interleave (less removed records)
-    -> block shuffle (seed, epoch) [-> mix: fresh snapshot vs repeated archive, per record]
+    [-> this replica's records] -> block shuffle (seed, epoch) [-> mix: fresh vs archive]
 
 Every order is a stateless function of the epoch's seed (`transforms.online.seeds`), folded
 with a step name, so two readers with the same (seed, epoch) read the same records in the same
@@ -19,9 +19,9 @@ from transforms.live_view import KEY_SEPARATOR, LiveView, removal_keys
 from transforms.online.seeds import fold_in, fold_in_name, uniform
 from transforms.snapshot_layout import tfrecord_compression
 
-__all__ = ["without_autograph", "permutation", "file_order", "interleave_files",
-           "block_shuffle", "read_records", "mix_records", "removal_table", "without_removed",
-           "count_table", "checked_shard"]
+__all__ = ["without_autograph", "permutation", "file_order", "shards_by_records",
+           "interleave_files", "block_shuffle", "read_records", "mix_records", "removal_table",
+           "without_removed", "count_table", "checked_shard"]
 
 _FILENAME_ONLY = {codec.IMAGE_FILENAME: tf.io.FixedLenFeature([], tf.string)}
 
@@ -48,6 +48,12 @@ def file_order(files: Sequence[str], seed: tf.Tensor | None) -> tuple[tf.Tensor,
         return paths, kinds
     order = permutation(tf.size(paths), seed)
     return tf.gather(paths, order), tf.gather(kinds, order)
+
+
+def shards_by_records(num_files: int, num_pipelines: int) -> bool:
+    """True when replicas must split records, not files: fewer shard files than input
+    pipelines (tf.distribute's own fallback from FILE to DATA sharding)."""
+    return num_pipelines > num_files
 
 
 def removal_table(view: LiveView | None) -> tf.lookup.StaticHashTable | None:
@@ -109,22 +115,29 @@ def checked_shard(shard_path: tf.Tensor, kind: tf.Tensor, expected: tf.Tensor
 def interleave_files(paths: tf.Tensor, kinds: tf.Tensor, num_files: int, cycle_length: int,
                      pipeline_id: int = 0, num_pipelines: int = 1,
                      removed: tf.lookup.StaticHashTable | None = None,
-                     counts: tf.lookup.StaticHashTable | None = None) -> tf.data.Dataset:
+                     counts: tf.lookup.StaticHashTable | None = None,
+                     by_records: bool = False) -> tf.data.Dataset:
     """The records of this input pipeline's files (every `num_pipelines`-th file from
     `pipeline_id`: replicas read disjoint files), `cycle_length` files at once, one record from
     each in turn, deterministically; without the `removed` records (`removal_table`), each
-    shard checked against its record count when `counts` is given (`count_table`)."""
-    per_pipeline = len(range(pipeline_id, num_files, num_pipelines))
+    shard checked against its record count when `counts` is given (`count_table`).
+
+    `by_records` (see `shards_by_records`): every replica reads every file in the same order
+    and keeps every `num_pipelines`-th live record from `pipeline_id`, so the replicas' records
+    are disjoint and together complete, whatever the epoch's file order."""
+    files_every, files_from = (1, 0) if by_records else (num_pipelines, pipeline_id)
+    per_pipeline = len(range(files_from, num_files, files_every))
 
     def records(path, kind):
         shard = (tf.data.TFRecordDataset(path, kind) if counts is None
                  else checked_shard(path, kind, counts.lookup(path)))
         return shard if removed is None else without_removed(shard, path, removed)
-    return tf.data.Dataset.from_tensor_slices((paths, kinds)).shard(
-        num_pipelines, pipeline_id).interleave(
+    interleaved = tf.data.Dataset.from_tensor_slices((paths, kinds)).shard(
+        files_every, files_from).interleave(
             without_autograph(records),
             cycle_length=min(cycle_length, per_pipeline), block_length=1,
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return interleaved.shard(num_pipelines, pipeline_id) if by_records else interleaved
 
 
 def block_shuffle(records: tf.data.Dataset, block_size: int,
@@ -142,13 +155,16 @@ def read_records(files: Sequence[str], epoch_seed: tf.Tensor, *, shuffle: bool,
                  num_pipelines: int = 1, tag: str = "",
                  removed: tf.lookup.StaticHashTable | None = None,
                  counts: tf.lookup.StaticHashTable | None = None) -> tf.data.Dataset:
-    """One epoch of live records of `files`: file order -> interleave (less `removed`) ->
-    block shuffle. `tag` names the group in the seeds ("/fresh", "/archive"), so groups get
-    independent orders."""
+    """One epoch of this input pipeline's live records of `files`: file order -> interleave
+    (less `removed`, each shard checked against `counts`; by files, or by records with fewer
+    files than pipelines) -> block shuffle. `tag` names the group in the seeds ("/fresh",
+    "/archive"), so groups get independent orders; no seed depends on the replica, so all
+    replicas agree on the file order."""
     order_seed = fold_in_name(epoch_seed, f"reader/file_order{tag}") if shuffle else None
     paths, kinds = file_order(files, order_seed)
     records = interleave_files(paths, kinds, len(files), cycle_length, pipeline_id,
-                               num_pipelines, removed, counts)
+                               num_pipelines, removed, counts,
+                               by_records=shards_by_records(len(files), num_pipelines))
     if shuffle:
         records = block_shuffle(records, shuffle_buffer,
                                 fold_in_name(epoch_seed, f"reader/record_order{tag}"))

@@ -10,7 +10,8 @@ The graph reads like the data flow (see DESIGN.md); each step names the module t
     select snapshot, list shards              transforms.snapshot_layout
       -> class table, boxes?, normalization   pipelines.reader_metadata
     per epoch:
-      file order (seed, epoch) -> replica's files -> interleave -> block shuffle (seed, epoch)
+      file order (seed, epoch) -> replica's files (or, with fewer files than replicas, its
+      records) -> interleave -> block shuffle (seed, epoch)
       [-> fresh/archive mix]                  pipelines.reader_records
       -> skip start_step batches (still encoded)
       -> parse + decode + resize (per sample, no randomness) -> batch
@@ -64,6 +65,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 
 import tensorflow as tf
 
@@ -72,7 +74,7 @@ from pipelines.reader_metadata import (batches_per_epoch, count_examples, has_bo
                                        normalization, read_class_names, read_label_offset,
                                        read_pixel_stats)
 from pipelines.reader_records import (count_table, mix_records, read_records,
-                                      removal_table, without_autograph)
+                                      removal_table, shards_by_records, without_autograph)
 from pipelines.reader_samples import batch_samples, parse_sample, select_output
 from pipelines.reader_spec import ReaderSpec
 from transforms.online.augment import BatchAugmenter, build_batch_augmenter
@@ -95,6 +97,8 @@ __all__ = [
     "make_dataset",
 ]
 
+_LOG = logging.getLogger(__name__)
+
 
 @dataclasses.dataclass(frozen=True)
 class ReadPlan:
@@ -114,6 +118,12 @@ class ReadPlan:
     augmenter: BatchAugmenter | None
     label_offset: int = 0
     view: LiveView | None = None  # the selected snapshots' removed records (live_view)
+
+    @property
+    def by_records(self) -> bool:
+        """Whether replicas split records rather than files (a group has fewer shard files
+        than input pipelines; `reader_records.shards_by_records`)."""
+        return any(shards_by_records(len(g), self.num_pipelines) for g in self.file_groups)
 
     @property
     def to_canvas(self) -> bool:
@@ -154,11 +164,12 @@ def plan_reading(output_dir: str, spec: ReaderSpec,
     if spec.selection.mix_weight is not None:
         groups = (tuple(list_split_shards(selected[:-1], spec.split, spec.shard_name)),
                   tuple(list_split_shards(selected[-1:], spec.split, spec.shard_name)))
-    if any(num_pipelines > len(group) for group in groups):
-        raise ValueError(
-            f"Sharding by files needs at least one shard per input pipeline. Received: "
-            f"{' and '.join(str(len(g)) for g in groups)} shards for split {spec.split!r}, "
-            f"{num_pipelines} input pipelines")
+    if any(shards_by_records(len(group), num_pipelines) for group in groups):
+        _LOG.warning(
+            "Split %r has %s shard files for %d input pipelines: sharding by records instead "
+            "of files (every replica reads every file and keeps every %d-th record; more "
+            "shards, output.num_shards, let replicas read disjoint files).", spec.split,
+            " and ".join(str(len(g)) for g in groups), num_pipelines, num_pipelines)
     augmenter = None
     if spec.augment:
         augmenter = _shared_augmenter(spec.online, num_classes, spec.jit_compile,
@@ -224,13 +235,16 @@ def _one_epoch(plan: ReadPlan, epoch_index: tf.Tensor, tables: tuple) -> tf.data
 
 
 def _with_known_cardinality(dataset: tf.data.Dataset, plan: ReadPlan) -> tf.data.Dataset:
-    """Asserts the batch count when every record is read (one input pipeline, no mix) and
-    stats.json has the counts; a start_step past the epoch is an error."""
+    """Asserts the batch count when the records read are known (one input pipeline, or
+    sharding by records: every n-th live record; no mix) and stats.json has the counts; a
+    start_step past the epoch is an error. Sharding by files leaves it unknown."""
     spec = plan.spec
-    if plan.num_pipelines != 1 or spec.selection.mix_weight is not None:
+    if ((plan.num_pipelines != 1 and not plan.by_records)
+            or spec.selection.mix_weight is not None):
         return dataset
     per_epoch = batches_per_epoch(plan.view, spec.split, spec.batch_size,
-                                  spec.drop_remainder)
+                                  spec.drop_remainder,
+                                  share=(plan.pipeline_id, plan.num_pipelines))
     if per_epoch is None:
         return dataset
     if spec.start_step >= max(per_epoch, 1):
@@ -285,7 +299,8 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
         image size, the seed, the augmentation and the normalization; `config.output.name` the
         shard name.
       input_context: per-replica sharding by files (replicas see disjoint files within an
-        epoch); its `input_pipeline_id` is the replica in the augmentation seed.
+        epoch), or by records when the split has fewer shard files than input pipelines
+        (logged); its `input_pipeline_id` is the replica in the augmentation seed.
       split, batch_size, seed, epoch, start_step, snapshots and the keyword-only arguments:
         the `ReaderSpec` fields of the same names (documented there).
     """

@@ -370,7 +370,8 @@ def test_num_classes_must_be_positive():
 
 @pytest.mark.parametrize("section,expected", [
     ({"geometry": {"fill_mode": "reflec"}},
-     "Unknown fill_mode 'reflec'. Expected one of ('constant', 'reflect', 'nearest', 'wrap'). "
+     "Unknown fill_mode 'reflec'. Expected one of ('auto', 'constant', 'reflect', 'nearest', "
+     "'wrap'). "
      "Received: online.geometry.fill_mode='reflec'"),
     ({"pixel": {"blurr": 1}}, "Unknown key 'online.pixel.blurr'"),
     ({"geometry": {"scale": [1.2, 0.8]}},

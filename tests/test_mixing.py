@@ -165,3 +165,41 @@ def test_apply_compiles_under_xla_and_agrees_with_eager():
     compiled = tf.function(op.apply, jit_compile=True, autograph=False)(batch, params)
     for key in ("images", "labels"):
         np.testing.assert_allclose(compiled[key].numpy(), eager[key].numpy(), atol=1e-6)
+
+
+@pytest.mark.parametrize("mixup_alpha,cutmix_alpha", [(0.4, 0.0), (0.0, 1.0), (0.4, 1.0)])
+def test_sample_mode_with_an_unknown_batch_size_weights_labels_by_pixels(mixup_alpha,
+                                                                         cutmix_alpha):
+    """`lambda_mode: sample` in a graph whose batch size is a tensor (a dataset's last partial
+    batch), traced without autograph as the reader does: each sample's own-label weight is the
+    share of its own pixels (Mixup: the blend weight; CutMix: the pixels outside the box)."""
+    batch = 6
+    config = MixConfig(mixup_alpha=mixup_alpha, cutmix_alpha=cutmix_alpha,
+                       lambda_mode="sample")
+    op = mixing.MixOp(config)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, SIZE, SIZE, 3], tf.float32),
+                                  tf.TensorSpec([None, batch], tf.float32),
+                                  tf.TensorSpec([2], tf.int64)], autograph=False)
+    def mix(images, labels, seed):
+        params = op.sample(tf.shape(images)[0], (SIZE, SIZE), seed)
+        return op.apply({"images": images, "labels": labels}, params), params
+
+    own = np.arange(1, batch + 1, dtype=np.float32)
+    for step in range(4):
+        out, params = mix(_constant_images(batch), _one_hot(batch, batch),
+                          step_seed(11, 0, step))
+        permutation, lam = params["permutation"].numpy(), params["lam"].numpy()
+        labels, pixels = out["labels"].numpy(), out["images"].numpy()[..., 0]
+        moved = permutation != np.arange(batch)
+        partner = own[permutation]
+        cut = params["use_cutmix"].numpy()
+        own_share = np.where(
+            cut, np.mean(pixels == own[:, None, None], axis=(1, 2)),
+            np.mean((pixels - partner[:, None, None])
+                    / np.where(moved, own - partner, 1.0)[:, None, None], axis=(1, 2)))
+        own_weight = labels[np.arange(batch), np.arange(batch)]
+        np.testing.assert_allclose(own_weight[moved], own_share[moved], atol=1e-5)
+        np.testing.assert_allclose(own_weight[moved], lam[moved], atol=1e-6)
+        np.testing.assert_allclose(labels[~moved], np.eye(batch)[~moved], atol=1e-6)
+    assert len(set(np.round(lam, 6).tolist())) > 1  # per sample, not one per batch

@@ -508,12 +508,6 @@ def test_replicas_read_disjoint_files(output_dir, config):
     assert seen[0].isdisjoint(seen[1])
 
 
-def test_more_input_pipelines_than_shards_is_an_error(output_dir, config):
-    context = tf.distribute.InputContext(num_input_pipelines=5, input_pipeline_id=0)
-    with pytest.raises(ValueError, match="Received: 4 shards for split 'train', 5 input"):
-        training_input.make_dataset(output_dir, config=config, input_context=context)
-
-
 # ----------------------------------------------------------------------------- training
 
 def test_tiny_keras_model_loss_goes_down(output_dir, config):

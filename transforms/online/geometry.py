@@ -20,11 +20,12 @@ elastic field) and composes the matrix; `apply` warps images and moves boxes.
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import tensorflow as tf
 
-from configs.online import GeometryConfig
+from configs.online import FILL_MODES, GeometryConfig
 from transforms.online import seeds as seeds_lib
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
 
 # Label written into padded box rows (index >= num_boxes) by every box-moving function.
 BOX_PADDING_LABEL = -1
+_LOG = logging.getLogger(__name__)
 
 
 def identity_matrices(batch_size) -> tf.Tensor:
@@ -185,6 +187,9 @@ def warp_images(images: tf.Tensor, matrix: tf.Tensor, interpolation: str = "bili
     outputs in [0, 1] (interpolated on the 0-255 values, then divided by 255, like the reader's
     resize).
     """
+    if fill_mode not in FILL_MODES[1:]:  # `auto` is resolved by GeometryOp, which sees boxes
+        raise ValueError(f"Unknown fill_mode {fill_mode!r}. Expected one of {FILL_MODES[1:]}. "
+                         f"Received: fill_mode={fill_mode!r}")
     images = tf.convert_to_tensor(images)
     shape = tf.shape(images)
     batch, in_height, in_width, channels = shape[0], shape[1], shape[2], shape[3]
@@ -316,12 +321,16 @@ class GeometryOp:
     the resize folded into the one resampling pass (what `make_dataset` does), and drops the
     two keys. The matrix and boxes stay in the output frame: `matrix` maps an output pixel to
     the pixel of the `output_size` image (the reader's resize) it came from.
+
+    Fill: `GeometryConfig.fill_mode_for` (auto: constant for a batch with boxes); an explicit
+    fill mode that copies objects into the padding of a boxed batch is logged once per op.
     """
     name = "geometry"
 
     def __init__(self, config: GeometryConfig, output_size=None):
         self.config = config
         self.output_size = None if output_size is None else tuple(int(v) for v in output_size)
+        self._warned = False
 
     def sample(self, batch_size, image_size, seed) -> dict:
         cfg = self.config
@@ -388,9 +397,14 @@ class GeometryOp:
                                            method="bilinear")
             if scale is not None:  # output-frame pixels -> source pixels
                 displacement = displacement * tf.stack([scale[..., 0, 0], scale[..., 1, 1]], -1)
+        with_boxes = "boxes" in batch
+        warning = cfg.unboxed_copies_warning() if with_boxes else None
+        if warning and not self._warned:  # at trace time: once per op, not per batch
+            self._warned = True
+            _LOG.warning(warning)
         out["images"] = warp_images(
-            source, sampling, cfg.interpolation, cfg.fill_mode, cfg.fill_value, displacement,
-            output_size=None if scale is None else (height, width), source_size=source_size)
+            source, sampling, cfg.interpolation, cfg.fill_mode_for(with_boxes), cfg.fill_value,
+            displacement, None if scale is None else (height, width), source_size)
         previous = batch.get("matrix")
         # Chained geometry composes: output -> this op's input -> the original input.
         out["matrix"] = matrix if previous is None else tf.matmul(previous, matrix)
@@ -413,5 +427,5 @@ def resize_from_source(source, source_size, output_size) -> tf.Tensor:
     """float32 [B, h, w, 3] in [0, 1] from a source batch (see `GeometryOp`): each image
     resized bilinearly to `output_size` (h, w), equal to the reader's `tf.image.resize` to
     float rounding. What an unaugmented source batch becomes."""
-    return warp_images(source, source_matrices(source_size, output_size), "bilinear", "nearest", output_size=output_size,
-                       source_size=source_size)
+    return warp_images(source, source_matrices(source_size, output_size), "bilinear", "nearest",
+                       output_size=output_size, source_size=source_size)

@@ -141,9 +141,9 @@ class MixOp:
             [batch_size], seeds_lib.fold_in_name(seed, "permutation")))
         permutation = tf.cast(permutation, tf.int32)
         u = seeds_lib.uniform([batch_size, 4], seeds_lib.fold_in_name(seed, "choices"))
-        if cfg.lambda_mode == "batch":  # one draw for the whole batch
+        per_batch = cfg.lambda_mode == "batch"
+        if per_batch:  # one draw for the whole batch
             u = tf.broadcast_to(u[:1], tf.shape(u))
-        draws = 1 if cfg.lambda_mode == "batch" else batch_size
         mixed = u[:, 0] < cfg.probability
         if cfg.mixup_alpha > 0 and cfg.cutmix_alpha > 0:
             use_cutmix = u[:, 1] < cfg.switch_probability
@@ -153,10 +153,10 @@ class MixOp:
         ones = tf.ones([batch_size], tf.float32)
         lam_mixup = ones
         if cfg.mixup_alpha > 0:
-            lam_mixup = self._beta(draws, batch_size, cfg.mixup_alpha, seed, "mixup")
+            lam_mixup = self._beta(per_batch, batch_size, cfg.mixup_alpha, seed, "mixup")
         lam_cutmix = ones
         if cfg.cutmix_alpha > 0:
-            lam_cutmix = self._beta(draws, batch_size, cfg.cutmix_alpha, seed, "cutmix")
+            lam_cutmix = self._beta(per_batch, batch_size, cfg.cutmix_alpha, seed, "cutmix")
         box = cutmix_box(lam_cutmix, u[:, 2:4], height, width)
         box = tf.where(use_cutmix[:, None], box, tf.zeros_like(box))
         area = tf.cast((box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1]), tf.float32)
@@ -166,9 +166,12 @@ class MixOp:
                 "lam": lam, "cut_box": box}
 
     @staticmethod
-    def _beta(draws, batch_size, alpha, seed, tag) -> tf.Tensor:
+    def _beta(per_batch: bool, batch_size, alpha, seed, tag) -> tf.Tensor:
+        """float32 [B] lambdas: one draw broadcast (`per_batch`) or one per sample. The mode
+        is a Python bool: `batch_size` may be a tensor (a last partial batch)."""
+        draws = 1 if per_batch else batch_size
         lam = seeds_lib.stateless_beta([draws], alpha, alpha, seeds_lib.fold_in_name(seed, tag))
-        return tf.broadcast_to(lam, [batch_size]) if draws == 1 else lam
+        return tf.broadcast_to(lam, [batch_size]) if per_batch else lam
 
     def apply(self, batch: dict, params: dict) -> dict:
         out = dict(batch)
