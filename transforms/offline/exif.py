@@ -6,21 +6,23 @@ The offline header sniffing reads it here, before TensorFlow loads; the graph-si
 (`transforms.orientation.read_orientation`) reads the same bytes the same way, so the record's
 `image/orientation` and what the serving graph reads from `image/encoded` always agree.
 
-Only the first `EXIF_HEAD` bytes are looked at, never the whole file:
-* JPEG: the first APP1 segment that starts with `Exif\\0\\0`, found by walking the marker
-  chain from SOI (it stops at SOS, EOI or anything that is not a marker);
-* PNG: an `eXIf` chunk before the first IDAT (where the PNG extensions put it).
+Only the first `EXIF_HEAD` bytes are looked at, never the whole file, and the block is found
+by one search (what the graph can do fast, without a loop over markers):
+* JPEG: the first `Exif\\0\\0` in the head, when it opens an APP1 segment (`FF E1`, length).
+  The Exif standard puts that segment right after SOI (after APP0 in JFIF files); entropy-coded
+  data cannot hold an `FF E1` pair (FF is stuffed), so the scan itself never matches;
+* PNG: the first `eXIf` chunk, when it comes before the first IDAT (as the PNG extensions
+  require).
 Other formats, a missing or malformed EXIF block and a tag outside 1..8 give 1.
 """
 from __future__ import annotations
 
 import struct
 
-__all__ = ["EXIF_HEAD", "MAX_STEPS", "ORIENTATION_TAG", "SWAPS_SIZE", "read_orientation",
+__all__ = ["EXIF_HEAD", "ORIENTATION_TAG", "SWAPS_SIZE", "read_orientation",
            "displayed_size"]
 
 EXIF_HEAD = 65536        # bytes of the file an EXIF block is looked for in
-MAX_STEPS = 256          # markers (JPEG) or chunks (PNG) walked before giving up
 ORIENTATION_TAG = 0x0112
 SWAPS_SIZE = (5, 6, 7, 8)  # orientations that transpose: displayed width = stored height
 
@@ -52,42 +54,21 @@ def displayed_size(width: int, height: int, orientation: int) -> tuple[int, int]
 
 
 def _jpeg_exif(head: bytes) -> tuple[int, int] | None:
-    """(start, end) of the TIFF block of the first `Exif` APP1 segment before SOS."""
-    size, pos = len(head), 2
-    for _ in range(MAX_STEPS):
-        if pos + 4 > size or head[pos] != 0xFF:
-            return None
-        marker = head[pos + 1]
-        if marker == 0xFF:                               # fill byte
-            pos += 1
-            continue
-        if marker == 0x01 or 0xD0 <= marker <= 0xD8:     # TEM, RSTn, SOI: no length
-            pos += 2
-            continue
-        if marker in (0xD9, 0xDA):                       # EOI, SOS: no EXIF before the scan
-            return None
-        (length,) = struct.unpack_from(">H", head, pos + 2)
-        if marker == 0xE1 and head[pos + 4:pos + 10] == _EXIF_SIGNATURE:
-            return pos + 10, min(pos + 2 + length, size)
-        if length < 2:
-            return None
-        pos += 2 + length
-    return None
+    """(start, end) of the TIFF block of the APP1 segment opened by the first `Exif\\0\\0`."""
+    at = head.find(_EXIF_SIGNATURE)
+    if at < 4 or head[at - 4:at - 2] != b"\xff\xe1":
+        return None
+    (length,) = struct.unpack_from(">H", head, at - 2)
+    return at + 6, min(at - 2 + length, len(head))
 
 
 def _png_exif(head: bytes) -> tuple[int, int] | None:
-    """(start, end) of the `eXIf` chunk's data, when it comes before the first IDAT."""
-    size, pos = len(head), 8
-    for _ in range(MAX_STEPS):
-        if pos + 8 > size:
-            return None
-        length, chunk = struct.unpack_from(">I4s", head, pos)
-        if chunk == b"eXIf":
-            return pos + 8, min(pos + 8 + length, size)
-        if chunk in (b"IDAT", b"IEND"):
-            return None
-        pos += 12 + length
-    return None
+    """(start, end) of the first `eXIf` chunk's data, when it comes before the first IDAT."""
+    at, idat = head.find(b"eXIf"), head.find(b"IDAT")
+    if at < 12 or 0 <= idat < at:
+        return None
+    (length,) = struct.unpack_from(">I", head, at - 4)
+    return at + 4, min(at + 4 + length, len(head))
 
 
 def _tiff_orientation(tiff: bytes) -> int:
