@@ -237,15 +237,22 @@ class DecodeConfig:
     the one file (`subprocess`, with `timeout_s` per file), or runs in the worker (`inline`).
     `processes`: isolating processes per worker; 0 (auto) is every core for the default local
     run and one per worker on other runners (`runners.beam_runner.decode_processes`). The
-    default timeout is ~15x the CPU time of the slowest 40 MP image measured (a PNG, 1.2 s)."""
+    default timeout is ~15x the CPU time of the slowest 40 MP image measured (a PNG, 1.2 s).
+    `exif_orientation`: every decode path (inspection, reader, TFT/serving graph, thumbnails,
+    preview) shows images as a viewer does, EXIF orientation applied; false keeps the stored
+    (sensor) orientation everywhere."""
     isolation: str = "subprocess"
     timeout_s: float = 20.0
     processes: int = 0
+    exif_orientation: bool = True
 
     def __post_init__(self):
         check_one_of("decode.isolation", self.isolation, ("subprocess", "inline"))
         check_range("decode.timeout_s", self.timeout_s, 0.0, low_open=True)
         check_range("decode.processes", self.processes, 0, 1024)
+        if not isinstance(self.exif_orientation, bool):
+            raise ConfigError(f"decode.exif_orientation must be true or false. Received: "
+                              f"decode.exif_orientation={self.exif_orientation!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -292,7 +292,8 @@ class WriteSnapshot(beam.PTransform):
              | "AcceptedSoFar" >> beam.Flatten()
              | "AnalyzeAndWriteTransform" >> AnalyzeAndWriteTransform(
                  staging, class_table, config.online.image_size, work_file(staging, "tft_tmp"),
-                 size_quantiles=config.transform.size_quantiles))
+                 size_quantiles=config.transform.size_quantiles,
+                 exif_orientation=config.decode.exif_orientation))
         written[FEATURES] | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging)
         (written[FILES]
          | "AllShardFiles" >> beam.combiners.ToList()

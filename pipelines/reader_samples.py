@@ -5,6 +5,8 @@
   The image is `transforms.decode.decode_for_model` (DCT-scaled decode, resize to image_size,
   [0, 1]); or, when the batch warp does the resize (`to_canvas`), `decode_scaled` without a
   resize, at most `canvas_size`.
+  Upright: the record's `image/orientation` is applied (read from the bytes when the record
+  predates the key), unless `exif_orientation` is False (`decode.exif_orientation`).
 * `batch_samples`: `batch`, or `padded_batch` onto one canvas for the decoded images.
 * `select_output`: normalizes (after augmentation: the ops work on [0, 1]) and picks the
   output structure, `(images, labels)` or the boxes dict.
@@ -15,6 +17,7 @@ import tensorflow as tf
 
 from transforms import codec
 from transforms.decode import decode_for_model, decode_scaled
+from transforms.orientation import read_orientation
 
 __all__ = ["canvas_size", "decode_for_canvas", "parse_sample", "batch_samples",
            "select_output"]
@@ -28,16 +31,18 @@ def canvas_size(image_size: tuple[int, int]) -> tuple[int, int]:
 
 
 def decode_for_canvas(encoded: tf.Tensor, height: tf.Tensor, width: tf.Tensor,
-                      image_size: tuple[int, int]) -> tuple[tf.Tensor, tf.Tensor]:
+                      image_size: tuple[int, int], orientation=None
+                      ) -> tuple[tf.Tensor, tf.Tensor]:
     """(uint8 [h, w, 3] decoded image, int32 [2] its size), at most the canvas size.
 
     Same decode as `decode_for_model` (shared decoder, same DCT scale) but no resize: batches
     are padded to the canvas (`padded_batch`, the image at the top-left) and the batch warp
     resamples straight from them to image_size. An image larger than the canvas after the DCT
     scale (very large or elongated) is first resized to fit, aspect kept, rounded to 8 bits.
+    Upright (`orientation` as in `transforms.decode`); the canvas fit uses the turned size.
     """
     canvas = canvas_size(image_size)
-    image = decode_scaled(encoded, image_size, (height, width))
+    image = decode_scaled(encoded, image_size, (height, width), orientation)
     shape = tf.shape(image)
 
     def fit():
@@ -82,21 +87,33 @@ def _padded_boxes(parsed: dict, max_boxes: int) -> dict:
     return padded
 
 
+def _record_orientation(parsed: dict, exif_orientation: bool):
+    """What to turn the record's image by: 1 (as stored) when `exif_orientation` is off, else
+    its `image/orientation`, or the bytes' when the record predates that key (parsed as 0)."""
+    if not exif_orientation:
+        return 1
+    stored = tf.cast(parsed[codec.IMAGE_ORIENTATION], tf.int32)
+    return tf.cond(stored > 0, lambda: stored,
+                   lambda: read_orientation(parsed[codec.IMAGE_ENCODED]))
+
+
 def parse_sample(serialized: tf.Tensor, *, image_size: tuple[int, int], num_classes: int,
                  with_boxes: bool, max_boxes: int, to_canvas: bool = False,
-                 label_offset: int = 0) -> dict:
+                 label_offset: int = 0, exif_orientation: bool = True) -> dict:
     """One record -> {labels, images | (source, source_size), [boxes, box_labels, num_boxes]}.
-    `label_offset` is taken off the stored class ids (the snapshot's `output.label_offset`)."""
+    `label_offset` is taken off the stored class ids (the snapshot's `output.label_offset`);
+    `exif_orientation`: decode upright (see `_record_orientation`)."""
     parsed = codec.parse_example(serialized, with_boxes=with_boxes, label_offset=label_offset)
     sample = {"labels": _one_hot_labels(parsed, num_classes)}
     encoded = parsed[codec.IMAGE_ENCODED]
     height, width = parsed[codec.IMAGE_HEIGHT], parsed[codec.IMAGE_WIDTH]
+    orientation = _record_orientation(parsed, exif_orientation)
     if to_canvas:
-        sample["source"], sample["source_size"] = decode_for_canvas(encoded, height, width,
-                                                                    image_size)
+        sample["source"], sample["source_size"] = decode_for_canvas(
+            encoded, height, width, image_size, orientation)
     else:
         # Box coordinates are normalized, so the resize leaves them unchanged.
-        sample["images"] = decode_for_model(encoded, image_size, (height, width))
+        sample["images"] = decode_for_model(encoded, image_size, (height, width), orientation)
     if with_boxes:
         sample.update(_padded_boxes(parsed, max_boxes))
     return sample

@@ -99,6 +99,7 @@ class ReaderSpec:
     cycle_length: int = 8
     jit_compile: bool = True
     resample_once: bool = True
+    exif_orientation: bool = True
 
     def __post_init__(self):
         check_one_of("split", self.split, SPLITS)
@@ -117,11 +118,16 @@ class ReaderSpec:
         object.__setattr__(self, "image_size", image_size_pair(
             self.online.image_size if self.image_size is None else self.image_size))
         parse_selection(self.snapshots)
+        if not isinstance(self.exif_orientation, bool):
+            raise ValueError(f"exif_orientation must be a bool. Received: exif_orientation="
+                             f"{self.exif_orientation!r}")
 
     @classmethod
     def from_config(cls, config: Config, **settings) -> "ReaderSpec":
-        """The spec for `config` (its `online` section and shard name) and `settings`."""
-        return cls(online=config.online, shard_name=config.output.name, **settings)
+        """The spec for `config` (its `online` section, shard name and
+        `decode.exif_orientation`) and `settings`."""
+        return cls(online=config.online, shard_name=config.output.name,
+                   exif_orientation=config.decode.exif_orientation, **settings)
 
     @property
     def selection(self) -> Selection:

@@ -120,7 +120,7 @@ def _thumbnails(job: PreprocessJob, stats: dict) -> dict:
     found = {rel: _find_input(job.data_roots, rel) for reason, rels in shown.items()
              if reason not in _NO_THUMBNAIL for rel in rels}
     pngs = thumbnails_png([path for path in found.values() if path], job.config.limits,
-                          job.config.decode.timeout_s)
+                          job.config.decode.timeout_s, job.config.decode.exif_orientation)
     return {reason: [(rel, pngs.get(found.get(rel))) for rel in rels]
             for reason, rels in shown.items()}
 

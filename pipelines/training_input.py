@@ -218,7 +218,8 @@ def _one_epoch(plan: ReadPlan, epoch_index: tf.Tensor, tables: tuple) -> tf.data
     parse = functools.partial(parse_sample, image_size=spec.image_size,
                               num_classes=plan.num_classes, with_boxes=plan.with_boxes,
                               max_boxes=spec.max_boxes, to_canvas=plan.to_canvas,
-                              label_offset=plan.label_offset)
+                              label_offset=plan.label_offset,
+                              exif_orientation=spec.exif_orientation)
     samples = records.skip(first_step * spec.batch_size).map(
         without_autograph(parse), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     batches = batch_samples(samples, spec.batch_size, spec.drop_remainder, spec.image_size,

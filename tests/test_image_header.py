@@ -148,7 +148,13 @@ def test_module_imports_only_struct_and_dataclasses():
             imported.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module)
-    assert imported == {"__future__", "dataclasses", "struct"}
+    assert imported == {"__future__", "dataclasses", "struct", "transforms.offline"}
+    # ... and its EXIF reader (`from transforms.offline import exif`) is pure struct too.
+    exif_source = pathlib.Path(image_header.exif.__file__).read_text()
+    exif_imports = {node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                    for node in ast.walk(ast.parse(exif_source))
+                    if isinstance(node, (ast.Import, ast.ImportFrom))}
+    assert exif_imports == {"__future__", "struct"}
 
 
 def test_public_surface_is_exactly_the_documented_api():
@@ -246,12 +252,14 @@ def test_read_header_jpeg_from_pil(mode, options, sof_marker):
     assert read_header(data) == ImageHeader("jpeg", WIDTH, HEIGHT, 1)
 
 
-def test_read_header_jpeg_reports_stored_dims_ignoring_exif_orientation():
+def test_read_header_jpeg_reports_stored_dims_and_the_exif_orientation():
     exif = Image.Exif()
     exif[0x0112] = 6  # rotate 90 CW on display
     data = _save(_noise("RGB"), "JPEG", exif=exif.tobytes())
     assert b"Exif" in data[:64]
-    assert read_header(data) == ImageHeader("jpeg", WIDTH, HEIGHT, 1)
+    header = read_header(data)
+    assert header == ImageHeader("jpeg", WIDTH, HEIGHT, 1, orientation=6)
+    assert header.displayed_size == (HEIGHT, WIDTH)
 
 
 def test_read_header_jpeg_bomb_header_is_read_without_decoding():

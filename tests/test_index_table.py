@@ -32,18 +32,20 @@ def test_upgrade_row_maps_the_old_outcome_column():
     old_accepted = {"path": "a.jpg", "outcome": "train", "accepted": True, "split": "train"}
     old_rejected = {"path": "b.jpg", "outcome": "blurry", "accepted": False, "split": None}
     assert upgrade_row(old_accepted) == {"path": "a.jpg", "reason": None, "accepted": True,
-                                         "split": "train", "center_phash": None}
+                                         "split": "train", "center_phash": None,
+                                         "orientation": None}
     assert upgrade_row(old_rejected) == {"path": "b.jpg", "reason": "blurry", "accepted": False,
-                                         "split": None, "center_phash": None}
+                                         "split": None, "center_phash": None,
+                                         "orientation": None}
     current = {"path": "c.jpg", "reason": "unlabeled", "accepted": False, "split": None,
-               "center_phash": "00000000ffffffff"}
+               "center_phash": "00000000ffffffff", "orientation": 1}
     assert upgrade_row(current) == current
 
 
 def test_an_index_from_before_center_phash_reads_with_none_there():
     old = {"path": "d.jpg", "reason": None, "accepted": True, "split": "train",
            "phash": "0123456789abcdef"}
-    assert upgrade_row(old) == {**old, "center_phash": None}
+    assert upgrade_row(old) == {**old, "center_phash": None, "orientation": None}
 
 
 def _jpeg(seed: int, class_index: int) -> bytes:

@@ -7,8 +7,11 @@ calls `parse_example`; nothing else declares feature keys.
 Every record carries every key: an image without boxes has empty box lists, and the writer
 gives every record of a snapshot the same `meta/` columns (empty strings where a CSV row had
 none), so readers that batch raw features (DALI, TFDS, a fixed `parse_example` spec) see one
-structure. `label_offset` shifts the stored class ids (1 for detection models that reserve 0
-for background); `parse_example` takes it off again.
+structure. `image/orientation` is the EXIF orientation of the stored bytes (1..8, 1 when
+none); `image/height` and `image/width` are the size as decoded, so the displayed size when
+`decode.exif_orientation` is on. Shards written before the key parse it as 0 ("not recorded":
+the reader then reads it from the bytes). `label_offset` shifts the stored class ids (1 for
+detection models that reserve 0 for background); `parse_example` takes it off again.
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ from transforms.offline import quality_rules
 
 __all__ = [
     "IMAGE_ENCODED", "IMAGE_FORMAT", "IMAGE_HEIGHT", "IMAGE_WIDTH", "IMAGE_CHANNELS",
-    "IMAGE_FILENAME", "IMAGE_SHA256", "IMAGE_SOURCE_ID", "CLASS_LABEL", "CLASS_TEXT",
+    "IMAGE_ORIENTATION", "IMAGE_FILENAME", "IMAGE_SHA256", "IMAGE_SOURCE_ID", "CLASS_LABEL",
+    "CLASS_TEXT",
     "BBOX_XMIN", "BBOX_YMIN", "BBOX_XMAX", "BBOX_YMAX", "BOX_CLASS_LABEL", "BOX_CLASS_TEXT",
     "QUALITY_PREFIX", "META_PREFIX", "QUALITY_METRICS",
     "BOX_KEYS", "source_id", "feature_spec", "encode_example", "parse_example",
@@ -31,6 +35,7 @@ IMAGE_FORMAT = "image/format"
 IMAGE_HEIGHT = "image/height"
 IMAGE_WIDTH = "image/width"
 IMAGE_CHANNELS = "image/channels"
+IMAGE_ORIENTATION = "image/orientation"
 IMAGE_FILENAME = "image/filename"
 IMAGE_SHA256 = "image/key/sha256"
 IMAGE_SOURCE_ID = "image/source_id"
@@ -82,8 +87,9 @@ def _floats(values: Sequence[float]) -> tf.train.Feature:
 
 def encode_example(*, encoded: bytes, image_format: str, height: int, width: int,
                    filename: str, sha256: str, label: int, label_text: str,
-                   channels: int = 3, boxes: Sequence[Sequence[float]] = (),
-                   box_labels: Sequence[int] = (), box_texts: Sequence[str] = (),
+                   channels: int = 3, orientation: int = 1,
+                   boxes: Sequence[Sequence[float]] = (), box_labels: Sequence[int] = (),
+                   box_texts: Sequence[str] = (),
                    quality: Mapping[str, float] | None = None,
                    meta: Mapping[str, str] | None = None, label_offset: int = 0) -> bytes:
     """Serializes one accepted image. Boxes are (xmin, ymin, xmax, ymax) normalized to [0, 1].
@@ -92,6 +98,9 @@ def encode_example(*, encoded: bytes, image_format: str, height: int, width: int
     stored. The output is deterministic: tf.train.Example serializes map entries in sorted key
     order.
     """
+    if isinstance(orientation, bool) or orientation not in range(1, 9):
+        raise ValueError(f"orientation must be an EXIF orientation 1..8. Received: "
+                         f"orientation={orientation!r}")
     if not (len(boxes) == len(box_labels) == len(box_texts)):
         raise ValueError(
             f"boxes, box_labels and box_texts must have the same length. Received: "
@@ -102,6 +111,7 @@ def encode_example(*, encoded: bytes, image_format: str, height: int, width: int
         IMAGE_HEIGHT: _ints([height]),
         IMAGE_WIDTH: _ints([width]),
         IMAGE_CHANNELS: _ints([channels]),
+        IMAGE_ORIENTATION: _ints([orientation]),
         IMAGE_FILENAME: _bytes([filename.encode()]),
         IMAGE_SHA256: _bytes([sha256.encode()]),
         IMAGE_SOURCE_ID: _bytes([source_id(sha256).encode()]),
@@ -130,6 +140,7 @@ def feature_spec(with_boxes: bool = True, quality: bool = False,
         IMAGE_HEIGHT: tf.io.FixedLenFeature([], tf.int64),
         IMAGE_WIDTH: tf.io.FixedLenFeature([], tf.int64),
         IMAGE_CHANNELS: tf.io.FixedLenFeature([], tf.int64, default_value=3),
+        IMAGE_ORIENTATION: tf.io.FixedLenFeature([], tf.int64, default_value=0),
         IMAGE_FILENAME: tf.io.FixedLenFeature([], tf.string),
         IMAGE_SHA256: tf.io.FixedLenFeature([], tf.string),
         IMAGE_SOURCE_ID: tf.io.FixedLenFeature([], tf.string, default_value=""),

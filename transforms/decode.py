@@ -15,6 +15,12 @@ The scale rule (`JPEG_RATIOS`: the largest ratio that keeps a side at least the 
 written once, in two forms: `pick_jpeg_ratio` for Python ints (the offline inspection, which
 knows the header's size before decoding) and `jpeg_ratio_index` for tensors (inside a graph).
 
+Orientation: every function returns the image as a viewer shows it. `orientation=None` reads
+the EXIF orientation from the bytes inside the graph (`transforms.orientation.read_orientation`:
+the serving graph has nothing else); a Python int or an int tensor (a record's
+`image/orientation`, or 1 for `decode.exif_orientation: false`) is applied as given. The DCT
+scale depends on the short side only, so it is the same before and after a quarter turn.
+
 Decode for the model: `decode_scaled` (uint8, at the DCT scale for a model input of
 `image_size`) and `decode_for_model` (that, bilinearly resized to `image_size`, float32 in
 [0, 1]). The training reader and the TFT `preprocessing_fn` (hence serving) both call them, so
@@ -24,17 +30,34 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from transforms.orientation import apply_orientation, read_orientation
+
 __all__ = ["JPEG_RATIOS", "decode_image", "pick_jpeg_ratio", "jpeg_ratio_index", "decode_scaled",
            "decode_for_model"]
 
 JPEG_RATIOS = (1, 2, 4, 8)  # the DCT scales libjpeg offers
 
 
-def decode_image(contents: tf.Tensor, jpeg_ratio: int = 1, is_jpeg: bool | None = None
-                 ) -> tf.Tensor:
-    """Decodes encoded image bytes (a scalar string tensor) to uint8 [H, W, 3]. `is_jpeg`
-    (when the caller already sniffed the magic bytes) skips the in-graph format test."""
+def decode_image(contents: tf.Tensor, jpeg_ratio: int = 1, is_jpeg: bool | None = None,
+                 orientation=None) -> tf.Tensor:
+    """Decodes encoded image bytes (a scalar string tensor) to uint8 [H, W, 3], upright
+    (`orientation`: see the module docstring). `is_jpeg` (when the caller already sniffed the
+    magic bytes) skips the in-graph format test."""
     contents = tf.convert_to_tensor(contents, tf.string)
+    return _oriented(_decode_stored(contents, jpeg_ratio, is_jpeg), contents, orientation)
+
+
+def _oriented(image: tf.Tensor, contents: tf.Tensor, orientation) -> tf.Tensor:
+    """`image` decoded from `contents`, turned by `orientation` (None: read from `contents`)."""
+    if orientation is None:
+        orientation = read_orientation(contents)
+    image = apply_orientation(image, orientation)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def _decode_stored(contents: tf.Tensor, jpeg_ratio: int, is_jpeg: bool | None) -> tf.Tensor:
+    """uint8 [H, W, 3] as stored (no orientation applied)."""
 
     def as_jpeg():
         return tf.io.decode_jpeg(contents, channels=3, ratio=jpeg_ratio)
@@ -93,11 +116,13 @@ def _stored_size(encoded: tf.Tensor, is_jpeg: tf.Tensor) -> tuple[tf.Tensor, tf.
 
 
 def decode_scaled(encoded: tf.Tensor, image_size: tuple[int, int],
-                  stored_size: tuple[tf.Tensor, tf.Tensor] | None = None) -> tf.Tensor:
+                  stored_size: tuple[tf.Tensor, tf.Tensor] | None = None,
+                  orientation=None) -> tf.Tensor:
     """uint8 [h, w, 3]: `decode_image` at the largest DCT scale that keeps a JPEG's short side
     at least `min(image_size)` (other formats: full size). `stored_size` is the image's
-    (height, width) when the caller has it (a record's fields); otherwise a JPEG's comes from
-    its header (`tf.io.extract_jpeg_shape`), which is the same number."""
+    (height, width) when the caller has it (a record's fields, stored or displayed: the short
+    side is the same); otherwise a JPEG's comes from its header (`tf.io.extract_jpeg_shape`).
+    Upright (`orientation`: see the module docstring)."""
     encoded = tf.convert_to_tensor(encoded, tf.string)
     is_jpeg = tf.io.is_jpeg(encoded)
     height, width = _stored_size(encoded, is_jpeg) if stored_size is None else stored_size
@@ -105,19 +130,20 @@ def decode_scaled(encoded: tf.Tensor, image_size: tuple[int, int],
     # A scaled decode is libjpeg's (`decode_image`'s JPEG path at that ratio); everything else
     # (ratio 1, other formats) is the one `decode_image` call, traced once, not once per ratio
     # (it is the largest part of the graph: ~4x less to trace in every reader and transform).
-    scaled = [lambda r=r: decode_image(encoded, jpeg_ratio=r, is_jpeg=True)
-              for r in JPEG_RATIOS[1:]]
+    scaled = [lambda r=r: _decode_stored(encoded, r, True) for r in JPEG_RATIOS[1:]]
     image = tf.cond(tf.logical_and(index > 0, is_jpeg),
                     lambda: tf.switch_case(index - 1, scaled),
-                    lambda: decode_image(encoded))
+                    lambda: _decode_stored(encoded, 1, None))
     image.set_shape([None, None, 3])
-    return image
+    return _oriented(image, encoded, orientation)
 
 
 def decode_for_model(encoded: tf.Tensor, image_size: tuple[int, int],
-                     stored_size: tuple[tf.Tensor, tf.Tensor] | None = None) -> tf.Tensor:
-    """float32 [height, width, 3] in [0, 1] at `image_size` (height, width): `decode_scaled`,
-    a bilinear resize, /255. What the model consumes, in training and in serving."""
-    image = tf.image.resize(decode_scaled(encoded, image_size, stored_size), image_size)
+                     stored_size: tuple[tf.Tensor, tf.Tensor] | None = None,
+                     orientation=None) -> tf.Tensor:
+    """float32 [height, width, 3] in [0, 1] at `image_size` (height, width): `decode_scaled`
+    (upright), a bilinear resize, /255. What the model consumes, in training and in serving."""
+    image = tf.image.resize(decode_scaled(encoded, image_size, stored_size, orientation),
+                            image_size)
     image.set_shape([*image_size, 3])
     return tf.clip_by_value(image / 255.0, 0.0, 1.0)

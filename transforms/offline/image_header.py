@@ -9,7 +9,8 @@ The format comes from the magic bytes, never from the file name: a PNG named `.j
 and a text file named `.jpg` is `UnknownFormat`. The magic bytes are the ones TensorFlow's
 `decode_image` dispatches on, so the format named here is the decoder that will run.
 
-Sizes are what the shared decoder returns: JPEG EXIF orientation is not applied, and for GIF
+Sizes are as stored; `orientation` is the EXIF orientation (JPEG APP1, PNG eXIf; see
+`transforms.offline.exif`) and `displayed_size` what a viewer shows. For GIF
 the size is TensorFlow's canvas, the largest frame width by the largest frame height (the
 logical screen and the frame offsets play no part; measured on TF 2.21: a 38x32 screen whose
 one frame is 27x32 decodes to 27x32), so a huge frame cannot hide behind a small screen.
@@ -29,6 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+
+from transforms.offline import exif
 
 __all__ = ["ImageHeader", "HeaderError", "UnknownFormat", "sniff_format", "read_header",
            "jpeg_scans"]
@@ -80,12 +83,13 @@ class UnknownFormat(HeaderError):
 class ImageHeader:
     """What the header declares. `frames` is 1 except for animations (GIF image descriptors,
     APNG `acTL` frames). `total_pixels` (0: frames x width x height) is the decoding work over
-    all frames; it takes no part in equality."""
+    all frames; it takes no part in equality. `orientation`: the EXIF orientation, 1..8."""
     format: str
     width: int
     height: int
     frames: int = 1
     total_pixels: int = dataclasses.field(default=0, compare=False)
+    orientation: int = 1
 
     def __post_init__(self):
         if self.format not in FORMATS:
@@ -97,6 +101,9 @@ class ImageHeader:
                 f"height={self.height}.")
         if self.frames < 1:
             raise ValueError(f"frames must be >= 1. Received: frames={self.frames}.")
+        if self.orientation not in range(1, 9):
+            raise ValueError(f"orientation must be 1..8. Received: orientation="
+                             f"{self.orientation}.")
         if not self.total_pixels:
             object.__setattr__(self, "total_pixels", self.frames * self.width * self.height)
 
@@ -104,6 +111,11 @@ class ImageHeader:
     def pixels(self) -> int:
         """width * height: the number `limits.max_pixels` is compared with."""
         return self.width * self.height
+
+    @property
+    def displayed_size(self) -> tuple[int, int]:
+        """(width, height) as a viewer shows it: swapped for orientations 5-8."""
+        return exif.displayed_size(self.width, self.height, self.orientation)
 
 
 def sniff_format(data: bytes) -> str | None:
@@ -139,7 +151,8 @@ def read_header(data: bytes) -> ImageHeader:
     if width == 0 or height == 0:
         raise HeaderError(f"{image_format}: header declares a zero size {width}x{height}")
     return ImageHeader(format=image_format, width=width, height=height, frames=frames,
-                       total_pixels=total[0] if total else 0)
+                       total_pixels=total[0] if total else 0,
+                       orientation=exif.read_orientation(data))
 
 
 def _unpack(layout: str, data: bytes, offset: int, what: str) -> tuple:

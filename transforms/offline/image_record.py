@@ -41,6 +41,7 @@ class ImageRecord:
                                      # dedup.crop_tolerant (quality.center_hash)
     retires: tuple = ()            # the path's live records before tonight, as index values
                                    # (join_labels._PRIOR_FIELDS): retired once it is inspected
+    orientation: int = 1           # EXIF orientation of the bytes (width/height: as decoded)
 
     def __reduce__(self):
         """Pickled as its field values in order, without their names: Beam's fallback coder

@@ -25,8 +25,9 @@ INDEX_SCHEMA = pa.schema(
         ("path", pa.string()),          # relative to the data root
         ("sha256", pa.string()),        # "" when the file was never read (unsafe_path)
         ("format", pa.string()),        # from magic bytes; "" when unknown
-        ("width", pa.int64()),          # from the header; null when unknown
-        ("height", pa.int64()),
+        ("width", pa.int64()),          # from the header, as displayed (decode.exif_orientation);
+        ("height", pa.int64()),         # null when unknown
+        ("orientation", pa.int64()),    # EXIF orientation 1..8 of the bytes; null when unknown
         ("bytes", pa.int64()),
         ("mtime", pa.float64()),        # last modified (seconds) when it was seen
         ("label_key", pa.string()),     # the labels its CSV rows gave it ("" for none)
@@ -62,7 +63,9 @@ def record_row(record, shard: str | None = None) -> dict:
     reject = record.reject
     return make_row(
         path=record.path, sha256=record.sha256, format=record.format, width=record.width,
-        height=record.height, bytes=record.file_bytes, mtime=record.mtime,
+        height=record.height,
+        orientation=None if record.width is None else record.orientation,
+        bytes=record.file_bytes, mtime=record.mtime,
         label_key=record.label_key, reason=reject.reason if reject else None,
         accepted=reject is None,
         detail=reject.detail if reject else "", label=record.label, label_id=record.label_id,
@@ -78,10 +81,13 @@ def upgrade_row(row: Mapping) -> dict:
     before `reason` replaced `outcome` (the split when accepted, else the reject reason) is
     mapped: `reason` is the old `outcome` of a rejected row and None for an accepted one,
     whose split is in `split` in both versions. An index from before `center_phash` existed
-    has None there. Other columns are kept as read."""
+    has None there; one from before `orientation` has 1 where the header was read (its
+    width/height are the stored size) and None elsewhere. Other columns are kept as read."""
     row = dict(row)
     if "outcome" in row and "reason" not in row:
         outcome = row.pop("outcome")
         row["reason"] = None if row.get("accepted") else outcome
     row.setdefault("center_phash", None)
+    if "orientation" not in row:
+        row["orientation"] = None if row.get("width") is None else 1
     return row

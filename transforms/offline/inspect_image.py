@@ -113,11 +113,15 @@ class InspectImageFn(beam.DoFn):
             return record.rejected("unknown_format", str(exc))
         except image_header.HeaderError as exc:
             return record.rejected("bad_header", str(exc))
-        record = dataclasses.replace(record, format=header.format, width=header.width,
-                                     height=header.height)
+        # With decode.exif_orientation the decoder turns the image upright, so the record's size
+        # is the displayed one; the orientation (a fact about the bytes) is kept either way.
+        upright = self._config.decode.exif_orientation
+        width, height = header.displayed_size if upright else (header.width, header.height)
+        record = dataclasses.replace(record, format=header.format, width=width, height=height,
+                                     orientation=header.orientation)
         limits = self._config.limits
         if header.width * header.height > limits.max_pixels:  # never decode a bomb
-            return record.rejected(*size_reject(header.width, header.height, limits))
+            return record.rejected(*size_reject(width, height, limits))
         scans = image_header.jpeg_scans(data) if header.format == "jpeg" else 0
         if scans > limits.max_jpeg_scans:  # nor a scan bomb: each scan is a pass over the image
             return record.rejected("too_large", f"{scans} JPEG scans > limits.max_jpeg_scans="
@@ -131,11 +135,11 @@ class InspectImageFn(beam.DoFn):
         # DCT scale that still covers it, so little is left for small_copy to do.
         ratio = self._pick_jpeg_ratio(header.width, header.height, analysis_size, side="long")
         try:
-            image = self._decode_image(data, jpeg_ratio=ratio,
-                                       is_jpeg=header.format == "jpeg").numpy()
+            image = self._decode_image(data, jpeg_ratio=ratio, is_jpeg=header.format == "jpeg",
+                                       orientation=header.orientation if upright else 1).numpy()
         except self._tf.errors.InvalidArgumentError as exc:
             return record.rejected("decode_error", _decoder_message(exc))
-        rule = size_reject(header.width, header.height, limits)
+        rule = size_reject(width, height, limits)
         if rule:
             return record.rejected(*rule)
         dedup = self._config.dedup

@@ -20,7 +20,8 @@ over the whole dataset:
     image/encoded    (JPEG/PNG/... bytes) -> image  float32 [H, W, 3]:
                      `transforms.decode.decode_for_model` (the shared decoder, DCT-scaled for
                      large JPEGs, bilinear resize to `image_size`, /255: the very function the
-                     training reader calls), then (x - mean) / std with the analyzed numbers
+                     training reader calls; upright: the EXIF orientation is read from the
+                     bytes in the graph), then (x - mean) / std with the analyzed numbers
     image/class/text (class name)         -> label  int64: the id in the run's class table,
                                              -1 for a name outside it
 
@@ -252,7 +253,8 @@ def _per_row(batch_anchor: tf.Tensor, value: tf.Tensor, dtype=tf.float32) -> tf.
 
 
 def make_preprocessing_fn(class_table, image_size,
-                          size_quantiles: int = DEFAULT_SIZE_QUANTILES) -> Callable:
+                          size_quantiles: int = DEFAULT_SIZE_QUANTILES,
+                          exif_orientation: bool = True) -> Callable:
     """The `preprocessing_fn` for `tft_beam.AnalyzeDataset` (see the module docstring).
 
     Args:
@@ -260,8 +262,11 @@ def make_preprocessing_fn(class_table, image_size,
         PCollection holding that list.
       image_size: the model's input size, an int (square) or (height, width).
       size_quantiles: number of buckets of the width/height quantiles (boundaries: n - 1).
+      exif_orientation: `decode.exif_orientation`: the graph turns images upright by the
+        orientation it reads from `image/encoded`; False decodes them as stored.
     """
     size = image_size_pair(image_size)
+    orientation = None if exif_orientation else 1
     if not isinstance(class_table, beam.PCollection):
         class_table = _check_class_table(class_table, "class_table")
     if (isinstance(size_quantiles, bool) or not isinstance(size_quantiles, int)
@@ -301,8 +306,10 @@ def make_preprocessing_fn(class_table, image_size,
         label = tft.apply_vocabulary(text, table_path, lookup_fn=_lookup_class_ids,
                                      name="label")
 
-        image = tf.map_fn(lambda contents: (decode_for_model(contents, size) - mean32) / std32,
-                          encoded, fn_output_signature=tf.TensorSpec([*size, 3], tf.float32))
+        image = tf.map_fn(
+            lambda contents: (decode_for_model(contents, size, orientation=orientation)
+                              - mean32) / std32,
+            encoded, fn_output_signature=tf.TensorSpec([*size, 3], tf.float32))
         return {
             IMAGE: image,
             LABEL: label,
@@ -330,11 +337,12 @@ class AnalyzeAndWriteTransform(beam.PTransform):
     """
 
     def __init__(self, output_dir: str, class_table, image_size, temp_dir: str,
-                 size_quantiles: int = DEFAULT_SIZE_QUANTILES):
+                 size_quantiles: int = DEFAULT_SIZE_QUANTILES, exif_orientation: bool = True):
         super().__init__()
         self._output_dir = output_dir
         self._temp_dir = temp_dir
-        self._preprocessing_fn = make_preprocessing_fn(class_table, image_size, size_quantiles)
+        self._preprocessing_fn = make_preprocessing_fn(class_table, image_size, size_quantiles,
+                                                       exif_orientation)
 
     def expand(self, accepted):
         raw = accepted | "RawFeatures" >> beam.Map(raw_features)

@@ -66,8 +66,8 @@ class MetaColumns(beam.PTransform):
 def _encode(record, data: bytes, class_ids: dict, columns, label_offset: int) -> bytes:
     return codec.encode_example(
         encoded=data, image_format=record.format, height=record.height, width=record.width,
-        filename=record.path, sha256=record.sha256, label=record.label_id,
-        label_text=record.label,
+        orientation=record.orientation, filename=record.path, sha256=record.sha256,
+        label=record.label_id, label_text=record.label,
         boxes=[box[:4] for box in record.boxes],
         box_labels=[class_ids[box[4]] for box in record.boxes],
         box_texts=[box[4] for box in record.boxes],

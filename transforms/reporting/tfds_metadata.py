@@ -86,7 +86,8 @@ def features_json(num_labels: int, meta_columns: Sequence[str]) -> dict:
     features = {codec.IMAGE_ENCODED: image, codec.CLASS_LABEL: _class_label(num_labels),
                 codec.BOX_CLASS_LABEL: _sequence(_class_label(num_labels)),
                 codec.BOX_CLASS_TEXT: _tensor("string", ["-1"])}
-    for key in (codec.IMAGE_HEIGHT, codec.IMAGE_WIDTH, codec.IMAGE_CHANNELS):
+    for key in (codec.IMAGE_HEIGHT, codec.IMAGE_WIDTH, codec.IMAGE_CHANNELS,
+                codec.IMAGE_ORIENTATION):
         features[key] = _tensor("int64")
     for key in (codec.BBOX_XMIN, codec.BBOX_YMIN, codec.BBOX_XMAX, codec.BBOX_YMAX):
         features[key] = _tensor("float32", ["-1"])

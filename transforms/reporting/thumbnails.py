@@ -18,9 +18,11 @@ _MAX_BYTES = 64 * 2**20
 
 
 def thumbnail_png(path: str, max_side: int = 96, max_bytes: int = _MAX_BYTES,
-                  max_pixels: int = 40_000_000, max_scans: int = 100) -> bytes | None:
-    """PNG bytes of the image at `path` shrunk to `max_side`, or None when it is missing, too
-    big to read or decode for a thumbnail, or does not decode (often why it was rejected).
+                  max_pixels: int = 40_000_000, max_scans: int = 100,
+                  exif_orientation: bool = True) -> bytes | None:
+    """PNG bytes of the image at `path` shrunk to `max_side` (upright unless
+    `exif_orientation` is False), or None when it is missing, too big to read or decode for a
+    thumbnail, or does not decode (often why it was rejected).
     It decodes untrusted bytes: call it in an isolated process (`thumbnails_png`)."""
     import tensorflow as tf
     from transforms.decode import decode_image
@@ -38,7 +40,7 @@ def thumbnail_png(path: str, max_side: int = 96, max_bytes: int = _MAX_BYTES,
             return None
         if header.format == "jpeg" and jpeg_scans(data) > max_scans:
             return None
-        image = decode_image(data)
+        image = decode_image(data, orientation=header.orientation if exif_orientation else 1)
     except (HeaderError, tf.errors.InvalidArgumentError):
         return None
     height, width = int(image.shape[0]), int(image.shape[1])
@@ -49,10 +51,11 @@ def thumbnail_png(path: str, max_side: int = 96, max_bytes: int = _MAX_BYTES,
 
 
 class _ThumbnailWorker:
-    """What the isolated child runs: `thumbnail_png` with the job's limits."""
+    """What the isolated child runs: `thumbnail_png` with the job's limits and orientation."""
 
-    def __init__(self, limits):
+    def __init__(self, limits, exif_orientation: bool = True):
         self._limits = limits
+        self._exif_orientation = exif_orientation
 
     def setup(self) -> None:
         import tensorflow as tf
@@ -61,17 +64,19 @@ class _ThumbnailWorker:
 
     def run(self, path: str) -> bytes | None:
         return thumbnail_png(path, max_pixels=self._limits.max_pixels,
-                             max_scans=self._limits.max_jpeg_scans)
+                             max_scans=self._limits.max_jpeg_scans,
+                             exif_orientation=self._exif_orientation)
 
 
-def thumbnails_png(paths, limits, timeout_s: float) -> dict:
+def thumbnails_png(paths, limits, timeout_s: float, exif_orientation: bool = True) -> dict:
     """{path: PNG bytes or None} for `paths`, each thumbnail made in an isolated child process
-    with a `timeout_s` limit per file (None for a file that crashed, hung or does not decode)."""
+    with a `timeout_s` limit per file (None for a file that crashed, hung or does not decode);
+    upright unless `exif_orientation` is False (`decode.exif_orientation`)."""
     from transforms.offline import isolation
     paths = list(dict.fromkeys(paths))
     if not paths:
         return {}
-    pool = isolation.ChildPool(_ThumbnailWorker(limits), 1, timeout_s,
+    pool = isolation.ChildPool(_ThumbnailWorker(limits, exif_orientation), 1, timeout_s,
                                preload=isolation.DECODER_PRELOAD)
     results = {}
     try:
