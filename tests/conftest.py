@@ -35,7 +35,7 @@ import pytest
 from tests.imageutil import write_photo
 from tests.tiers import (  # noqa: F401  (hooks)
     pytest_configure, pytest_fixture_setup, pytest_itemcollected, pytest_runtest_call,
-    slow_fixture)
+    shared_fixture, slow_fixture)
 from tests.xdist_groups import (  # noqa: F401  (hooks)
     pytest_collection_modifyitems, pytest_configure_node, pytest_xdist_make_scheduler,
     remove_groups_file)
@@ -136,7 +136,7 @@ def train_snapshot(tmp_path_factory):
     return types.SimpleNamespace(root=str(root), out=str(out), snapshot=snapshot)
 
 
-@pytest.fixture(scope="session")
+@shared_fixture(scope="session")
 def demo(tmp_path_factory):
     """The demo dataset (runners.demo_data, seed 3, 5 good images per class)."""
     from runners.demo_data import generate_demo
