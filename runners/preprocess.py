@@ -68,7 +68,7 @@ def _starting_class_table(output_dir: str, classes_file: str | None, config) -> 
             raise UsageError(f"classes.renames maps {old!r} to {ascii(new)}, which is not a "
                              f"valid class name: {problem}")
     existing = classes.apply_renames(
-        classes.read_class_table(FileSystems.join(output_dir, "classes.txt")),
+        classes.read_class_table(FileSystems.join(output_dir, layout.CLASSES)),
         config.classes.renames)
     if not classes_file:
         return existing, config.classes.frozen
