@@ -32,7 +32,6 @@ from configs.schema import ConfigError, load_config
 from pipelines.job import PreprocessJob
 from runners.beam_runner import prepare_job, runner_for
 from runners.errors import UsageError
-from runners.frozen_heap import frozen_heap
 from runners.guard import check_max_shrink, guarded_publish
 from runners.options import PreprocessOptions, print_help, wants_help
 from runners.progress_report import reporting
@@ -161,10 +160,9 @@ def execute(job: PreprocessJob, options: PipelineOptions) -> None:
     """Builds and runs the graph; everything lands in `job.staging_dir`. Raises on failure."""
     job = prepare_job(job, options)  # first: the decoders' forkserver imports alongside us
     from pipelines.preprocess import build_preprocess  # TensorFlow: only for a run that works
-    with frozen_heap():  # what is loaded by now is not garbage: full collections skip it
-        pipeline = beam.Pipeline(runner=runner_for(options), options=options)
-        build_preprocess(pipeline, job)
-        state = pipeline.run().wait_until_finish()
+    pipeline = beam.Pipeline(runner=runner_for(options), options=options)
+    build_preprocess(pipeline, job)
+    state = pipeline.run().wait_until_finish()
     if state is not None and str(state).rsplit(".", 1)[-1] != "DONE":
         raise RuntimeError(f"The pipeline ended in state {state}; nothing was published.")
 

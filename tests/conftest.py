@@ -17,13 +17,12 @@ tests read runs once, not once per worker.
 
 Exit: a process that ran a TensorFlow Transform analysis can crash in CPython's interpreter
 teardown (protobuf's upb extension frees a repeated field after its module is gone; see
-`runners.cli.console_main`). The tests have all run and reported by then, so the run ends with
-a hard exit carrying pytest's own exit status. pytest-xdist workers are left alone: the
+`runners.exit_safety`). The tests have all run and reported by then, so the run ends with
+its `exit_now`, carrying pytest's own exit status. pytest-xdist workers are left alone: the
 controller collects their results before they exit.
 """
 from __future__ import annotations
 
-import logging
 import os
 import pathlib
 import subprocess
@@ -68,10 +67,8 @@ def pytest_unconfigure(config):
     remove_groups_file()
     if hasattr(config, "workerinput") or "status" not in _EXIT_STATUS:
         return
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(_EXIT_STATUS["status"])
+    from runners.exit_safety import exit_now
+    exit_now(_EXIT_STATUS["status"])
 
 
 def run_job(*args, **kwargs):
