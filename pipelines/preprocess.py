@@ -29,21 +29,29 @@ from apache_beam.io.parquetio import ReadAllFromParquet, WriteToParquet
 from configs.schema import Config
 from pipelines import staged_run
 from pipelines.job import PreprocessJob
-from pipelines.phase_outputs import (Classified, Counted, DedupInputs, Deduped, Inputs,
-                                     Inspected)
+from pipelines.phase_outputs import Classified, Counted, Deduped, DedupInputs, Inputs, Inspected
 from pipelines.staged_run import BOX_ROWS, IMAGES, LABEL_ROWS, LIVE, count_key
 from transforms import snapshot_layout as layout
 from transforms.live_view import removal_key
 from transforms.offline import classes, splits
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
-from transforms.offline.file_kinds import OTHER_FILES
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
 from transforms.offline.inspect_image import InspectImages
-from transforms.offline.join_labels import (KEPT, MATCHED, REJECTED, RETIRED, ROW_REJECTS,
-                                            SKIPPED, PlanImages, ReadBoxRows, ReadLabelRows,
-                                            resolve_labels, retire_inspected)
+from transforms.offline.join_labels import (
+    KEPT,
+    MATCHED,
+    REJECTED,
+    RETIRED,
+    ROW_REJECTS,
+    SKIPPED,
+    PlanImages,
+    ReadBoxRows,
+    ReadLabelRows,
+    resolve_labels,
+    retire_inspected,
+)
 from transforms.offline.outputs import CountInto, WriteRejectsLedger, write_text
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, REASONS, Reject
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
@@ -287,7 +295,8 @@ class WriteSnapshot(beam.PTransform):
             ((accepted, archive_accepted)
              | "AcceptedSoFar" >> beam.Flatten()
              | "AnalyzeAndWriteTransform" >> AnalyzeAndWriteTransform(
-                 staging, class_table, config.online.image_size, work_file(staging, layout.WORK_TFT_TEMP),
+                 staging, class_table, config.online.image_size,
+                 work_file(staging, layout.WORK_TFT_TEMP),
                  size_quantiles=config.transform.size_quantiles))
         written[FEATURES] | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging)
         (written[FILES]

@@ -23,20 +23,26 @@ import posixpath
 from apache_beam.io.filesystems import FileSystems
 
 from configs.schema import SPLITS, config_to_dict
-from pipelines.beam_files import (BEAM_FILES, BeamStorage, read_json, remove_tree, sync_files,
-                                  write_atomically)
+from pipelines.beam_files import (
+    BEAM_FILES,
+    BeamStorage,
+    read_json,
+    remove_tree,
+    sync_files,
+    write_atomically,
+)
 from pipelines.job import PreprocessJob
 from pipelines.staged_run import BOX_ROWS, IMAGES, LABEL_ROWS, LIVE, Counts, read_staged
+from transforms import snapshot_layout as layout
 from transforms.offline import classes, file_kinds, quality_rules
 from transforms.offline.rejects import REASONS
+from transforms.offline.tft_analysis import tft_summary
 from transforms.reporting.history import fingerprint, reject_key, snapshot_summary
 from transforms.reporting.report import render_report
 from transforms.reporting.stats import finalize_stats
 from transforms.reporting.stats_proto import to_statistics_proto
 from transforms.reporting.tfds_metadata import tfds_files
-from transforms.offline.tft_analysis import tft_summary
 from transforms.reporting.thumbnails import thumbnails_png
-from transforms import snapshot_layout as layout
 from transforms.snapshot_layout import WORK_DIR, Snapshot
 
 __all__ = ["AccountingError", "BeamStorage", "BEAM_FILES", "check_accounting",

@@ -12,8 +12,13 @@ import dataclasses
 from pipelines.beam_files import read_json
 from transforms.offline.file_kinds import OTHER_FILES, other_files_from_counts
 from transforms.offline.outputs import WriteJson
-from transforms.snapshot_layout import (WORK_COUNTS, WORK_INDEX_SUMMARY, WORK_META_COLUMNS,
-                                        WORK_SHARDS, work_file)
+from transforms.snapshot_layout import (
+    WORK_COUNTS,
+    WORK_INDEX_SUMMARY,
+    WORK_META_COLUMNS,
+    WORK_SHARDS,
+    work_file,
+)
 
 __all__ = ["IMAGES", "LABEL_ROWS", "BOX_ROWS", "LIVE", "SEEDED_COUNTS", "count_key",
            "reason_key", "retired_key", "other_files_key", "Counts", "StagedRun",

@@ -20,8 +20,8 @@ the output folder's lock; 4 `preprocess` or `nightly` refused a run that would l
 good data (`runners.guard`: nothing published, --accept_shrink publishes it); `nightly` adds 3
 (drift with --fail_on_drift); `verify` exits 1 when a file is broken; 143 / 130 stopped by
 SIGTERM / SIGINT (cleaned up: `runners.stop_signals`). Never a signal: the process ends with
-`runners.exit_safety.exit_now` whatever happened (see `console_main`). `--help` and `--version` load neither
-TensorFlow nor Beam.
+`runners.exit_safety.exit_now` whatever happened (see `console_main`). `--help` and `--version`
+load neither TensorFlow nor Beam.
 """
 from __future__ import annotations
 

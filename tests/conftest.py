@@ -33,11 +33,19 @@ import pytest
 
 from tests.imageutil import write_photo
 from tests.tiers import (  # noqa: F401  (hooks)
-    pytest_configure, pytest_fixture_setup, pytest_itemcollected, pytest_runtest_call,
-    shared_fixture, slow_fixture)
+    pytest_configure,
+    pytest_fixture_setup,
+    pytest_itemcollected,
+    pytest_runtest_call,
+    shared_fixture,
+    slow_fixture,
+)
 from tests.xdist_groups import (  # noqa: F401  (hooks)
-    pytest_collection_modifyitems, pytest_configure_node, pytest_xdist_make_scheduler,
-    remove_groups_file)
+    pytest_collection_modifyitems,
+    pytest_configure_node,
+    pytest_xdist_make_scheduler,
+    remove_groups_file,
+)
 
 _EXIT_STATUS = {}
 

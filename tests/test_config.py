@@ -10,8 +10,14 @@ import pytest
 
 from configs import checks, yaml_files
 from configs.online import OnlineConfig
-from configs.schema import (Config, ConfigError, QualityConfig, config_from_dict, config_to_dict,
-                            load_config)
+from configs.schema import (
+    Config,
+    ConfigError,
+    QualityConfig,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+)
 from transforms.offline import quality_rules
 
 

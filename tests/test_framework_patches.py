@@ -12,8 +12,7 @@ import sys
 import apache_beam as beam
 import pytest
 from apache_beam.coders import VarIntCoder
-from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions,
-                                                  StandardOptions)
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import core, userstate
 from apache_beam.transforms.core import CallableWrapperDoFn

@@ -114,8 +114,7 @@ def test_a_failed_run_exits_1_with_the_error_and_without_interpreter_teardown(mo
 
 
 def test_a_run_that_raises_is_exit_1_with_the_error(tmp_path, monkeypatch, capsys):
-    from runners import cli
-    from runners import preprocess
+    from runners import cli, preprocess
 
     def broken(job, options):
         raise RuntimeError("a worker died")

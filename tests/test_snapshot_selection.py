@@ -1,7 +1,6 @@
 """Reading across snapshots: "latest", "all", the last N, and the weighted fresh/archive mix."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from configs.schema import load_config

@@ -88,6 +88,7 @@ class InspectImageFn(beam.DoFn):
 
     def setup(self):
         import tensorflow as tf  # imported in the worker (or the isolating subprocess)
+
         from transforms.decode import decode_image, pick_jpeg_ratio
         self._tf = tf
         self._decode_image = decode_image

@@ -25,6 +25,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from configs.schema import Config, LabelsConfig
+from transforms.live_view import retirement
 from transforms.offline import boxes as box_rules
 from transforms.offline import labels as label_rules
 from transforms.offline import paths, progress
@@ -32,7 +33,6 @@ from transforms.offline.classes import class_name_problem
 from transforms.offline.csv_records import DEFAULT_MAX_CELL_BYTES, text_lines
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.rejects import BOX_ROW, LABEL_ROW, REASONS, Reject
-from transforms.live_view import retirement
 
 __all__ = ["ReadLabelRows", "ReadBoxRows", "PlanImages", "resolve_labels", "label_key",
            "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "KEPT",
