@@ -1,13 +1,14 @@
 # Two commands for a fresh machine:
 #   make demo   creates .venv, installs pixelmill, generates demo data and runs the job on it
 #   make test   creates .venv, installs pixelmill with test extras, runs the test suite
-# and, for a developer's loop, make test-quick: the suite without its slow tier (tests/tiers.py)
+# and, for a developer's loop, make test-quick: the suite without its slow tier (tests/tiers.py),
+# and make lint: ruff with the rules in ruff.toml (pyflakes, import order, bugbear)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 WORKDIR ?= demo_out
 
-.PHONY: demo test test-quick bench venv clean
+.PHONY: demo test test-quick lint bench venv clean
 
 $(BIN)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +23,9 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -n 2 -q tests
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
 
 test-quick: $(BIN)/.installed
 	$(BIN)/python -m pytest -n 2 -q -m "not slow" tests

@@ -22,8 +22,10 @@ setuptools.setup(
         "google-crc32c>=1.5",
     ],
     extras_require={
-        # tensorflow-datasets: tests read snapshots with tfds.builder_from_directory.
-        "test": ["pytest>=8", "pytest-xdist>=3", "tensorflow-datasets>=4.9.10,<4.10"],
+        # tensorflow-datasets: tests read snapshots with tfds.builder_from_directory; ruff:
+        # `make lint` (ruff.toml), pinned so the rules do not change under CI.
+        "test": ["pytest>=8", "pytest-xdist>=3", "tensorflow-datasets>=4.9.10,<4.10",
+                 "ruff==0.17.6"],
         # The nightly DAG in runners/airflow_dag.py; not needed to run pixelmill itself.
         "airflow": ["apache-airflow>=2.9"],
     },

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from configs.checks import (ConfigError, check_one_of, check_pair, check_probability,
-                            check_range)
+from configs.checks import ConfigError, check_one_of, check_pair, check_probability, check_range
 
 __all__ = [
     "image_size_pair",

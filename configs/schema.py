@@ -88,29 +88,24 @@ class LimitsConfig:
         check_range("limits.max_aspect_ratio", self.max_aspect_ratio, 1.0)
 
 
-def _with_threshold_fields(cls: type) -> type:
-    """Adds one `float | None` field per rule of the quality rule table (its config key, with
-    its default), so a new rule needs no edit here. Applied before `dataclass` reads the
-    annotations."""
-    for key, default in quality_rules.threshold_defaults().items():
-        if key in cls.__annotations__:
-            raise TypeError(f"Quality rule config key {key!r} clashes with a field of {cls}.")
-        cls.__annotations__[key] = "float | None"
-        setattr(cls, key, default)
-    return cls
-
-
 @dataclasses.dataclass(frozen=True)
-@_with_threshold_fields
 class QualityConfig:
     """Quality filter thresholds, all measured on 8-bit luma of a copy at most `analysis_size` px.
 
     Besides `enabled` and `analysis_size`, one threshold per rule of the quality rule table
-    (`transforms/offline/quality_rules.RULES`: its `config_key`, e.g. `blur_fine_min`), which owns
-    their defaults, meaning and valid range. Set a threshold to null to switch that rule off.
+    (`transforms/offline/quality_rules.RULES`, which owns their meaning and valid range), in
+    its verdict order and with its defaults (tests/test_config.py keeps the two equal). Set a
+    threshold to null to switch that rule off.
     """
     enabled: bool = True
     analysis_size: int = 256
+    # One per quality rule: the rule's config_key and default.
+    min_std: float | None = 1.0           # low_information: luma std below this
+    dark_p99_max: float | None = 40.0     # too_dark: 99th luma percentile below this
+    bright_p01_min: float | None = 210.0  # too_bright: 1st luma percentile above this
+    min_entropy: float | None = 2.5       # low_information: histogram entropy (bits) below this
+    blur_fine_min: float | None = 0.12    # blurry: finest scale's share of Laplacian variance
+    blur_ratio_min: float | None = 0.015  # blurry: Laplacian variance / luma variance
 
     def __post_init__(self):
         check_range("quality.analysis_size", self.analysis_size, 32, 4096)

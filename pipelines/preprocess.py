@@ -27,36 +27,44 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import ReadAllFromParquet, WriteToParquet
 
 from configs.schema import Config
+from pipelines import staged_run
 from pipelines.job import PreprocessJob
-from transforms.offline import classes, quality_rules, splits
+from pipelines.phase_outputs import Classified, Counted, Deduped, DedupInputs, Inputs, Inspected
+from pipelines.staged_run import BOX_ROWS, IMAGES, LABEL_ROWS, LIVE, count_key
+from transforms import snapshot_layout as layout
+from transforms.live_view import removal_key
+from transforms.offline import classes, splits
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
-from transforms.offline.file_kinds import OTHER_FILES
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
 from transforms.offline.inspect_image import InspectImages
-from transforms.offline.join_labels import (KEPT, MATCHED, REJECTED, RETIRED, ROW_REJECTS,
-                                            SKIPPED, PlanImages, ReadBoxRows, ReadLabelRows,
-                                            resolve_labels, retire_inspected)
-from transforms.offline.outputs import CountInto, WriteJson, WriteRejectsLedger, write_text
-from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
+from transforms.offline.join_labels import (
+    KEPT,
+    MATCHED,
+    REJECTED,
+    RETIRED,
+    ROW_REJECTS,
+    SKIPPED,
+    PlanImages,
+    ReadBoxRows,
+    ReadLabelRows,
+    resolve_labels,
+    retire_inspected,
+)
+from transforms.offline.outputs import CountInto, WriteRejectsLedger, write_text
+from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, REASONS, Reject
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
 from transforms.offline.write_shards import FEATURES, FILES, MetaColumns, WriteShards
 from transforms.reporting.feature_stats import WriteFeatureStatistics
 from transforms.reporting.stats import SummarizeIndexFn
-from transforms.live_view import removal_key
-from transforms.snapshot_layout import RETIRED as RETIRED_FILE, work_file
+from transforms.snapshot_layout import work_file
 
-__all__ = ["PreprocessJob", "build_preprocess", "ReadInputs",
-           "InspectAndLabel", "AssignClasses", "Dedup", "WriteSnapshot", "WriteLedgers",
-           "Accounting"]
+__all__ = ["PreprocessJob", "build_preprocess", "ReadInputs", "InspectAndLabel", "AssignClasses",
+           "Dedup", "WriteSnapshot", "WriteLedgers", "Accounting"]
 
-_ROW_COUNT = {LABEL_ROW: "label_rows", BOX_ROW: "box_rows"}
+_ROW_COUNT = {LABEL_ROW: LABEL_ROWS, BOX_ROW: BOX_ROWS}
 _QUALITY = "quality"
-_SEEDED_COUNTS = ("images.discovered", "images.accepted", "images.rejected", "images.skipped",
-                  "label_rows.total", "box_rows.total", "live.before", "live.kept",
-                  "live.retired")
-_QUALITY_REASONS = frozenset(rule.reason for rule in quality_rules.RULES)
 
 
 def _route(record: ImageRecord):
@@ -67,7 +75,7 @@ def _route(record: ImageRecord):
 
 
 def _route_quality(record: ImageRecord):
-    if record.reject.reason in _QUALITY_REASONS:
+    if record.reject.reason in REASONS.quality:
         yield beam.pvalue.TaggedOutput(_QUALITY, record)
     else:
         yield record
@@ -110,10 +118,8 @@ def _assign_split(record: ImageRecord, ratios):
 
 
 class ReadInputs(beam.PTransform):
-    """Pipeline -> dict of PCollections: `refs` (discovered files), `discovery_rejects`,
-    `other_files` (the extension key of each file that is no image), `label_items`/`box_items` (every CSV row, parsed or rejected), `label_rows`/`box_rows`
-    (parsed), `label_rejects`/`box_rejects`, and `archive_rows` (the committed snapshots' index
-    rows with their run_id; empty on a full run)."""
+    """Pipeline -> Inputs: the discovered files, the CSV rows and the archive's index rows
+    (empty on a full run)."""
 
     def __init__(self, job: PreprocessJob):
         super().__init__()
@@ -134,12 +140,12 @@ class ReadInputs(beam.PTransform):
                      | "ReadBoxRows" >> ReadBoxRows(job.config.labels.max_cell_bytes))
         boxes = box_items | "SplitBoxRows" >> beam.FlatMap(_split_rows).with_outputs(
             REJECTED, main="rows")
-        return {"refs": discovered.refs, "discovery_rejects": discovered.rejected,
-                "other_files": discovered.other_files,
-                "label_items": label_items, "label_rows": labels.rows,
-                "label_rejects": labels[REJECTED], "box_items": box_items,
-                "box_rows": boxes.rows, "box_rejects": boxes[REJECTED],
-                "archive_rows": _read_archive(pipeline, job.archive, job.removed)}
+        return Inputs(refs=discovered.refs, discovery_rejects=discovered.rejected,
+                      other_files=discovered.other_files,
+                      label_items=label_items, label_rows=labels.rows,
+                      label_rejects=labels[REJECTED], box_items=box_items,
+                      box_rows=boxes.rows, box_rejects=boxes[REJECTED],
+                      archive_rows=_read_archive(pipeline, job.archive, job.removed))
 
 
 def _read_archive(pipeline: beam.Pipeline, archive: tuple, removed: frozenset):
@@ -162,11 +168,9 @@ def _read_archive(pipeline: beam.Pipeline, archive: tuple, removed: frozenset):
 
 
 class InspectAndLabel(beam.PTransform):
-    """ReadInputs' dict -> dict: `labelled` (inspected records with their label and boxes),
-    `quality_rejected` (rejected by a quality rule: exact dedup still looks at them, so that a
-    copy of a blurry image is a `duplicate` too), `rejected` (the other records rejected so
-    far), PlanImages' `row_rejects`, `skipped`, `matched` and `kept` (the archive's records
-    that stay live), and `retired` (retirement lines of the archive's records that do not)."""
+    """Inputs -> Inspected: every image planned against its CSV rows and the archive,
+    inspected and labelled; quality rejects apart, so that a copy of a blurry image is a
+    `duplicate` too."""
 
     def __init__(self, job: PreprocessJob):
         super().__init__()
@@ -174,10 +178,10 @@ class InspectAndLabel(beam.PTransform):
         self._folder_labels = job.folder_labels
         self._forgotten = (job.forgotten_paths, job.forgotten_shas)
 
-    def expand(self, inputs):
+    def expand(self, inputs: Inputs):
         config, folder_labels = self._config, self._folder_labels
-        planned = ((inputs["refs"], inputs["discovery_rejects"], inputs["label_rows"],
-                    inputs["box_rows"], inputs["archive_rows"])
+        planned = ((inputs.refs, inputs.discovery_rejects, inputs.label_rows,
+                    inputs.box_rows, inputs.archive_rows)
                    | "PlanImages" >> PlanImages(config, folder_labels, self._forgotten))
         inspected = planned.images | "InspectImages" >> InspectImages(config)
         retired = ((planned[RETIRED],
@@ -193,14 +197,15 @@ class InspectAndLabel(beam.PTransform):
             | "RouteLabelled" >> _Route())
         split = rejected | "SplitQualityRejects" >> beam.FlatMap(_route_quality).with_outputs(
             _QUALITY, main="other")
-        return {"labelled": labelled, "rejected": split.other, "quality_rejected": split[_QUALITY],
-                "row_rejects": planned[ROW_REJECTS], "skipped": planned[SKIPPED],
-                "matched": planned[MATCHED], "kept": planned[KEPT], "retired": retired}
+        return Inspected(labelled=labelled, rejected=split.other,
+                         quality_rejected=split[_QUALITY], row_rejects=planned[ROW_REJECTS],
+                         skipped=planned[SKIPPED], matched=planned[MATCHED], kept=planned[KEPT],
+                         retired=retired)
 
 
 class AssignClasses(beam.PTransform):
-    """Labelled records -> (class_table singleton, records with class ids, rejected). The
-    table starts from the run's table (ids never move) and, unless frozen, appends new names."""
+    """Labelled records -> Classified. The table starts from the run's table (ids never move)
+    and, unless frozen, appends new names."""
 
     def __init__(self, start_table, frozen: bool):
         super().__init__()
@@ -220,12 +225,11 @@ class AssignClasses(beam.PTransform):
             | "AssignClassIds" >> beam.ParDo(classes.AssignClassIdFn(),
                                              beam.pvalue.AsSingleton(class_table))
             | "RouteClassIds" >> _Route())
-        return class_table, with_ids, rejected
+        return Classified(class_table=class_table, records=with_ids, rejected=rejected)
 
 
 class Dedup(beam.PTransform):
-    """(records, quality-rejected records, archive's accepted rows) -> (unique records,
-    [rejected PCollections]): exact duplicates by sha256 among the records and the quality
+    """DedupInputs -> Deduped: exact duplicates by sha256 among the records and the quality
     rejects (the lowest path of a group keeps its own outcome, every other copy is `duplicate`:
     copies share their quality verdict, so a copy is never named blurry instead), then (when
     `dedup.near_duplicates`) near duplicates by perceptual hash among the records, both tonight
@@ -235,7 +239,7 @@ class Dedup(beam.PTransform):
         super().__init__()
         self._config = config
 
-    def expand(self, inputs):
+    def expand(self, inputs: DedupInputs):
         records, quality_rejected, archive_accepted = inputs
         archive_shas = archive_accepted | "ArchiveShas" >> beam.Map(
             lambda r: (r["sha256"], (r["run_id"], r["path"])))
@@ -265,7 +269,7 @@ class Dedup(beam.PTransform):
                                          archive_centers=archive_centers)
                                      | "RouteNear" >> _Route())
             rejected.append(rejected_near)
-        return unique, rejected
+        return Deduped(unique=unique, rejected=tuple(rejected))
 
 
 class WriteSnapshot(beam.PTransform):
@@ -282,7 +286,7 @@ class WriteSnapshot(beam.PTransform):
         config, staging = self._job.config, self._job.staging_dir
         # Every record gets every meta column of the run; TFDS's features.json lists them.
         meta_columns = accepted | "MetaColumns" >> MetaColumns()
-        meta_columns | "WriteMetaColumns" >> WriteJson(work_file(staging, "meta_columns.json"))
+        meta_columns | "WriteMetaColumns" >> staged_run.write_meta_columns(staging)
         written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table,
                                                           meta_columns)
         # The TFT transform covers everything committed so far plus tonight (the archive is
@@ -291,7 +295,8 @@ class WriteSnapshot(beam.PTransform):
             ((accepted, archive_accepted)
              | "AcceptedSoFar" >> beam.Flatten()
              | "AnalyzeAndWriteTransform" >> AnalyzeAndWriteTransform(
-                 staging, class_table, config.online.image_size, work_file(staging, "tft_tmp"),
+                 staging, class_table, config.online.image_size,
+                 work_file(staging, layout.WORK_TFT_TEMP),
                  size_quantiles=config.transform.size_quantiles,
                  exif_orientation=config.decode.exif_orientation))
         written[FEATURES] | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging)
@@ -299,9 +304,9 @@ class WriteSnapshot(beam.PTransform):
          | "AllShardFiles" >> beam.combiners.ToList()
          | "SortShardFiles" >> beam.Map(lambda files: sorted(
              (dataclasses.asdict(f) for f in files), key=lambda f: f["path"]))
-         | "WriteShardList" >> WriteJson(work_file(staging, "shards.json")))
+         | "WriteShardList" >> staged_run.write_shard_list(staging))
         class_table | "WriteClassTable" >> beam.Map(
-            lambda names: classes.write_class_table(FileSystems.join(staging, "classes.txt"),
+            lambda names: classes.write_class_table(FileSystems.join(staging, layout.CLASSES),
                                                     names))
         return written
 
@@ -336,64 +341,67 @@ class WriteLedgers(beam.PTransform):
         accepted_rows, rejected_images, all_rejects = inputs
         staging = self._staging
         all_rejects | "WriteRejectsLedger" >> WriteRejectsLedger(
-            FileSystems.join(staging, "rejects.jsonl"))
+            FileSystems.join(staging, layout.REJECTS))
         index_rows = ((accepted_rows,
                        rejected_images | "RejectedIndexRows" >> beam.Map(record_row))
                       | "AllIndexRows" >> beam.Flatten())
         index_rows | "WriteIndex" >> WriteToParquet(
-            FileSystems.join(staging, "index"), INDEX_SCHEMA, num_shards=1,
-            shard_name_template="", file_name_suffix=".parquet")
+            FileSystems.join(staging, layout.INDEX_STEM), INDEX_SCHEMA, num_shards=1,
+            shard_name_template="", file_name_suffix=layout.INDEX_SUFFIX)
         return (index_rows
                 | "SummarizeIndex" >> beam.CombineGlobally(SummarizeIndexFn())
-                | "WriteIndexSummary" >> WriteJson(work_file(staging, "index_summary.json")))
+                | "WriteIndexSummary" >> staged_run.write_index_summary(staging))
 
 
 class Accounting(beam.PTransform):
-    """A dict of the job's PCollections -> `_work/counts.json`: how many inputs were discovered,
-    accepted, rejected (per reason) and skipped, how many CSV rows matched or were rejected,
-    and how many other files (no images) were listed per extension (`other_files.<ext>`; no
-    `other_files` part: none). Counts go through combiners (constant memory whatever the
-    number of inputs)."""
+    """(Inputs, Inspected, Counted) -> `_work/counts.json` (`pipelines.staged_run`): how many
+    inputs were discovered, accepted, rejected (per reason) and skipped, how many CSV rows
+    matched or were rejected, how many live records were kept or retired, and how many other
+    files (no images) were listed per extension. Counts go through combiners (constant memory
+    whatever the number of inputs)."""
 
     def __init__(self, staging_dir: str):
         super().__init__()
         self._staging = staging_dir
 
     def expand(self, parts):
+        inputs, inspected, counted = parts
         counts = [
-            parts["refs"].pipeline | "Zeros" >> beam.Create(
-                [(name, 0) for name in _SEEDED_COUNTS]),  # a count of nothing is 0, not absent
-            parts["refs"] | "CountDiscoveredOk" >> CountInto("images.discovered"),
-            parts["discovery_rejects"] | "CountDiscoveryRejects" >> CountInto(
-                "images.discovered"),
-            parts["accepted_rows"] | "CountAccepted" >> CountInto("images.accepted"),
-            parts["image_rejects"] | "CountImageRejects" >> CountInto("images.rejected"),
-            parts["skipped"] | "CountSkipped" >> CountInto("images.skipped"),
-            parts["label_items"] | "CountLabelRows" >> CountInto("label_rows.total"),
-            parts["box_items"] | "CountBoxRows" >> CountInto("box_rows.total"),
-            (parts["all_rejects"]
+            inputs.refs.pipeline | "Zeros" >> beam.Create(
+                [(name, 0) for name in staged_run.SEEDED_COUNTS]),  # nothing counted is 0
+            inputs.refs | "CountDiscoveredOk" >> CountInto(count_key(IMAGES, "discovered")),
+            inputs.discovery_rejects | "CountDiscoveryRejects" >> CountInto(
+                count_key(IMAGES, "discovered")),
+            counted.accepted_rows | "CountAccepted" >> CountInto(count_key(IMAGES, "accepted")),
+            counted.image_rejects | "CountImageRejects" >> CountInto(
+                count_key(IMAGES, "rejected")),
+            inspected.skipped | "CountSkipped" >> CountInto(count_key(IMAGES, "skipped")),
+            inputs.label_items | "CountLabelRows" >> CountInto(count_key(LABEL_ROWS, "total")),
+            inputs.box_items | "CountBoxRows" >> CountInto(count_key(BOX_ROWS, "total")),
+            (counted.all_rejects
              | "RowRejects" >> beam.Filter(lambda r: r.kind != IMAGE)
-             | "RowRejectPairs" >> beam.Map(lambda r: (_ROW_COUNT[r.kind] + ".rejected", 1))),
-            (parts["matched"]
-             | "MatchedPairs" >> beam.Map(lambda kv: (_ROW_COUNT[kv[0]] + ".matched", kv[1]))),
-            (parts["all_rejects"]
-             | "ReasonKeys" >> beam.Map(lambda r: (f"reasons.{r.kind}.{r.reason}", 1))),
-            (parts["archive_rows"]
+             | "RowRejectPairs" >> beam.Map(
+                 lambda r: (count_key(_ROW_COUNT[r.kind], "rejected"), 1))),
+            (inspected.matched
+             | "MatchedPairs" >> beam.Map(
+                 lambda kv: (count_key(_ROW_COUNT[kv[0]], "matched"), kv[1]))),
+            (counted.all_rejects
+             | "ReasonKeys" >> beam.Map(lambda r: (staged_run.reason_key(r.kind, r.reason), 1))),
+            (inputs.archive_rows
              | "LiveBefore" >> beam.Filter(lambda r: r["accepted"] and not r["removed"])
-             | "CountLiveBefore" >> CountInto("live.before")),
-            parts["kept"] | "CountKept" >> CountInto("live.kept"),
-            parts["retired"] | "CountRetired" >> CountInto("live.retired"),
-            (parts["retired"]
-             | "RetiredKeys" >> beam.Map(lambda line: (f"retired.{line['reason']}", 1))),
+             | "CountLiveBefore" >> CountInto(count_key(LIVE, "before"))),
+            inspected.kept | "CountKept" >> CountInto(count_key(LIVE, "kept")),
+            inspected.retired | "CountRetired" >> CountInto(count_key(LIVE, "retired")),
+            (inspected.retired
+             | "RetiredKeys" >> beam.Map(lambda line: (staged_run.retired_key(line["reason"]), 1))),
+            inputs.other_files | "OtherFileKeys" >> beam.Map(
+                lambda key: (staged_run.other_files_key(key), 1)),
         ]
-        if "other_files" in parts:
-            counts.append(parts["other_files"] | "OtherFileKeys" >> beam.Map(
-                lambda key: (f"{OTHER_FILES}.{key}", 1)))
         return (counts
                 | "AllCounts" >> beam.Flatten()
                 | "SumPerKey" >> beam.CombinePerKey(sum)
                 | "CountsDict" >> beam.combiners.ToDict()
-                | "WriteCounts" >> WriteJson(work_file(self._staging, "counts.json")))
+                | "WriteCounts" >> staged_run.write_counts(self._staging))
 
 
 def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
@@ -401,26 +409,24 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     config = job.config
     inputs = pipeline | "ReadInputs" >> ReadInputs(job)
     inspected = inputs | "InspectAndLabel" >> InspectAndLabel(job)
-    archive_accepted = inspected["kept"]  # the archive's records that stay live tonight
-    inspected["retired"] | "WriteRetirements" >> WriteRetirements(
-        FileSystems.join(job.staging_dir, RETIRED_FILE))
-    class_table, with_ids, rejected_class = inspected["labelled"] | "AssignClasses" >> (
+    archive_accepted = inspected.kept  # the archive's records that stay live tonight
+    inspected.retired | "WriteRetirements" >> WriteRetirements(
+        FileSystems.join(job.staging_dir, layout.RETIRED))
+    classified = inspected.labelled | "AssignClasses" >> (
         AssignClasses(job.class_table, job.frozen_classes))
-    unique, rejected_dedup = ((with_ids, inspected["quality_rejected"], archive_accepted)
-                              | "Dedup" >> Dedup(config))
-    accepted = unique | "AssignSplits" >> beam.Map(_assign_split, config.split)
-    written = (accepted, archive_accepted, class_table) | "WriteSnapshot" >> WriteSnapshot(job)
+    deduped = (DedupInputs(classified.records, inspected.quality_rejected, archive_accepted)
+               | "Dedup" >> Dedup(config))
+    accepted = deduped.unique | "AssignSplits" >> beam.Map(_assign_split, config.split)
+    written = ((accepted, archive_accepted, classified.class_table)
+               | "WriteSnapshot" >> WriteSnapshot(job))
 
-    rejected_images = ([inspected["rejected"], rejected_class, *rejected_dedup]
+    rejected_images = ([inspected.rejected, classified.rejected, *deduped.rejected]
                        | "AllRejectedImages" >> beam.Flatten())
     image_rejects = rejected_images | "ImageRejects" >> beam.Map(lambda r: r.reject)
-    all_rejects = ((image_rejects, inputs["label_rejects"], inputs["box_rejects"],
-                    inspected["row_rejects"])
+    all_rejects = ((image_rejects, inputs.label_rejects, inputs.box_rejects,
+                    inspected.row_rejects)
                    | "AllRejects" >> beam.Flatten())
     (written.index, rejected_images, all_rejects) | "WriteLedgers" >> WriteLedgers(
         job.staging_dir)
-    ({**inputs, "accepted_rows": written.index, "image_rejects": image_rejects,
-      "all_rejects": all_rejects, "skipped": inspected["skipped"],
-      "matched": inspected["matched"], "kept": inspected["kept"],
-      "retired": inspected["retired"]}
+    ((inputs, inspected, Counted(written.index, image_rejects, all_rejects))
      | "Accounting" >> Accounting(job.staging_dir))

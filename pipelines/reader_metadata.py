@@ -19,9 +19,17 @@ from configs.online import NormalizeConfig
 from configs.schema import SPLITS
 from transforms import codec
 from transforms.live_view import LiveView, live_view, select_snapshots
-from transforms.snapshot_layout import (CLASSES, GFILE, MANIFEST, STATS, TRANSFORM_FN,
-                                        Snapshot, join, parse_manifest,
-                                        tfrecord_compression)
+from transforms.snapshot_layout import (
+    CLASSES,
+    GFILE,
+    MANIFEST,
+    STATS,
+    TRANSFORM_FN,
+    Snapshot,
+    join,
+    parse_manifest,
+    tfrecord_compression,
+)
 
 __all__ = ["read_class_names", "read_stats", "read_pixel_stats", "normalization",
            "count_examples", "has_boxes", "batches_per_epoch", "read_label_offset"]

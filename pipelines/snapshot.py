@@ -23,29 +23,31 @@ import posixpath
 from apache_beam.io.filesystems import FileSystems
 
 from configs.schema import SPLITS, config_to_dict
-from pipelines.beam_files import (BEAM_FILES, BeamStorage, read_json, remove_tree, sync_files,
-                                  write_atomically)
+from pipelines.beam_files import (
+    BEAM_FILES,
+    BeamStorage,
+    read_json,
+    remove_tree,
+    sync_files,
+    write_atomically,
+)
 from pipelines.job import PreprocessJob
+from pipelines.staged_run import BOX_ROWS, IMAGES, LABEL_ROWS, LIVE, Counts, read_staged
+from transforms import snapshot_layout as layout
 from transforms.offline import classes, file_kinds, quality_rules
+from transforms.offline.rejects import REASONS
+from transforms.offline.tft_analysis import tft_summary
 from transforms.reporting.history import fingerprint, reject_key, snapshot_summary
 from transforms.reporting.report import render_report
 from transforms.reporting.stats import finalize_stats
 from transforms.reporting.stats_proto import to_statistics_proto
 from transforms.reporting.tfds_metadata import tfds_files
-from transforms.offline.tft_analysis import tft_summary
 from transforms.reporting.thumbnails import thumbnails_png
-from transforms import snapshot_layout as layout
-from transforms.snapshot_layout import WORK_DIR, Snapshot, work_file
+from transforms.snapshot_layout import WORK_DIR, Snapshot
 
 __all__ = ["AccountingError", "BeamStorage", "BEAM_FILES", "check_accounting",
            "publish_snapshot", "publish_candidate", "staged_stats", "staged_rejects",
            "discard_staging", "remove_tree", "read_json"]
-
-# Never open unsafe files, never decode bombs or files that crashed or hung the decoder (even
-# isolated they would cost the timeout again), never open what could not be read (a FIFO),
-# nothing to show for rows, nothing the decoder cannot read.
-_NO_THUMBNAIL = ("unsafe_path", "too_large", "decoder_crash", "unreadable", "missing_file",
-                 "bad_csv_row", "unsupported_format")
 
 
 class AccountingError(RuntimeError):
@@ -63,46 +65,35 @@ def _write_json(path: str, data) -> None:
                         + "\n").encode("utf-8"))
 
 
-def check_accounting(counts: dict) -> dict:
+def check_accounting(counts: Counts) -> dict:
     """The accounting section of the manifest, with an `ok` flag per kind and overall."""
     def section(kind: str, done: tuple) -> dict:
-        values = {name: int(counts.get(f"{kind}.{name}", 0))
-                  for name in ("discovered" if kind == "images" else "total",) + done}
-        total = values["discovered" if kind == "images" else "total"]
+        values = {name: counts.get(kind, name)
+                  for name in ("discovered" if kind == IMAGES else "total",) + done}
+        total = values["discovered" if kind == IMAGES else "total"]
         values["ok"] = total == sum(values[name] for name in done)
         return values
     accounting = {
-        "images": section("images", ("accepted", "rejected", "skipped")),
-        "label_rows": section("label_rows", ("matched", "rejected")),
-        "box_rows": section("box_rows", ("matched", "rejected")),
-        "live": live_accounting(counts),
+        IMAGES: section(IMAGES, ("accepted", "rejected", "skipped")),
+        LABEL_ROWS: section(LABEL_ROWS, ("matched", "rejected")),
+        BOX_ROWS: section(BOX_ROWS, ("matched", "rejected")),
+        LIVE: live_accounting(counts),
     }
     accounting["ok"] = all(part["ok"] for part in accounting.values())
     return accounting
 
 
-def live_accounting(counts: dict) -> dict:
+def live_accounting(counts: Counts) -> dict:
     """The live set across the night (`transforms.live_view`): every record live before it
     is kept or retired, and what is live after it is what was kept plus tonight's accepted
     records (`before + added - retired == after`)."""
-    live = {name: int(counts.get(f"live.{name}", 0)) for name in ("before", "kept", "retired")}
-    live["added"] = int(counts.get("images.accepted", 0))
+    live = {name: counts.get(LIVE, name) for name in ("before", "kept", "retired")}
+    live["added"] = counts.get(IMAGES, "accepted")
     live["after"] = live["kept"] + live["added"]
-    live["retired_by_reason"] = {key.split(".", 1)[1]: int(value)
-                                 for key, value in sorted(counts.items())
-                                 if key.startswith("retired.")}
+    live["retired_by_reason"] = counts.retired_by_reason()
     live["ok"] = (live["before"] == live["kept"] + live["retired"]
                   == sum(live["retired_by_reason"].values()) + live["kept"])
     return live
-
-
-def _rejects_by_kind(counts: dict) -> dict:
-    result: dict = {}
-    for key, value in counts.items():
-        if key.startswith("reasons."):
-            _, kind, reason = key.split(".", 2)
-            result.setdefault(kind, {})[reason] = value
-    return {kind: dict(sorted(reasons.items())) for kind, reasons in sorted(result.items())}
 
 
 def _find_input(data_roots, rel: str) -> str | None:
@@ -118,7 +109,7 @@ def _thumbnails(job: PreprocessJob, stats: dict) -> dict:
     shown = {reason: examples[:job.config.report.thumbnails_per_reason]
              for reason, examples in sorted(stats.get("reject_examples", {}).items())}
     found = {rel: _find_input(job.data_roots, rel) for reason, rels in shown.items()
-             if reason not in _NO_THUMBNAIL for rel in rels}
+             if reason not in REASONS.no_thumbnail for rel in rels}
     pngs = thumbnails_png([path for path in found.values() if path], job.config.limits,
                           job.config.decode.timeout_s, job.config.decode.exif_orientation)
     return {reason: [(rel, pngs.get(found.get(rel))) for rel in rels]
@@ -173,16 +164,15 @@ def _move(sources: list[str], destinations: list[str]) -> None:
 def staged_stats(job: PreprocessJob) -> tuple[dict, dict]:
     """(accounting, stats) of the staged run; AccountingError when inputs went missing."""
     staging = job.staging_dir
-    counts = read_json(work_file(staging, "counts.json"))
-    accounting = check_accounting(counts)
+    staged = read_staged(staging)
+    accounting = check_accounting(staged.counts)
     if not accounting["ok"]:
         raise AccountingError(
             "Inputs are not all accounted for; nothing was published. "
             f"Accounting: {json.dumps(accounting, sort_keys=True)}")
-    stats = finalize_stats(read_json(work_file(staging, "index_summary.json")),
-                           _rejects_by_kind(counts), accounting)
+    stats = finalize_stats(staged.index_summary, staged.counts.rejects_by_kind(), accounting)
     stats["thresholds"] = quality_rules.thresholds(job.config.quality)
-    stats[file_kinds.OTHER_FILES] = file_kinds.other_files_from_counts(counts)
+    stats[file_kinds.OTHER_FILES] = staged.counts.other_files()
     stats["classes"] = classes.read_class_table(FileSystems.join(staging, layout.CLASSES))
     if job.config.transform.enabled:
         stats["transform"] = tft_summary(staging)
@@ -208,10 +198,9 @@ def _write_tfds_files(job: PreprocessJob, run_id: str, table: list) -> None:
     if output.compression == "gzip":
         return
     staging = job.staging_dir
-    files = tfds_files(name=output.name, run_id=run_id,
-                       shards=read_json(work_file(staging, "shards.json")), class_table=table,
-                       meta_columns=read_json(work_file(staging, "meta_columns.json")),
-                       label_offset=output.label_offset)
+    staged = read_staged(staging)
+    files = tfds_files(name=output.name, run_id=run_id, shards=staged.shards, class_table=table,
+                       meta_columns=staged.meta_columns, label_offset=output.label_offset)
     for filename, data in files.items():
         _write_bytes(FileSystems.join(staging, filename), data)
 
@@ -278,7 +267,7 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
     staging = job.staging_dir
     accounting, stats = _stage_reports(job, run_id, extra_stats, reject_keys)
     table = stats["classes"]
-    shard_entries = {entry["path"]: entry for entry in read_json(work_file(staging, "shards.json"))}
+    shard_entries = {entry["path"]: entry for entry in read_staged(staging).shards}
     final = layout.snapshot_dir(output_dir, run_id)
     rels = _staged_files(staging)
     files = []

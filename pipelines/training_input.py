@@ -70,15 +70,27 @@ import logging
 import tensorflow as tf
 
 from configs.schema import Config, load_config
-from pipelines.reader_metadata import (batches_per_epoch, count_examples, has_boxes,
-                                       normalization, read_class_names, read_label_offset,
-                                       read_pixel_stats)
-from pipelines.reader_records import (count_table, mix_records, read_records,
-                                      removal_table, shards_by_records, without_autograph)
+from pipelines.reader_metadata import (
+    batches_per_epoch,
+    count_examples,
+    has_boxes,
+    normalization,
+    read_class_names,
+    read_label_offset,
+    read_pixel_stats,
+)
+from pipelines.reader_records import (
+    count_table,
+    mix_records,
+    read_records,
+    removal_table,
+    shards_by_records,
+    without_autograph,
+)
 from pipelines.reader_samples import batch_samples, parse_sample, select_output
 from pipelines.reader_spec import ReaderSpec
-from transforms.online.augment import BatchAugmenter, build_batch_augmenter
 from transforms.live_view import LiveView, live_view, select_snapshots
+from transforms.online.augment import BatchAugmenter, build_batch_augmenter
 from transforms.online.seeds import epoch_seed, step_seed
 from transforms.snapshot_layout import Snapshot, list_shards, list_split_shards
 

@@ -75,18 +75,14 @@ def _runs_in_this_process(options: PipelineOptions) -> bool:
 
 def prepare_job(job, options: PipelineOptions):
     """What the launcher does before building `job`'s graph: resolves `decode.processes`,
-    installs Beam's construction caches (`construction_caches`), a cheaper weighing of the
-    state cache's values (`state_cache_weights`) and the exit hook that keeps a script that
-    ran the job from crashing at interpreter exit (`exit_safety`), and starts the forkserver
-    of the isolated children now when this process will need one: the decoders' (isolated
-    decoding, graph run in this process) or the report's thumbnails' (drawn in an isolated
-    child at publish, whatever the runner, when `report.thumbnails_per_reason` > 0).
-    Its TensorFlow import then runs on another core while the launcher imports TensorFlow and
-    runs the job, instead of being waited for at publish (~6 s of a small inline job with
-    rejects). Call it before importing the graph's modules; it imports no TensorFlow itself."""
-    from runners import construction_caches, exit_safety, state_cache_weights
-    construction_caches.install()
-    state_cache_weights.install()
+    registers the exit hook that keeps a script that ran the job from crashing at interpreter
+    exit (`exit_safety`), and starts the forkserver of the isolated children now when this
+    process will need one: the decoders' (isolated decoding, graph run in this process) or the
+    report's thumbnails' (drawn in an isolated child at publish, whatever the runner, when
+    `report.thumbnails_per_reason` > 0), so that its TensorFlow import overlaps the launcher's.
+    Call it before importing the graph's modules; it imports no TensorFlow itself. It patches
+    no framework (the `pixelmill` command's speed-ups: `runners.framework_patches`)."""
+    from runners import exit_safety
     exit_safety.install()
     job = with_decode_processes(job, options)
     if needs_forkserver(job, options):

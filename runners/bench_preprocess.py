@@ -38,12 +38,26 @@ import os
 import statistics
 import sys
 
-from runners.bench_loops import (own_cpu_seconds, time_decode_limit, time_inspect,
-                                 time_naive_loop)
-from runners.bench_processes import (Corpus, JobRun, corpus_profile, folder_corpus,
-                                     prepare_corpus, time_job, time_nightly, tree_rss_bytes)
-from runners.bench_report import (TARGETS, BenchResult, IdentityCheck, Measurement, MemoryCheck,
-                                  ScaleCheck, format_report)
+from runners.bench_loops import own_cpu_seconds, time_decode_limit, time_inspect, time_naive_loop
+from runners.bench_processes import (
+    Corpus,
+    JobRun,
+    corpus_profile,
+    folder_corpus,
+    prepare_corpus,
+    time_job,
+    time_nightly,
+    tree_rss_bytes,
+)
+from runners.bench_report import (
+    TARGETS,
+    BenchResult,
+    IdentityCheck,
+    Measurement,
+    MemoryCheck,
+    ScaleCheck,
+    format_report,
+)
 from runners.errors import UsageError
 
 __all__ = ["Corpus", "JobRun", "Measurement", "MemoryCheck", "BenchResult", "TARGETS",

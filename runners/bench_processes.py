@@ -16,6 +16,7 @@ import threading
 import time
 
 from runners.errors import UsageError
+from transforms import snapshot_layout as layout
 
 __all__ = ["Corpus", "prepare_corpus", "folder_corpus", "corpus_profile", "tree_rss_bytes",
            "tree_pss_bytes",
@@ -300,7 +301,7 @@ def _job_child(argv) -> int:
     snapshot = preprocess.run(argv)
     seconds = time.perf_counter() - started
     rejects: dict = {}
-    with open(os.path.join(snapshot.path, "rejects.jsonl"), encoding="utf-8") as handle:
+    with open(os.path.join(snapshot.path, layout.REJECTS), encoding="utf-8") as handle:
         for line in handle:
             entry = json.loads(line)
             if entry["kind"] == "image":

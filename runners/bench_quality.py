@@ -33,6 +33,7 @@ import tempfile
 
 from runners import quality_eval
 from runners.errors import UsageError
+from transforms import snapshot_layout as layout
 
 __all__ = ["run", "main", "job_outcomes", "cleanvision_outcomes", "JOB_SETTINGS"]
 
@@ -83,7 +84,7 @@ def job_outcomes(set_dir: str, output_dir: str, sets=(), config: str | None = No
         argv += ["--set", item]
     snapshot = preprocess.run(argv)
     outcomes = {}
-    with open(os.path.join(snapshot.path, "rejects.jsonl"), encoding="utf-8") as handle:
+    with open(os.path.join(snapshot.path, layout.REJECTS), encoding="utf-8") as handle:
         for line in handle:
             row = json.loads(line)
             if row.get("kind", "image") == "image":

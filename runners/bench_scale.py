@@ -36,6 +36,7 @@ import sys
 import tempfile
 
 from runners.errors import UsageError
+from transforms import snapshot_layout as layout
 
 __all__ = ["StepResult", "measure_step", "format_table", "check_targets", "dataflow_plan",
            "run", "main", "JOB_STEPS"]
@@ -265,7 +266,7 @@ def check_nightly(workdir: str, rows: int, snapshots: int, seed: int = 0) -> str
     names = {name for name, _size in storage.read}
     sizes = [size for _name, size in storage.read]
     old_bytes = sum(os.path.getsize(os.path.join(f, name)) for f in folders
-                    for name in ("rejects.jsonl", "stats.json"))
+                    for name in (layout.REJECTS, layout.STATS))
     ok = names == {"summary.json"} and len(sizes) == snapshots and max(sizes) <= 2 ** 20
     return (f"{_verdict(ok)}  nightly no-op on an archive of {rows:,} rows in {snapshots} "
             f"snapshots reads {len(sizes)} files, all {'/'.join(sorted(names))} "

@@ -20,19 +20,17 @@ the output folder's lock; 4 `preprocess` or `nightly` refused a run that would l
 good data (`runners.guard`: nothing published, --accept_shrink publishes it); `nightly` adds 3
 (drift with --fail_on_drift); `verify` exits 1 when a file is broken; 143 / 130 stopped by
 SIGTERM / SIGINT (cleaned up: `runners.stop_signals`). Never a signal: the process ends with
-`os._exit` whatever happened (see `console_main`). `--help` and `--version` load neither
-TensorFlow nor Beam.
+`runners.exit_safety.exit_now` whatever happened (see `console_main`). `--help` and `--version`
+load neither TensorFlow nor Beam.
 """
 from __future__ import annotations
 
 import importlib
-import logging
-import os
 import sys
 import traceback
 
 from configs.checks import ConfigError
-from runners import console, stop_signals
+from runners import console, exit_safety, stop_signals
 from runners.errors import LockHeld, UsageError
 from runners.flags import command_help, wants_help
 from runners.guard import EXIT_REFUSED, ShrinkRefused
@@ -56,6 +54,7 @@ SUBCOMMANDS = {
     "bench": (None, "benchmarks: `bench preprocess`, `bench train`, `bench quality` or "
                     "`bench scale`"),
 }
+_PATCHED = ("preprocess", "nightly", "demo")  # the commands that build a Beam graph
 _BENCHES = {"preprocess": "runners.bench_preprocess", "train": "runners.bench_train",
             "quality": "runners.bench_quality", "scale": "runners.bench_scale"}
 
@@ -92,6 +91,9 @@ def main(argv=None) -> int:
     if command in ("preprocess", "nightly") and wants_help(rest):  # without Beam's import
         print(command_help(command, module_name), end="")
         return 0
+    if command in _PATCHED:  # Beam speed-ups for the command's own process only
+        from runners import framework_patches
+        framework_patches.enable()
     module = importlib.import_module(module_name)
     entry = getattr(module, "main", None) or module.run
     try:
@@ -142,11 +144,8 @@ def console_main(argv=None) -> None:
         traceback.print_exc()
         code = EXIT_FAILED
     stop_signals.end_children()
-    logging.shutdown()
     console.drain()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_safety.exit_now(code)
 
 
 if __name__ == "__main__":

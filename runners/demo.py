@@ -8,8 +8,8 @@ print what happened.
 from __future__ import annotations
 
 import argparse
-import sys
 import os
+import sys
 
 from runners.flags import CommandParser, count_at_least
 

@@ -22,6 +22,8 @@ import os
 import numpy as np
 from PIL import Image, ImageFilter
 
+from transforms.snapshot_layout import CLASSES
+
 __all__ = ["DEMO_CLASSES", "DemoDataset", "generate_demo", "generate_corpus", "photo_like"]
 
 DEMO_CLASSES = ("cat", "dog", "bird", "fish")
@@ -257,7 +259,7 @@ class _DemoWriter:
     def tables(self) -> DemoDataset:
         """labels.csv, boxes.csv and classes.txt, and the dataset description."""
         labels_csv = os.path.join(self.data_dir, "labels.csv")
-        classes_txt = os.path.join(self.data_dir, "classes.txt")
+        classes_txt = os.path.join(self.data_dir, CLASSES)  # the class-table format
         boxes_csv = os.path.join(self.data_dir, "boxes.csv")
         _write_csv(labels_csv, ["path", "label", "split", "source", "confidence"],
                    self.label_rows)

@@ -8,17 +8,23 @@ then asks for its module's state, which is gone: SIGSEGV (exit 139) after a run 
 succeeded, in any script that calls `runners.preprocess.run` and exits normally (gdb:
 `PyUpb_RepeatedContainer_Dealloc -> PyUpb_FieldDescriptor_GetDef -> PyModule_GetState(NULL)`).
 
-`install()` registers an `atexit` hook (atexit runs before that teardown, with every module
-alive) that drops the references Python objects' attributes hold to such containers, so they
-are freed while it is safe. The `pixelmill` command itself ends with `os._exit` (see
-`runners.cli.console_main`) and never reaches this hook.
+This module is the one owner of that fix. A process that controls its own end (the
+`pixelmill` command, the test suite's pytest process) calls `exit_now`: everything flushed,
+then `os._exit`, no teardown. A library user's script cannot: for it `install()` (called by
+`runners.beam_runner.prepare_job`) registers an `atexit` hook (atexit runs before the
+teardown, with every module alive) that drops the references Python objects' attributes hold
+to such containers, so they are freed while it is safe (a `gc.collect()` after the job does
+not help: the containers stay reachable).
 """
 from __future__ import annotations
 
 import atexit
 import gc
+import logging
+import os
+import sys
 
-__all__ = ["install", "release_proto_containers"]
+__all__ = ["install", "release_proto_containers", "exit_now"]
 
 _UPB_MODULE = "google._upb._message"
 _installed = False
@@ -48,3 +54,12 @@ def release_proto_containers() -> int:
                 attributes[name] = None
                 released += 1
     return released
+
+
+def exit_now(code: int) -> None:
+    """Ends the process with `code` without the interpreter teardown: logging shut down and
+    stdout/stderr flushed first, so nothing written is lost."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -16,8 +16,8 @@ import argparse
 import re
 import sys
 
-from runners.flags import CommandParser
 from runners.errors import UsageError
+from runners.flags import CommandParser
 from transforms import snapshot_layout as layout
 
 __all__ = ["main", "parse_names"]

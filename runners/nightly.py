@@ -30,16 +30,16 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.beam_files import BEAM_FILES
 from runners.guard import guarded_publish
+from runners.locked_run import locked_run
 from runners.nightly_precheck import quick_look
 from runners.options import NightlyOptions, print_help, wants_help
 from runners.preprocess import execute, parse_options, resolve_job
 from runners.progress_report import reporting
-from transforms.reporting.drift import check_drift, cumulative_stats
-from transforms.reporting.history import fingerprint, read_history, reject_key
-from runners.locked_run import locked_run
 from runners.run_lock import LOCK_NAME, LockHeld, note_blocked
 from transforms import snapshot_layout as layout
 from transforms.live_view import live_count, live_view, read_manifest, removal_keys
+from transforms.reporting.drift import check_drift, cumulative_stats
+from transforms.reporting.history import fingerprint, read_history, reject_key
 from transforms.snapshot_layout import Snapshot
 
 __all__ = ["NightlyOptions", "NightlyResult", "run", "main", "EXIT_DRIFT", "EXIT_LOCKED",
@@ -127,7 +127,11 @@ def _night(job, options, nightly, inputs, output_dir: str, run_id: str, lock,
                              nightly.quick_look_max_files, removed)
         if message:
             return NightlyResult(run_id, None, message, {}, 0)
-    from pipelines.snapshot import discard_staging, staged_rejects, staged_stats  # TensorFlow: only for a night that works
+    from pipelines.snapshot import (  # TensorFlow: only for a night that works
+        discard_staging,
+        staged_rejects,
+        staged_stats,
+    )
     job = dataclasses.replace(job, removed=removed, archive=tuple(
         (rid, FileSystems.join(layout.snapshot_dir(output_dir, rid), layout.INDEX))
         for rid in live_ids))

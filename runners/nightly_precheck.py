@@ -29,8 +29,14 @@ from runners.flags import DEFAULT_QUICK_LOOK_MAX_FILES
 from transforms import snapshot_layout as layout
 from transforms.live_view import removal_key
 from transforms.offline.discover import TooManyFiles, list_images
-from transforms.offline.join_labels import (assign_rows, label_key, missing_file_rejects,
-                                            read_box_csv, read_label_csv, unchanged_since)
+from transforms.offline.join_labels import (
+    assign_rows,
+    label_key,
+    missing_file_rejects,
+    read_box_csv,
+    read_label_csv,
+    unchanged_since,
+)
 from transforms.offline.rejects import Reject
 from transforms.reporting.history import fingerprint, reject_key
 

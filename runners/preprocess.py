@@ -29,20 +29,19 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from configs.schema import ConfigError, load_config
+from pipelines.beam_files import BEAM_FILES
 from pipelines.job import PreprocessJob
 from runners.beam_runner import prepare_job, runner_for
 from runners.errors import UsageError
-from runners.frozen_heap import frozen_heap
 from runners.guard import check_max_shrink, guarded_publish
+from runners.locked_run import check_run_id, locked_run
 from runners.options import PreprocessOptions, print_help, wants_help
 from runners.progress_report import reporting
-from transforms.offline import boxes, classes, labels
-from transforms.offline.join_labels import read_csv_header
+from runners.strict_flags import check_flags
 from transforms import snapshot_layout as layout
 from transforms.live_view import live_count, live_view, read_retirements
-from pipelines.beam_files import BEAM_FILES
-from runners.locked_run import check_run_id, locked_run
-from runners.strict_flags import check_flags
+from transforms.offline import boxes, classes, labels
+from transforms.offline.join_labels import read_csv_header
 
 __all__ = ["PreprocessOptions", "run", "main", "resolve_job", "translate_flags", "execute",
            "parse_options"]
@@ -68,7 +67,7 @@ def _starting_class_table(output_dir: str, classes_file: str | None, config) -> 
             raise UsageError(f"classes.renames maps {old!r} to {ascii(new)}, which is not a "
                              f"valid class name: {problem}")
     existing = classes.apply_renames(
-        classes.read_class_table(FileSystems.join(output_dir, "classes.txt")),
+        classes.read_class_table(FileSystems.join(output_dir, layout.CLASSES)),
         config.classes.renames)
     if not classes_file:
         return existing, config.classes.frozen
@@ -126,11 +125,12 @@ def resolve_job(job_options: PreprocessOptions, staging_dir: str):
     cap = config.labels.max_cell_bytes
     for path in label_csvs:
         _check_exists(path, "--labels")
-        _check_header(lambda: labels.parse_label_csv(path, [read_csv_header(path, cap)],
-                                                     config.labels))
+        _check_header(lambda path=path: labels.parse_label_csv(
+            path, [read_csv_header(path, cap)], config.labels))
     for path in box_csvs:
         _check_exists(path, "--boxes")
-        _check_header(lambda: boxes.parse_box_csv(path, [read_csv_header(path, cap)], cap))
+        _check_header(lambda path=path: boxes.parse_box_csv(
+            path, [read_csv_header(path, cap)], cap))
     table, frozen = _starting_class_table(output_dir, job_options.classes, config)
     forgotten = () if job_options.allow_forgotten else read_retirements(
         FileSystems.join(output_dir, layout.FORGOTTEN), BEAM_FILES)
@@ -161,10 +161,9 @@ def execute(job: PreprocessJob, options: PipelineOptions) -> None:
     """Builds and runs the graph; everything lands in `job.staging_dir`. Raises on failure."""
     job = prepare_job(job, options)  # first: the decoders' forkserver imports alongside us
     from pipelines.preprocess import build_preprocess  # TensorFlow: only for a run that works
-    with frozen_heap():  # what is loaded by now is not garbage: full collections skip it
-        pipeline = beam.Pipeline(runner=runner_for(options), options=options)
-        build_preprocess(pipeline, job)
-        state = pipeline.run().wait_until_finish()
+    pipeline = beam.Pipeline(runner=runner_for(options), options=options)
+    build_preprocess(pipeline, job)
+    state = pipeline.run().wait_until_finish()
     if state is not None and str(state).rsplit(".", 1)[-1] != "DONE":
         raise RuntimeError(f"The pipeline ended in state {state}; nothing was published.")
 

@@ -12,7 +12,6 @@ the seed training uses for that step, so the grid shows real training inputs.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import math
@@ -92,8 +91,8 @@ def build_preview(output_dir: str, config: Config, split: str = "train", n: int 
         raise ValueError(f"n must be an integer >= 1. Received: n={n!r}")
     from pipelines.reader_metadata import read_class_names  # TensorFlow: after the flags
     from pipelines.training_input import augment_batch, make_dataset
-    from transforms.online.augment import build_batch_augmenter
     from transforms.live_view import select_snapshots
+    from transforms.online.augment import build_batch_augmenter
     seed = config.online.seed if seed is None else seed
     class_names = read_class_names(select_snapshots(output_dir))
     dataset = make_dataset(output_dir, split, batch_size=n, config=config, seed=seed,

@@ -38,13 +38,14 @@ import uuid
 from apache_beam.io.filesystems import FileSystems
 
 from runners.errors import LockHeld
+from transforms.snapshot_layout import LOCK, LOCK_BLOCKED
 
 __all__ = ["LockHeld", "LockLost", "RunLock", "LOCK_NAME", "BLOCKED_NAME", "machine_identity",
            "note_blocked", "clear_blocked"]
 
 _LOG = logging.getLogger(__name__)
-LOCK_NAME = ".lock"
-BLOCKED_NAME = ".lock_blocked"
+LOCK_NAME = LOCK  # the names are the layout's
+BLOCKED_NAME = LOCK_BLOCKED
 _MIN_HEARTBEAT_S = 0.05
 
 

@@ -241,7 +241,7 @@ def step_ledger(pipeline, corpus, workdir):
             yield Reject(path=row.path, reason="missing_file", detail="simulated",
                          kind=LABEL_ROW)
     _generate(pipeline, corpus, "Rejects", rejects) | WriteRejectsLedger(
-        os.path.join(workdir, "rejects.jsonl"))
+        os.path.join(workdir, layout.REJECTS))
 
 
 def _night_stats(corpus: ScaleCorpus, first: int, last: int, rejected: dict) -> dict:

@@ -47,6 +47,7 @@ def format_findings(findings) -> list[str]:
 def main(argv=None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     from apache_beam.io.filesystems import FileSystems
+
     from pipelines.verify_snapshot import verify_output
     if not FileSystems.exists(args.output_dir):
         raise UsageError(f"OUT {args.output_dir}: no such folder")

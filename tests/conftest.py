@@ -17,13 +17,12 @@ tests read runs once, not once per worker.
 
 Exit: a process that ran a TensorFlow Transform analysis can crash in CPython's interpreter
 teardown (protobuf's upb extension frees a repeated field after its module is gone; see
-`runners.cli.console_main`). The tests have all run and reported by then, so the run ends with
-a hard exit carrying pytest's own exit status. pytest-xdist workers are left alone: the
+`runners.exit_safety`). The tests have all run and reported by then, so the run ends with
+its `exit_now`, carrying pytest's own exit status. pytest-xdist workers are left alone: the
 controller collects their results before they exit.
 """
 from __future__ import annotations
 
-import logging
 import os
 import pathlib
 import subprocess
@@ -34,11 +33,19 @@ import pytest
 
 from tests.imageutil import write_photo
 from tests.tiers import (  # noqa: F401  (hooks)
-    pytest_configure, pytest_fixture_setup, pytest_itemcollected, pytest_runtest_call,
-    slow_fixture)
+    pytest_configure,
+    pytest_fixture_setup,
+    pytest_itemcollected,
+    pytest_runtest_call,
+    shared_fixture,
+    slow_fixture,
+)
 from tests.xdist_groups import (  # noqa: F401  (hooks)
-    pytest_collection_modifyitems, pytest_configure_node, pytest_xdist_make_scheduler,
-    remove_groups_file)
+    pytest_collection_modifyitems,
+    pytest_configure_node,
+    pytest_xdist_make_scheduler,
+    remove_groups_file,
+)
 
 _EXIT_STATUS = {}
 
@@ -68,10 +75,8 @@ def pytest_unconfigure(config):
     remove_groups_file()
     if hasattr(config, "workerinput") or "status" not in _EXIT_STATUS:
         return
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(_EXIT_STATUS["status"])
+    from runners.exit_safety import exit_now
+    exit_now(_EXIT_STATUS["status"])
 
 
 def run_job(*args, **kwargs):
@@ -136,7 +141,7 @@ def train_snapshot(tmp_path_factory):
     return types.SimpleNamespace(root=str(root), out=str(out), snapshot=snapshot)
 
 
-@pytest.fixture(scope="session")
+@shared_fixture(scope="session")
 def demo(tmp_path_factory):
     """The demo dataset (runners.demo_data, seed 3, 5 good images per class)."""
     from runners.demo_data import generate_demo

@@ -28,6 +28,7 @@ def test_dag_loads_without_import_errors(monkeypatch):
 
 def test_command_template_passes_labels_config_and_beam_flags_through():
     import jinja2
+
     from runners.airflow_dag import NIGHTLY_COMMAND
     values = {"pixelmill_data_root": "gs://b/images", "pixelmill_output_dir": "gs://b/out",
               "pixelmill_labels": "gs://b/a.csv, gs://b/b.csv", "pixelmill_config": "",

@@ -31,8 +31,8 @@ from pipelines.verify_snapshot import verify_output
 from tests.conftest import FOLDER_IMAGES, write_folder_images
 from tests.jobutil import job_argv, run_job
 from tests.tiers import slow_fixture
-from transforms import snapshot_layout as layout
 from transforms import live_view
+from transforms import snapshot_layout as layout
 
 SETS = ["output.num_shards=2"]
 

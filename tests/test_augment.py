@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from configs.online import GeometryConfig, MixConfig, OnlineConfig, PixelConfig
 from configs.schema import ConfigError, config_from_dict, load_config
+from tests.tiers import shared_fixture
 from transforms.online import augment, geometry
 from transforms.online.seeds import step_seed
 
@@ -306,7 +307,7 @@ def test_source_batch_without_geometry_is_rejected():
         augmenter(_source_batch(), step_seed(0, 0, 0))
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def one_op_per_section():
     """(config, its XLA-compiled augmenter: the default): one op of each section keeps the
     compiles short (the base config under XLA has its own test). The direct calls of the tests

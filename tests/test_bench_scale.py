@@ -3,7 +3,6 @@ the metadata-only corpus, and the command prints its table, targets and the Data
 from __future__ import annotations
 
 import json
-import os
 
 import apache_beam as beam
 import pytest

@@ -10,7 +10,15 @@ import pytest
 
 from configs import checks, yaml_files
 from configs.online import OnlineConfig
-from configs.schema import Config, ConfigError, config_from_dict, config_to_dict, load_config
+from configs.schema import (
+    Config,
+    ConfigError,
+    QualityConfig,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+)
+from transforms.offline import quality_rules
 
 
 def _float_keys(cls=Config, prefix=""):
@@ -90,8 +98,23 @@ def test_infinite_decode_timeout_is_refused():
 
 
 def test_check_range_accepts_big_ints_and_finite_bounds():
-    checks.check_range("k", 2 ** 63 - 1, -(2 ** 63), 2 ** 63 - 1)
-    checks.check_range("k", 0.5, 0.0, 1.0)
+    assert checks.check_range("k", 2 ** 63 - 1, -(2 ** 63), 2 ** 63 - 1) is None  # no error
+    assert checks.check_range("k", 0.5, 0.0, 1.0) is None
+    assert checks.check_range("k", 0.0, 0.0, 1.0) is None  # both bounds are inclusive
+    assert checks.check_range("k", 1.0, 0.0, 1.0) is None
+    with pytest.raises(ConfigError, match=re.escape(f"Received: k={2 ** 63}")):
+        checks.check_range("k", 2 ** 63, -(2 ** 63), 2 ** 63 - 1)  # one past the bound
+    with pytest.raises(ConfigError, match=re.escape("in (0.0, 1.0]. Received: k=0.0")):
+        checks.check_range("k", 0.0, 0.0, 1.0, low_open=True)
+
+
+def test_quality_threshold_fields_are_the_rule_table():
+    """QualityConfig declares one field per quality rule, in verdict order, with the rule's
+    default: the explicit fields and `quality_rules.RULES` stay equal."""
+    fields = {field.name: field.default for field in dataclasses.fields(QualityConfig)}
+    assert list(fields)[:2] == ["enabled", "analysis_size"]
+    assert dict(list(fields.items())[2:]) == quality_rules.threshold_defaults()
+    assert list(fields)[2:] == [rule.config_key for rule in quality_rules.RULES]
 
 
 def test_config_to_dict_is_strict_json():

@@ -13,11 +13,11 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
-from runners import quality_eval
+from runners import nightly, quality_eval
 from tests.beamutil import fn_api_pipeline
 from tests.imageutil import encode, photo, write_bytes
-from runners import nightly
 from tests.jobutil import index_rows, rejects, run_job
+from tests.tiers import shared_fixture
 from transforms.offline import quality
 from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
 from transforms.offline.dedup import DropNearDuplicates
@@ -212,7 +212,7 @@ def test_without_the_crop_search_centre_hashes_are_not_compared():
         assert_that(kept, equal_to(records))
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def photo_set(tmp_path_factory):
     root = tmp_path_factory.mktemp("crop_cases") / "images"
     original = photo(5, 240, 320, 1)

@@ -8,8 +8,14 @@ import tensorflow as tf
 from PIL import Image
 
 from tests.imageutil import encode, photo, photo_bytes
-from transforms.decode import (JPEG_RATIOS, decode_for_model, decode_image, decode_scaled,
-                               jpeg_ratio_index, pick_jpeg_ratio)
+from transforms.decode import (
+    JPEG_RATIOS,
+    decode_for_model,
+    decode_image,
+    decode_scaled,
+    jpeg_ratio_index,
+    pick_jpeg_ratio,
+)
 
 
 def _photo_bytes(seed: int, height: int, width: int, fmt: str = "JPEG") -> bytes:

@@ -14,8 +14,9 @@ from PIL import Image
 
 from configs.schema import DedupConfig, LimitsConfig, QualityConfig
 from runners import demo_data
-from transforms.offline import quality
+from tests.tiers import shared_fixture
 from transforms.decode import decode_image, pick_jpeg_ratio
+from transforms.offline import quality
 
 _MAGIC = {b"\xff\xd8\xff": "jpeg", b"\x89PNG\r\n\x1a\n": "png", b"GIF87a": "gif",
           b"GIF89a": "gif", b"BM": "bmp", b"RIFF": "webp"}
@@ -63,12 +64,12 @@ def _rows(path: str) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def demo(tmp_path_factory):
     return demo_data.generate_demo(str(tmp_path_factory.mktemp("demo")), seed=0)
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def analysed(demo):
     """rel -> (full decode, analysis copy) for every file the TF decoder accepts."""
     out = {}
@@ -297,7 +298,7 @@ def test_photo_like_rejects_empty_size():
 
 # ---------------------------------------------------------------- corpus
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def corpus(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("corpus"))
     return directory, demo_data.generate_corpus(directory, 40, seed=1)

@@ -4,8 +4,7 @@ from __future__ import annotations
 import os
 
 from tests.beamutil import assert_outputs, fn_api_pipeline
-from transforms.offline.discover import (DiscoverImages, FileRef, list_images,
-                                         root_and_pattern)
+from transforms.offline.discover import DiscoverImages, FileRef, list_images, root_and_pattern
 from transforms.offline.image_record import ImageRecord
 
 EXTENSIONS = ("jpg", "png")

@@ -6,8 +6,13 @@ import math
 import pytest
 
 from configs.schema import DriftConfig
-from transforms.reporting.drift import (check_drift, class_distribution, cumulative_stats, js_divergence,
-                              linf_distance)
+from transforms.reporting.drift import (
+    check_drift,
+    class_distribution,
+    cumulative_stats,
+    js_divergence,
+    linf_distance,
+)
 
 
 def _stats(classes: dict, histogram=(10, 0, 0), rejected=0):

@@ -273,6 +273,7 @@ def test_reader_and_serving_transform_are_upright(turned_job):
     given only the bytes, yields the reader's normalized pixels; with the switch off the
     reader returns the stored orientation."""
     import tensorflow_transform as tft
+
     from transforms.offline.tft_analysis import IMAGE
     snapshot, out, files = turned_job
     names = sorted(files)

@@ -15,8 +15,7 @@ from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from tests.jobutil import read_records, shard_files
 from transforms import codec
-from transforms.reporting.feature_stats import (FeatureStatsFn, record_features,
-                                                to_statistics_list)
+from transforms.reporting.feature_stats import FeatureStatsFn, record_features, to_statistics_list
 from transforms.snapshot_layout import feature_stats_name
 
 _FEATURE = statistics_pb2.FeatureNameStatistics

@@ -2,9 +2,13 @@
 of other files, and the line the summary and the report show."""
 import pytest
 
-from transforms.offline.file_kinds import (describe_other_files, other_file_key,
-                                           other_files_from_counts, sniff_unsupported,
-                                           unsupported_detail)
+from transforms.offline.file_kinds import (
+    describe_other_files,
+    other_file_key,
+    other_files_from_counts,
+    sniff_unsupported,
+    unsupported_detail,
+)
 
 DECODES = "the decoder reads JPEG, PNG, GIF, BMP and WebP only: convert it"
 

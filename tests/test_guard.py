@@ -18,8 +18,6 @@ from tests.tiers import slow_fixture
 from transforms import snapshot_layout as layout
 from transforms.live_view import live_count, live_view
 
-
-
 # ----------------------------------------------------------------------------- the rule
 
 @pytest.mark.parametrize("before, after, refused", [

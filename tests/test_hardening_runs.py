@@ -106,17 +106,15 @@ def test_a_failed_run_exits_1_with_the_error_and_without_interpreter_teardown(mo
         raise SystemExit(code)
 
     monkeypatch.setattr(cli, "main", failing_main)
-    monkeypatch.setattr(cli.os, "_exit", fake_exit)
-    monkeypatch.setattr(cli.logging, "shutdown", lambda: None)  # pytest's handlers stay open
+    monkeypatch.setattr(cli.exit_safety, "exit_now", fake_exit)
     with pytest.raises(SystemExit):
         cli.console_main(["preprocess"])
-    assert exits == [1]  # os._exit even when main raised: no teardown, no SIGSEGV (139)
+    assert exits == [1]  # exit_now even when main raised: no teardown, no SIGSEGV (139)
     assert "RuntimeError: the pipeline broke" in capsys.readouterr().err
 
 
 def test_a_run_that_raises_is_exit_1_with_the_error(tmp_path, monkeypatch, capsys):
-    from runners import cli
-    from runners import preprocess
+    from runners import cli, preprocess
 
     def broken(job, options):
         raise RuntimeError("a worker died")

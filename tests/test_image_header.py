@@ -17,7 +17,12 @@ from PIL import Image
 
 from transforms.offline import image_header
 from transforms.offline.image_header import (
-    HeaderError, ImageHeader, UnknownFormat, read_header, sniff_format)
+    HeaderError,
+    ImageHeader,
+    UnknownFormat,
+    read_header,
+    sniff_format,
+)
 
 WIDTH, HEIGHT = 37, 23  # odd and unequal, so swapped or off-by-one dims show
 

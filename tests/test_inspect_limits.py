@@ -106,6 +106,7 @@ def test_a_report_with_no_thumbnails_draws_none_and_still_names_the_rejects(tmp_
 
 def test_report_thumbnails_per_reason_is_checked_at_load():
     import pytest
+
     from configs.schema import ConfigError
     with pytest.raises(ConfigError, match=r"report\.thumbnails_per_reason.*-1"):
         load_config(None, ["report.thumbnails_per_reason=-1"])

@@ -2,22 +2,20 @@
 class losing its last image, through a real nightly and a real `make_dataset`."""
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 import pytest
 
+from configs.schema import load_config
 from pipelines import reader_records, training_input
 from pipelines.reader_spec import ReaderSpec
-from configs.schema import load_config
 from runners import nightly
 from tests.imageutil import encode, photo
 from tests.jobutil import index_rows, nightly_argv
 from tests.tiers import slow_fixture
 from transforms import snapshot_layout as layout
 from transforms.live_view import live_view, read_retirements
-
 
 
 def _jpeg(seed: int, class_index: int) -> bytes:
@@ -61,6 +59,7 @@ def live_records(out) -> dict:
     """{image/filename: (class text, sha256)} of every record `make_dataset`'s record stage
     reads over all live snapshots (split train)."""
     import tensorflow as tf
+
     from transforms import codec
     spec = ReaderSpec.from_config(load_config(), split="train", batch_size=4, snapshots="all",
                                   augment=False, shuffle=False)
@@ -178,7 +177,6 @@ def test_a_quiet_night_after_the_changes_publishes_nothing(two_nights, tmp_path)
 
 
 def test_a_deletion_alone_is_news_for_the_quick_look(two_nights, tmp_path):
-    from tests.jobutil import copy_output
     import shutil
     world, *_ = two_nights
     copy = World.__new__(World)
@@ -222,6 +220,7 @@ def _indexed_records(shard: str) -> list[bytes]:
 
 def _names_in(records) -> list[str]:
     import tensorflow as tf
+
     from transforms import codec
     return sorted(tf.train.Example.FromString(r).features.feature[codec.IMAGE_FILENAME]
                   .bytes_list.value[0].decode() for r in records)
@@ -292,6 +291,7 @@ def test_compact_keeps_what_make_dataset_reads(compacted):
 
 def test_after_compact_tfds_and_the_index_reader_see_exactly_the_live_set(compacted):
     import glob
+
     import tensorflow_datasets as tfds
     world, _, before, latest = compacted
     builder = tfds.builder_from_directory(latest.path)

@@ -18,8 +18,8 @@ from runners.preprocess import parse_options, resolve_job
 from tests.imageutil import photo_bytes
 from tests.tiers import slow_fixture
 from transforms import snapshot_layout as layout
-from transforms.offline.join_labels import unchanged_since
 from transforms.offline.discover import FileRef
+from transforms.offline.join_labels import unchanged_since
 from transforms.reporting.history import read_history
 
 QUICK = "the job did not run"

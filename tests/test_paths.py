@@ -3,9 +3,16 @@ import os
 
 import pytest
 
-from transforms.offline.paths import (UnsafePath, escapes_root, match_key, match_row_path,
-                                      normalize_relative, not_a_regular_file, relative_to_root,
-                                      unresolvable_links)
+from transforms.offline.paths import (
+    UnsafePath,
+    escapes_root,
+    match_key,
+    match_row_path,
+    normalize_relative,
+    not_a_regular_file,
+    relative_to_root,
+    unresolvable_links,
+)
 
 
 @pytest.mark.parametrize("raw, expected", [

@@ -6,12 +6,19 @@ import apache_beam as beam
 
 from configs.schema import load_config
 from tests.beamutil import assert_outputs, fn_api_pipeline
+from transforms.live_view import retirement
 from transforms.offline.boxes import BoxRow
 from transforms.offline.discover import FileRef
 from transforms.offline.image_record import ImageRecord
-from transforms.live_view import retirement
-from transforms.offline.join_labels import (KEPT, MATCHED, REJECTED, RETIRED, ROW_REJECTS,
-                                            SKIPPED, PlanImages)
+from transforms.offline.join_labels import (
+    KEPT,
+    MATCHED,
+    REJECTED,
+    RETIRED,
+    ROW_REJECTS,
+    SKIPPED,
+    PlanImages,
+)
 from transforms.offline.labels import LabelRow
 from transforms.offline.rejects import BOX_ROW, LABEL_ROW, Reject
 

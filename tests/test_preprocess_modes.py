@@ -11,6 +11,7 @@ import tensorflow as tf
 from apache_beam.io.localfilesystem import LocalFileSystem
 
 from pipelines import snapshot as snapshot_module
+from pipelines import staged_run
 from runners import cli
 from tests.imageutil import write_photo
 from tests.jobutil import copy_output, index_rows, read_records, run_job, shard_files
@@ -109,9 +110,9 @@ def test_accounting_mismatch_fails_the_job(folder_dataset, tmp_path, monkeypatch
     real = snapshot_module.check_accounting
 
     def lossy(counts):
-        counts = dict(counts)
-        counts["images.accepted"] -= 1  # as if one record had been dropped
-        return real(counts)
+        key = staged_run.count_key(staged_run.IMAGES, "accepted")
+        values = dict(counts.values, **{key: counts.values[key] - 1})  # one record dropped
+        return real(staged_run.Counts(values))
 
     monkeypatch.setattr(snapshot_module, "check_accounting", lossy)
     with pytest.raises(snapshot_module.AccountingError, match="not all accounted"):

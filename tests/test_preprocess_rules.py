@@ -179,6 +179,7 @@ def test_extra_csv_columns_ride_along_as_meta(dataset):
 
 def test_meta_value_is_in_the_written_record(dataset):
     import tensorflow as tf
+
     from tests.jobutil import shard_files
     for serialized in tf.data.TFRecordDataset(shard_files(dataset["snapshot"])):
         parsed = tf.io.parse_single_example(serialized, codec.feature_spec(

@@ -9,12 +9,13 @@ from configs.schema import load_config
 from pipelines.training_input import make_dataset
 from runners import preview
 from tests.fake_snapshot import write_synthetic_snapshot
+from tests.tiers import shared_fixture
 
 IDENTITY = ["online.geometry.enabled=false", "online.pixel.enabled=false",
             "online.mix.enabled=false"]
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def output_dir(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("preview"))
     write_synthetic_snapshot(root, counts={"train": 8}, image_size=24, num_classes=3,
@@ -22,7 +23,7 @@ def output_dir(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def box_dir(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("preview_boxes"))
     write_synthetic_snapshot(root, counts={"train": 4}, image_size=24, num_classes=3,
@@ -59,7 +60,7 @@ def test_png_holds_original_beside_augmented(output_dir, tmp_path):
                                       _enlarged(result.augmented[index], augmented))
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def seed2(output_dir):
     """`build_preview` of all 8 samples at seed 2 (uncompiled), and the reader's first batch
     of 8 at seed 2, unnormalized: plain, and augmented as training step 0 (resize then warp)."""

@@ -11,8 +11,8 @@ from PIL import Image
 
 from configs.schema import QualityConfig
 from runners.demo_data import photo_like
-from transforms.offline import quality
 from transforms.codec import QUALITY_METRICS
+from transforms.offline import quality
 
 
 def _grey(values) -> np.ndarray:

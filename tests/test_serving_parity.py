@@ -24,7 +24,7 @@ from configs.schema import load_config
 from pipelines.serving import PREDICTIONS, SERVING_INPUT, build_serving_model
 from pipelines.training_input import make_dataset
 from runners.demo_data import photo_like
-from tests.tiers import slow_fixture
+from tests.tiers import shared_fixture, slow_fixture
 from transforms import codec
 from transforms.offline import tft_analysis as ta
 from transforms.offline.image_record import ImageRecord
@@ -107,7 +107,7 @@ def _tiny_model() -> keras.Model:
     ])
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def training_batch(snapshot):
     """The 12 images as the training reader yields them (no augmentation, file order)."""
     dataset = make_dataset(snapshot["output_dir"], split="train", batch_size=12,
@@ -119,7 +119,7 @@ def training_batch(snapshot):
     return images.numpy(), labels.numpy()
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def model():
     return _tiny_model()
 

@@ -1,15 +1,15 @@
 """Reading across snapshots: "latest", "all", the last N, and the weighted fresh/archive mix."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from configs.schema import load_config
 from pipelines import training_input
 from tests.fake_snapshot import write_synthetic_snapshot
+from tests.tiers import shared_fixture
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def archive(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("snapshots"))
     write_synthetic_snapshot(root, counts={"train": 8}, image_size=16, num_shards=2, seed=1,

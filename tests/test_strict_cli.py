@@ -115,6 +115,7 @@ def test_argparse_commands_take_no_abbreviations_and_say_so_in_one_line(tmp_path
 
 def _real_flags(command: str) -> set:
     from apache_beam.options.pipeline_options import _BeamArgumentParser
+
     from runners.options import JOB_OPTIONS
     parser = _BeamArgumentParser(add_help=False)
     for option_class in JOB_OPTIONS[command]:

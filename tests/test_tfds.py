@@ -9,11 +9,12 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tests.jobutil import read_records
+from tests.tiers import shared_fixture
 from transforms import codec
 from transforms.reporting import tfds_metadata
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def builder(demo_snapshot):
     return tfds.builder_from_directory(demo_snapshot.path)
 

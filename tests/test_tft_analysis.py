@@ -20,8 +20,8 @@ from PIL import Image
 from runners.demo_data import photo_like
 from tests.tiers import slow_fixture
 from transforms import codec
-from transforms.offline import tft_analysis as ta
 from transforms.decode import decode_for_model, decode_image, pick_jpeg_ratio
+from transforms.offline import tft_analysis as ta
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import make_row
 

@@ -33,7 +33,7 @@ class _Doubler(tf.Module):
 
 def _save(path: str, traces_before: int) -> str:
     for index in range(traces_before):  # other tracing in the process moves the counters
-        tf.function(lambda: tf.constant(index) + 1).get_concrete_function()
+        tf.function(lambda index=index: tf.constant(index) + 1).get_concrete_function()
     vocabulary = os.path.join(os.path.dirname(path), "classes.txt")
     with open(vocabulary, "w") as handle:
         handle.write("a\nb\n")

@@ -12,6 +12,7 @@ import tensorflow as tf
 from configs.schema import ConfigError, load_config
 from pipelines import training_input
 from tests.fake_snapshot import write_synthetic_snapshot
+from tests.tiers import shared_fixture
 from transforms import codec
 from transforms.online.augment import build_batch_augmenter
 
@@ -25,12 +26,12 @@ SEED = 3
 EAGER = dict(jit_compile=False)
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def config():
     return load_config(overrides=["online.image_size=16"])
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def output_dir(tmp_path_factory):
     """4 classes in 4 shards; image i has label i % 4 and lies in shard i % 4, so every shard
     holds one class and the labels a replica sees tell which shards it read."""
@@ -40,7 +41,7 @@ def output_dir(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def box_dir(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("boxes"))
     write_synthetic_snapshot(root, counts={"train": 8}, image_size=24, num_classes=3,
@@ -63,14 +64,14 @@ def _differs(first, second) -> bool:
                for a, b in zip(tf.nest.flatten(first), tf.nest.flatten(second)))
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def epoch0(output_dir, config):
     """The augmented epoch 0 of a continuing run."""
     return _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
                                                 seed=SEED, epoch=0, **EAGER))
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def epoch1(output_dir, config):
     return _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,
                                                 seed=SEED, epoch=1, **EAGER))
@@ -210,7 +211,7 @@ def test_boxes_come_out_padded_with_count_in_ymin_xmin_ymax_xmax(box_dir, config
     assert batch["boxes"].dtype == np.float32 and batch["box_labels"].dtype == np.int32
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def box_epoch(box_dir, config):
     """The augmented epoch of the box snapshot (batches of 4, seed SEED, unnormalized, up to 3
     boxes an image), as training reads it (the default: resize folded into the warp)."""
@@ -240,7 +241,7 @@ def test_more_boxes_than_max_boxes_is_an_error(box_dir, config):
 
 # ----------------------------------------------------------------------------- reproducibility
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def epoch0_again(output_dir, config):
     """Epoch 0 of the same seed read again, through a `ReaderSpec` and `read_dataset`."""
     spec = training_input.ReaderSpec.from_config(config, batch_size=BATCH, seed=SEED, epoch=0,
@@ -311,7 +312,7 @@ def test_different_seed_gives_different_batches(output_dir, config, epoch0):
     assert _differs(epoch0[0], other[0])
 
 
-@pytest.fixture(scope="module")
+@shared_fixture(scope="module")
 def plain_epoch1(output_dir, config):
     """Epoch 1 of seed SEED in the reader's order, neither augmented nor normalized."""
     return _batches(training_input.make_dataset(output_dir, batch_size=BATCH, config=config,

@@ -17,8 +17,13 @@ from transforms import codec
 from transforms.offline import splits
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import record_row
-from transforms.offline.write_shards import (FILES, AssignShards, ShardFile, WriteShards,
-                                             shard_counts)
+from transforms.offline.write_shards import (
+    FILES,
+    AssignShards,
+    ShardFile,
+    WriteShards,
+    shard_counts,
+)
 
 CLASSES = ["cat", "dog"]
 

@@ -28,13 +28,36 @@ SLOW = "slow"
 _STATE = {"installed": False, "watching": []}  # [(session, events)], innermost last
 
 
+_DECLARED: dict = {}  # (module, fixture name) -> (scope, slow): what the suite declared
+
+
+def shared_fixture(function=None, *, slow: bool = False, **kwargs):
+    """`pytest.fixture(**kwargs)` that also records the fixture's scope and tier, so the hooks
+    here and in `xdist_groups` find them from a test's public `item.fixturenames`."""
+    def decorate(fixture_function):
+        fixture_function.pixelmill_slow = slow
+        name = kwargs.get("name") or fixture_function.__name__
+        _DECLARED[(fixture_function.__module__, name)] = (kwargs.get("scope", "function"), slow)
+        return pytest.fixture(**kwargs)(fixture_function)
+    return decorate(function) if function is not None else decorate
+
+
 def slow_fixture(function=None, **kwargs):
     """`pytest.fixture(**kwargs)` for a fixture that builds the job, runs a TFT analysis or
     starts an interpreter: the tests that use it are marked `slow`."""
-    def decorate(fixture_function):
-        fixture_function.pixelmill_slow = True
-        return pytest.fixture(**kwargs)(fixture_function)
-    return decorate(function) if function is not None else decorate
+    return shared_fixture(function, slow=True, **kwargs)
+
+
+def declared_fixture(item, name: str):
+    """(scope, slow) of the fixture `name` that `item` gets, if the suite declared it with
+    `shared_fixture` / `slow_fixture`: the test module's own first, then a conftest's (pytest's
+    order of overrides); None for any other fixture."""
+    module = getattr(getattr(item, "module", None), "__name__", None)
+    if (module, name) in _DECLARED:
+        return _DECLARED[(module, name)]
+    found = [declared for (owner, fixture), declared in _DECLARED.items()
+             if fixture == name and owner.rsplit(".", 1)[-1] == "conftest"]
+    return found[-1] if found else None
 
 
 def _record(event: str) -> None:
@@ -110,11 +133,8 @@ def _is_slow_fixture(fixturedef) -> bool:
 
 
 def _uses_a_slow_fixture(item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(definitions and _is_slow_fixture(definitions[-1])
-               for definitions in map(info.name2fixturedefs.get, item.fixturenames))
+    return any((declared_fixture(item, name) or ("", False))[1]
+               for name in getattr(item, "fixturenames", ()))
 
 
 def pytest_configure(config):

@@ -22,24 +22,21 @@ import tempfile
 
 import pytest
 
+from tests.tiers import declared_fixture
+
 _WORKER_KEY = "pixelmill_groups_file"
 _STATE = {}
 
 
 def _shared_fixtures(item) -> list[str]:
-    """This suite's module- and session-scoped fixtures that `item` uses (directly or not)."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return []
+    """This suite's module- and session-scoped fixtures that `item` uses (directly or not):
+    those declared with `tests.tiers.shared_fixture` or `slow_fixture`."""
     names = []
-    for name in item.fixturenames:
-        definitions = info.name2fixturedefs.get(name) or ()
-        if not definitions or definitions[-1].scope not in ("module", "session"):
-            continue
-        if not getattr(definitions[-1].func, "__module__", "").startswith("tests."):
-            continue  # pytest's own (tmp_path_factory, ...)
-        module = "" if definitions[-1].scope == "session" else item.nodeid.split("::")[0] + ":"
-        names.append(module + name)
+    for name in getattr(item, "fixturenames", ()):
+        scope = (declared_fixture(item, name) or ("function", False))[0]
+        if scope in ("module", "session"):
+            module = "" if scope == "session" else item.nodeid.split("::")[0] + ":"
+            names.append(module + name)
     return names
 
 

@@ -40,7 +40,9 @@ from configs.schema import SPLITS
 __all__ = [
     "SNAPSHOTS", "LATEST", "MANIFEST", "CLASSES", "STATS", "STATS_PB", "REPORT", "REJECTS",
     "SUMMARY", "RETIRED", "FORGOTTEN",
-    "INDEX", "TRANSFORM_FN", "STAGING", "WORK_DIR", "CANDIDATES", "CANDIDATE",
+    "INDEX", "INDEX_STEM", "INDEX_SUFFIX", "TRANSFORM_FN", "STAGING", "WORK_DIR", "CANDIDATES",
+    "CANDIDATE", "LOCK", "LOCK_BLOCKED", "WORK_SHARDS", "WORK_COUNTS", "WORK_META_COLUMNS",
+    "WORK_INDEX_SUMMARY", "WORK_TFT_TEMP",
     "Snapshot", "Storage", "GfileStorage", "GFILE", "Selection",
     "join", "new_run_id", "snapshot_dir", "staging_dir", "staging_root", "work_file",
     "candidate_dir",
@@ -60,7 +62,8 @@ STATS_PB = "stats.pb"
 REPORT = "report.html"
 REJECTS = "rejects.jsonl"
 SUMMARY = "summary.json"         # a snapshot's stats and reject keys for later nights
-INDEX = "index.parquet"
+INDEX_STEM, INDEX_SUFFIX = "index", ".parquet"  # the writer names its file by stem + suffix
+INDEX = INDEX_STEM + INDEX_SUFFIX  # index.parquet
 RETIRED = "retired.jsonl"        # a snapshot's retirements of earlier records (live_view)
 FORGOTTEN = "forgotten.jsonl"    # OUTPUT/forgotten.jsonl: records `pixelmill forget` retired
 TRANSFORM_FN = "transform_fn"    # TFT's exported transform, next to the shards
@@ -68,6 +71,14 @@ STAGING = ".staging"             # OUTPUT/.staging/<run_id>/
 WORK_DIR = "_work"               # job-internal summaries inside the staging folder
 CANDIDATES = "candidates"        # OUTPUT/candidates/<run_id>/: refused runs (runners.guard)
 CANDIDATE = "candidate.json"     # why it was refused, with its counts
+LOCK = ".lock"                   # OUTPUT/.lock: the run holding the folder (runners.run_lock)
+LOCK_BLOCKED = ".lock_blocked"   # OUTPUT/.lock_blocked: a run that found the lock held
+# Inside `_work/` (`pipelines.staged_run` writes and reads them): the graph -> publisher hand-off.
+WORK_SHARDS = "shards.json"
+WORK_COUNTS = "counts.json"
+WORK_META_COLUMNS = "meta_columns.json"
+WORK_INDEX_SUMMARY = "index_summary.json"
+WORK_TFT_TEMP = "tft_tmp"        # TFT's temporary folder
 
 _SHARD = "{name}-{split}.tfrecord-{index:05d}-of-{count:05d}{suffix}"
 _GZIP_SUFFIX = ".gz"

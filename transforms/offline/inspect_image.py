@@ -19,6 +19,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from configs.schema import Config
 from transforms.offline import image_header, isolation, progress, quality
 from transforms.offline.image_record import ImageRecord
+from transforms.offline.rejects import REASONS
 
 __all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages", "size_reject"]
 
@@ -39,8 +40,7 @@ def size_reject(width: int, height: int, limits) -> tuple[str, str] | None:
     return None
 
 
-# Reasons given before or at the decode: such an image was never decoded successfully.
-_NOT_DECODED = ("unreadable", "unknown_format", "bad_header", "decode_error", "decoder_crash")
+_NOT_DECODED = REASONS.not_decoded
 
 
 class _Tally:
@@ -88,6 +88,7 @@ class InspectImageFn(beam.DoFn):
 
     def setup(self):
         import tensorflow as tf  # imported in the worker (or the isolating subprocess)
+
         from transforms.decode import decode_image, pick_jpeg_ratio
         self._tf = tf
         self._decode_image = decode_image

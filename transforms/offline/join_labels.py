@@ -25,17 +25,17 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from configs.schema import Config, LabelsConfig
+from transforms.live_view import retirement
 from transforms.offline import boxes as box_rules
 from transforms.offline import labels as label_rules
 from transforms.offline import paths, progress
 from transforms.offline.classes import class_name_problem
 from transforms.offline.csv_records import DEFAULT_MAX_CELL_BYTES, text_lines
 from transforms.offline.image_record import ImageRecord
-from transforms.offline.rejects import BOX_ROW, LABEL_ROW, Reject
-from transforms.live_view import retirement
+from transforms.offline.rejects import BOX_ROW, LABEL_ROW, REASONS, Reject
 
 __all__ = ["ReadLabelRows", "ReadBoxRows", "PlanImages", "resolve_labels", "label_key",
-           "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "RETRIED_REASONS", "KEPT",
+           "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "KEPT",
            "RETIRED", "label_names", "retire_inspected", "live_prior",
            "read_csv_header", "read_label_csv", "read_box_csv", "unchanged_since",
            "missing_file_rejects", "assign_rows"]
@@ -44,8 +44,6 @@ ROW_REJECTS = "row_rejects"
 MATCHED = "matched"
 SKIPPED = "skipped"
 REJECTED = "rejected"
-# Outcomes that say nothing about the content: such a file is inspected again even unchanged.
-RETRIED_REASONS = ("unreadable", "decoder_crash")
 _KEY_SEPARATOR = "\x1f"
 _BOXES_MARK = "#boxes:"
 KEPT = "kept"
@@ -197,7 +195,7 @@ def unchanged_since(ref, prior: dict | None, key: str, forgotten=(frozenset(), f
             and prior["mtime"] is not None and ref.mtime is not None
             and abs(prior["mtime"] - ref.mtime) < 1e-3
             and (prior["label_key"] or "") == key
-            and prior["reason"] not in RETRIED_REASONS)
+            and prior["reason"] not in REASONS.retried)
 
 
 def missing_file_rejects(label_rows, box_rows, hints: dict | None = None) -> list[Reject]:

@@ -3,7 +3,8 @@
 Every discovered input (image file, label CSV row, box CSV row) ends either accepted or as
 exactly one `Reject`. The vocabulary is closed: the README documents each code, and a reason
 outside it is a programming error. The quality rules' reasons come from their table
-(`quality_rules.REASON_MEANINGS`).
+(`quality_rules.REASON_MEANINGS`). Steps that treat several reasons alike read the group from
+the table (`REASONS.not_decoded`, ...), never a list of their own.
 """
 from __future__ import annotations
 
@@ -12,14 +13,40 @@ import json
 
 from transforms.offline.quality_rules import REASON_MEANINGS
 
-__all__ = ["REASONS", "Reject", "IMAGE", "LABEL_ROW", "BOX_ROW", "KINDS"]
+__all__ = ["REASONS", "ReasonTable", "Reject", "IMAGE", "LABEL_ROW", "BOX_ROW", "KINDS"]
 
 IMAGE = "image"
 LABEL_ROW = "label_row"
 BOX_ROW = "box_row"
 KINDS = (IMAGE, LABEL_ROW, BOX_ROW)
 
-REASONS = {
+
+
+class ReasonTable(dict):
+    """reason -> meaning, and the named groups of reasons that steps treat alike (frozensets
+    of the table's own reasons; a group naming a reason outside it is a ValueError)."""
+
+    def __init__(self, meanings: dict, *, not_decoded, retried, no_thumbnail, quality):
+        super().__init__(meanings)
+        # Given at or before the decode: such an image never decoded successfully.
+        self.not_decoded = self._group("not_decoded", not_decoded)
+        # Worth another try on a rerun although the file did not change.
+        self.retried = self._group("retried", retried)
+        # No thumbnail in the report: never opened (unsafe, too large, unreadable), crashed or
+        # hung the decoder (even isolated, again the timeout), a row, or undecodable.
+        self.no_thumbnail = self._group("no_thumbnail", no_thumbnail)
+        # Given by a quality rule (`quality_rules.RULES`).
+        self.quality = self._group("quality", quality)
+
+    def _group(self, name: str, reasons) -> frozenset:
+        unknown = sorted(set(reasons) - set(self))
+        if unknown:
+            raise ValueError(f"Reason group {name!r} names unknown reasons {unknown}. Expected "
+                             f"reasons of the table: {tuple(self)}.")
+        return frozenset(reasons)
+
+
+REASONS = ReasonTable({
     "unsafe_path": "path is absolute, has a scheme, escapes the data root, or is not valid "
                    "UTF-8 (shown escaped; never opened)",
     "unreadable": "the file could not be read, or is not a regular file (never opened)",
@@ -53,7 +80,11 @@ REASONS = {
     "bad_label": "the label (CSV cell or class folder) is not one line of printable text: a "
                  "control or line-breaking character (named in detail) or bytes that are not "
                  "UTF-8",
-}
+}, not_decoded=("unreadable", "unknown_format", "bad_header", "decode_error", "decoder_crash"),
+    retried=("unreadable", "decoder_crash"),
+    no_thumbnail=("unsafe_path", "too_large", "decoder_crash", "unreadable", "missing_file",
+                  "bad_csv_row", "unsupported_format"),
+    quality=tuple(REASON_MEANINGS))
 
 
 @dataclasses.dataclass(frozen=True)

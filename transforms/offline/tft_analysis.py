@@ -51,8 +51,8 @@ empty dataset as null.
 """
 from __future__ import annotations
 
-import contextlib
 import collections
+import contextlib
 import hashlib
 import math
 from typing import Callable, Mapping, Sequence
@@ -67,8 +67,8 @@ from apache_beam.io.filesystems import FileSystems
 from configs.online import image_size_pair
 from transforms import codec
 from transforms.decode import decode_for_model
-from transforms.offline.classes import class_name_problem
 from transforms.offline import progress
+from transforms.offline.classes import class_name_problem
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.tft_write import WriteTransformFnOnce
 

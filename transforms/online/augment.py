@@ -52,11 +52,22 @@ import tensorflow as tf
 
 from configs.online import OnlineConfig
 from transforms.online import seeds as seeds_lib
-from transforms.online.geometry import (GeometryOp, compact_boxes, identity_matrices,
-                                 resize_from_source)
+from transforms.online.geometry import (
+    GeometryOp,
+    compact_boxes,
+    identity_matrices,
+    resize_from_source,
+)
 from transforms.online.mixing import MixOp
-from transforms.online.pixel_ops import (BlurOp, ColorJitterOp, GammaOp, GaussianNoiseOp, GrayscaleOp,
-                                  JpegOp, SpeckleNoiseOp)
+from transforms.online.pixel_ops import (
+    BlurOp,
+    ColorJitterOp,
+    GammaOp,
+    GaussianNoiseOp,
+    GrayscaleOp,
+    JpegOp,
+    SpeckleNoiseOp,
+)
 
 __all__ = ["BatchAugmenter", "build_batch_augmenter", "build_ops", "AugmentLayer"]
 

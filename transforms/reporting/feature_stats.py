@@ -31,9 +31,9 @@ from typing import Iterable
 
 import apache_beam as beam
 import pyarrow as pa
+from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from tensorflow.core.example import example_pb2
 from tensorflow_metadata.proto.v0 import statistics_pb2
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from tfx_bsl import sketches
 
 from transforms.snapshot_layout import feature_stats_name

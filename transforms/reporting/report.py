@@ -78,7 +78,7 @@ def _bytes_text(count: int) -> str:
     if count < 1024:
         return f"{count:,} B"
     size, unit = float(count), "B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
+    for unit in ("KiB", "MiB", "GiB", "TiB"):  # noqa: B007 - the last unit is used below
         size /= 1024
         if size < 1024:
             break

@@ -25,6 +25,7 @@ def thumbnail_png(path: str, max_side: int = 96, max_bytes: int = _MAX_BYTES,
     thumbnail, or does not decode (often why it was rejected).
     It decodes untrusted bytes: call it in an isolated process (`thumbnails_png`)."""
     import tensorflow as tf
+
     from transforms.decode import decode_image
     from transforms.offline.image_header import HeaderError, jpeg_scans, read_header
     try:

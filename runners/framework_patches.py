@@ -1,40 +1,25 @@
-"""Three caches that cut the launcher's Beam graph construction and submission CPU by ~40%.
+"""Speed-ups that patch Apache Beam's construction internals: only the `pixelmill` command
+turns them on (`runners.cli.main`), never a library import or `runners.preprocess.execute`.
 
-Profiled on the offline job (about 800 transforms, half of them TensorFlow Transform's), Beam
-2.77 spends much of construction, `to_runner_api` and bundle set-up in three functions that
-recompute the same answer again and again:
-
-- `PipelineOptions.view_as(cls)` builds a fresh argparse parser over every option class and
-  re-parses the flags on each call (called ~1,700 times: per transform applied, per type
-  inference); a view shares its values with the options it came from, so the first view per
-  (options, class) serves every later call.
-- `userstate.get_dofn_specs(dofn)` takes `inspect.signature` of every method of the DoFn on
-  each call (~2,000 calls, ~65,000 signatures); the answer depends only on the signatures of
-  the DoFn's methods: those of its class and of the callables the instance holds (a Map's
-  function). A DoFn holding no callable is kept per class, others per object: the runner
-  makes a new copy of every DoFn for each bundle processor, and each copy of a class-based
-  DoFn used to be inspected anew (~700 inspections of ~30 methods each on a 20-image job).
-- `core.get_function_args_defaults(f)` takes `inspect.signature` of a DoFn method or a Map's
-  function each time a transform is applied or serialized and each time a bundle processor
-  wraps a DoFn (~3,800 calls on a 6-image job): a function's answer depends on the function
-  and its defaults, a bound method's on its function (the bound instance is left out). Other
-  callables (partials, callable objects) are not cached. A warm 6-image job's CPU: 2.35 ->
-  2.01 s (best of four, same process).
-
-Per-object and per-function entries are keyed weakly, so nothing outlives its object;
-per-class entries are one per DoFn class. Measured on a 10-image job (launcher CPU seconds,
-same machine): graph construction 5.8 -> 3.0, run 8.1 -> 6.5 (the first two caches, per
-object); per class and the third cache: see their commits.
+Beam 2.77 recomputes the same answers many times while it builds, serializes and sets up a
+graph: `PipelineOptions.view_as(cls)` re-parses every flag, `userstate.get_dofn_specs(dofn)` and
+`core.get_function_args_defaults(f)` take `inspect.signature` again. These answers are cached
+here (per options object, per DoFn class or object, per function; keyed weakly). The patches
+were written against the internals of one Beam release (`BEAM_VERSION`): with any other the
+framework is left alone and one line is logged. Measurements: docs/benchmarks.md.
 """
 from __future__ import annotations
 
 import functools
+import logging
 import types
 import weakref
 
-__all__ = ["install"]
+__all__ = ["BEAM_VERSION", "enable", "disable", "enabled"]
 
-_installed = False
+BEAM_VERSION = "2.77.0"  # the release whose view_as/get_dofn_specs/args rules these copy
+_LOG = logging.getLogger(__name__)
+_ORIGINALS: dict = {}
 
 
 def _class_key(dofn):
@@ -93,46 +78,77 @@ def _cached_args_defaults(plain):
     return get_function_args_defaults
 
 
-def install() -> None:
-    """Installs the three caches (once per process)."""
-    global _installed
-    if _installed:
-        return
-    from apache_beam.options import pipeline_options
-    from apache_beam.transforms import core, userstate
-
+def _cached_view_as(plain):
     views = weakref.WeakKeyDictionary()
-    plain_view_as = pipeline_options.PipelineOptions.view_as
 
     def view_as(self, cls):
         per_options = views.setdefault(self, {})
         view = per_options.get(cls)
         if view is None:
-            view = per_options[cls] = plain_view_as(self, cls)
+            view = per_options[cls] = plain(self, cls)
         return view
 
+    view_as.__doc__ = plain.__doc__
+    return view_as
+
+
+def _cached_dofn_specs(plain):
     by_class, by_object = {}, weakref.WeakKeyDictionary()
-    plain_get_dofn_specs = userstate.get_dofn_specs
 
     def get_dofn_specs(dofn):
         key = _class_key(dofn)
         if key is not None:
             if key not in by_class:
-                by_class[key] = plain_get_dofn_specs(dofn)
+                by_class[key] = plain(dofn)
             return by_class[key]
         try:
             return by_object[dofn]
         except (KeyError, TypeError):  # TypeError: not weakly referenceable
             pass
-        found = plain_get_dofn_specs(dofn)
+        found = plain(dofn)
         try:
             by_object[dofn] = found
         except TypeError:
             pass
         return found
 
-    view_as.__doc__ = plain_view_as.__doc__
-    pipeline_options.PipelineOptions.view_as = view_as
-    userstate.get_dofn_specs = get_dofn_specs
-    core.get_function_args_defaults = _cached_args_defaults(core.get_function_args_defaults)
-    _installed = True
+    get_dofn_specs.__doc__ = plain.__doc__
+    return get_dofn_specs
+
+
+def enabled() -> bool:
+    """Whether the patches are installed in this process."""
+    return bool(_ORIGINALS)
+
+
+def enable() -> bool:
+    """Installs the caches when the installed Beam is `BEAM_VERSION` (idempotent); otherwise
+    logs one line and changes nothing. Returns whether they are installed."""
+    if _ORIGINALS:
+        return True
+    import apache_beam
+    if apache_beam.__version__ != BEAM_VERSION:
+        _LOG.info("framework patches off: written for apache-beam %s, found %s",
+                  BEAM_VERSION, apache_beam.__version__)
+        return False
+    from apache_beam.options import pipeline_options
+    from apache_beam.transforms import core, userstate
+    options_class = pipeline_options.PipelineOptions
+    _ORIGINALS.update(view_as=options_class.view_as, get_dofn_specs=userstate.get_dofn_specs,
+                      get_function_args_defaults=core.get_function_args_defaults)
+    options_class.view_as = _cached_view_as(_ORIGINALS["view_as"])
+    userstate.get_dofn_specs = _cached_dofn_specs(_ORIGINALS["get_dofn_specs"])
+    core.get_function_args_defaults = _cached_args_defaults(
+        _ORIGINALS["get_function_args_defaults"])
+    return True
+
+
+def disable() -> None:
+    """Puts Beam's own functions back (for tests that compare both)."""
+    if not _ORIGINALS:
+        return
+    from apache_beam.options import pipeline_options
+    from apache_beam.transforms import core, userstate
+    pipeline_options.PipelineOptions.view_as = _ORIGINALS.pop("view_as")
+    userstate.get_dofn_specs = _ORIGINALS.pop("get_dofn_specs")
+    core.get_function_args_defaults = _ORIGINALS.pop("get_function_args_defaults")

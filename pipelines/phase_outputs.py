@@ -1,0 +1,63 @@
+"""The typed outputs (and inputs) of the preprocessing graph's composites
+(`pipelines.preprocess`): named PCollections instead of dicts and positional tuples; Beam tags
+a NamedTuple's PCollections by field name."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import apache_beam as beam
+
+__all__ = ["Inputs", "Inspected", "Classified", "DedupInputs", "Deduped", "Counted"]
+
+
+class Inputs(NamedTuple):
+    """ReadInputs' outputs (PCollections)."""
+    refs: beam.PCollection               # discovered files (FileRef)
+    discovery_rejects: beam.PCollection  # Rejects found while listing
+    other_files: beam.PCollection        # the extension key of each listed file that is no image
+    label_items: beam.PCollection        # every label CSV row, parsed (LabelRow) or a Reject
+    label_rows: beam.PCollection         # the parsed ones
+    label_rejects: beam.PCollection      # the rejected ones
+    box_items: beam.PCollection          # likewise for box CSV rows
+    box_rows: beam.PCollection
+    box_rejects: beam.PCollection
+    archive_rows: beam.PCollection       # the live snapshots' index rows with run_id, removed
+
+
+class Inspected(NamedTuple):
+    """InspectAndLabel's outputs (PCollections)."""
+    labelled: beam.PCollection          # inspected records with their label and boxes
+    rejected: beam.PCollection          # records rejected so far, but by a quality rule
+    quality_rejected: beam.PCollection  # by a quality rule: exact dedup still looks at them
+    row_rejects: beam.PCollection       # PlanImages' CSV row rejects
+    skipped: beam.PCollection           # unchanged since the archive: not inspected again
+    matched: beam.PCollection           # (row kind, count) of CSV rows matched to a file
+    kept: beam.PCollection              # the archive's records that stay live
+    retired: beam.PCollection           # retirement lines of the archive's records that do not
+
+
+class Classified(NamedTuple):
+    """AssignClasses' outputs: the class table (a singleton list of names), the records with
+    class ids, and the records rejected for their label."""
+    class_table: beam.PCollection
+    records: beam.PCollection
+    rejected: beam.PCollection
+
+
+class Deduped(NamedTuple):
+    """Dedup's outputs: unique records, and the PCollections of rejected ones."""
+    unique: beam.PCollection
+    rejected: tuple
+
+
+class Counted(NamedTuple):
+    """What Accounting counts, besides ReadInputs' and InspectAndLabel's outputs."""
+    accepted_rows: beam.PCollection   # index rows of the accepted records
+    image_rejects: beam.PCollection   # the images' Rejects
+    all_rejects: beam.PCollection     # every Reject (images and CSV rows)
+
+
+class DedupInputs(NamedTuple):
+    records: beam.PCollection            # candidates with class ids
+    quality_rejected: beam.PCollection   # rejected by a quality rule
+    archive_accepted: beam.PCollection   # the archive's index rows that stay live
