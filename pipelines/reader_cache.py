@@ -22,7 +22,7 @@ import os
 import secrets
 from typing import Callable, Sequence
 
-from transforms.snapshot_layout import DALI_INDEX_DIR, STATS, TRANSFORM_FN, Snapshot
+from transforms.snapshot_layout import DALI_INDEX_DIR, GFILE, STATS, TRANSFORM_FN, Snapshot
 
 __all__ = ["DEFAULT_CACHE_DIR", "cache_dir_for", "cached_snapshots", "reader_files"]
 
@@ -111,10 +111,13 @@ def cached_snapshots(snapshots: Sequence[Snapshot], cache_dir: str,
         if snapshot.manifest is None:
             raise ValueError(f"Cannot cache {snapshot.path}: its manifest was not read.")
         local_dir = _local_path(cache_dir, snapshot.path)
-        for entry in snapshot.manifest.get("files", []):
-            if wanted(entry["path"]):
-                jobs.append((f"{snapshot.path}/{entry['path']}",
-                             os.path.join(local_dir, *entry["path"].split("/")), entry))
+        entries = [entry for entry in snapshot.manifest.get("files", []) if wanted(entry["path"])]
+        if STATS not in {entry["path"] for entry in entries} and GFILE.exists(
+                f"{snapshot.path}/{STATS}"):  # unlisted (older manifests): copied unchecked
+            entries.append({"path": STATS})
+        for entry in entries:
+            jobs.append((f"{snapshot.path}/{entry['path']}",
+                         os.path.join(local_dir, *entry["path"].split("/")), entry))
         local_snapshots.append(dataclasses.replace(snapshot, path=local_dir))
     with concurrent.futures.ThreadPoolExecutor(_PARALLEL) as pool:
         fetched = list(pool.map(lambda job: _fetch(*job), jobs))
