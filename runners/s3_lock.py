@@ -74,7 +74,20 @@ class S3LockStore:
         return self._put(data, IfMatch=seen.token)
 
     def delete_if(self, seen) -> bool:
-        return self._request("delete_object", IfMatch=seen.token) is not None
+        """Deletes the lock if it is still `seen`. A store without conditional deletes (501
+        NotImplemented; AWS has them) gets read, compare, delete: a takeover in between is
+        possible only for a lock already stale."""
+        from botocore.exceptions import ClientError
+        try:
+            return self._request("delete_object", IfMatch=seen.token) is not None
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "NotImplemented":
+                raise
+        now = self.read()
+        if now is None or now.token != seen.token:
+            return False
+        s3_storage.client().delete_object(Bucket=self._bucket, Key=self._key)
+        return True
 
     def refresh(self, data: bytes) -> bool:
         return self._etag is not None and self._put(data, IfMatch=self._etag)
