@@ -15,7 +15,8 @@ setuptools.setup(
     package_data={"configs": ["*.yaml"]},
     install_requires=[
         "tensorflow==2.21.0",
-        "apache-beam[gcp]==2.77.0",
+        # aws: Beam's s3:// file system (and boto3: the reader's S3 copies, the S3 run lock).
+        "apache-beam[gcp,aws]==2.77.0",
         "tensorflow-transform==1.21.0",
         "pyyaml>=6",
         "pillow>=10",
@@ -23,9 +24,10 @@ setuptools.setup(
     ],
     extras_require={
         # tensorflow-datasets: tests read snapshots with tfds.builder_from_directory; ruff:
-        # `make lint` (ruff.toml), pinned so the rules do not change under CI.
+        # `make lint` (ruff.toml), pinned so the rules do not change under CI; moto[server]:
+        # the local S3 server the s3:// tests start on 127.0.0.1 (tests/s3util.py).
         "test": ["pytest>=8", "pytest-xdist>=3", "tensorflow-datasets>=4.9.10,<4.10",
-                 "ruff==0.17.6"],
+                 "ruff==0.17.6", "moto[server]>=5.1,<6"],
         # The nightly DAG in runners/airflow_dag.py; not needed to run pixelmill itself.
         "airflow": ["apache-airflow>=2.9"],
     },

@@ -10,8 +10,11 @@ import secrets
 
 from apache_beam.io.filesystems import FileSystems
 
+from transforms import s3_storage
+from transforms.s3_storage import create_file
+
 __all__ = ["BeamStorage", "BEAM_FILES", "read_json", "remove_tree", "write_atomically",
-           "sync_files", "TEMPORARY_GLOB"]
+           "sync_files", "TEMPORARY_GLOB", "set_options", "check_buckets"]
 
 TEMPORARY_GLOB = ".*.tmp-*"  # what `write_atomically` leaves behind only when killed mid-write
 
@@ -35,6 +38,26 @@ class BeamStorage:
 
 
 BEAM_FILES = BeamStorage()
+
+
+def set_options(options) -> None:
+    """From now on in this process, Beam's FileSystems and the S3 requests of their own (the
+    lock, bucket checks: `transforms.s3_storage`) use the file system settings of `options`
+    (a PipelineOptions: `--s3_endpoint_url`, `--s3_region_name`, ...), as a Pipeline built with
+    them does; the code around the graph runs before and after that Pipeline."""
+    FileSystems.set_options(options)
+    s3_storage.set_options(options.get_all_options())
+
+
+def check_buckets(paths) -> None:
+    """Raises `s3_storage.S3Error` (one line naming the path: no credentials, wrong region,
+    no such bucket, access denied, endpoint silent) unless each `s3://` path's bucket answers;
+    once per bucket. Other paths are checked by their first use."""
+    seen = set()
+    for path in paths:
+        if path and s3_storage.is_s3(path) and s3_storage.split_url(path)[0] not in seen:
+            seen.add(s3_storage.split_url(path)[0])
+            s3_storage.check_bucket(path)
 
 
 def read_json(path: str):
@@ -77,7 +100,7 @@ def write_atomically(path: str, data: bytes) -> None:
     "rename" is a copy and a delete, so the object is written in place, without a rename.
     """
     if not _is_local(path):
-        with FileSystems.create(path, compression_type="uncompressed") as handle:
+        with create_file(path, compression_type="uncompressed") as handle:
             handle.write(data)
         return
     folder, name = os.path.split(path)

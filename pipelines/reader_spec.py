@@ -73,6 +73,9 @@ class ReaderSpec:
         first and warps the resized batch: exactly `augment_batch` on the `augment=False`
         batches (what the preview shows); the two differ by resampling only (same parameters,
         matrix and boxes).
+      cache_dir: a local folder for copies of remote snapshots' shards (`s3://`, which only a
+        copy can read, defaults to `~/.cache/pixelmill/snapshots`; `gs://` reads in place
+        unless given). See `pipelines.reader_cache`.
 
     `None` for `seed`, `image_size`, `augment`, `shuffle` and `drop_remainder` is resolved on
     construction, so every step sees final values.
@@ -100,6 +103,7 @@ class ReaderSpec:
     jit_compile: bool = True
     resample_once: bool = True
     exif_orientation: bool = True
+    cache_dir: str | None = None
 
     def __post_init__(self):
         check_one_of("split", self.split, SPLITS)
@@ -121,6 +125,10 @@ class ReaderSpec:
         if not isinstance(self.exif_orientation, bool):
             raise ValueError(f"exif_orientation must be a bool. Received: exif_orientation="
                              f"{self.exif_orientation!r}")
+        if self.cache_dir is not None and (not isinstance(self.cache_dir, str)
+                                           or not self.cache_dir or "://" in self.cache_dir):
+            raise ValueError(f"cache_dir must be a local folder path or None. Received: "
+                             f"cache_dir={self.cache_dir!r}")
 
     @classmethod
     def from_config(cls, config: Config, **settings) -> "ReaderSpec":

@@ -70,6 +70,7 @@ import logging
 import tensorflow as tf
 
 from configs.schema import Config, load_config
+from pipelines.reader_cache import cache_dir_for, cached_snapshots, reader_files
 from pipelines.reader_metadata import (
     batches_per_epoch,
     count_examples,
@@ -115,7 +116,8 @@ _LOG = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class ReadPlan:
     """What the reader resolved from the snapshots for one `ReaderSpec`, before any graph:
-    the selected snapshots, the shard files (one group, or archive and fresh for a mix), the
+    the selected snapshots (at their local copies when cached: `pipelines.reader_cache`),
+    the shard files (one group, or archive and fresh for a mix), the
     label width, whether there are boxes, the normalization numbers, this input pipeline's
     place among the replicas, the batch augmenter (None without augmentation), and the label
     offset the parse takes off the stored class ids (0 with `keep_label_offset`)."""
@@ -162,20 +164,24 @@ def plan_reading(output_dir: str, spec: ReaderSpec,
     first records); raises before any graph is built."""
     selected = select_snapshots(output_dir, spec.snapshots)
     view = live_view(output_dir, snapshots=selected)
-    files = list_split_shards(selected, spec.split, spec.shard_name)
+    local = selected  # where shards and normalization are read: checked copies if cached
+    cache = cache_dir_for(output_dir, spec.cache_dir)
+    if cache is not None:
+        local = cached_snapshots(selected, cache, reader_files(spec.split))
+    files = list_split_shards(local, spec.split, spec.shard_name)
     stored_offset = read_label_offset(selected)
     kept_offset = stored_offset if spec.keep_label_offset else 0
     num_classes = _num_classes(read_class_names(selected), spec.num_classes, kept_offset)
     with_boxes = has_boxes(selected, files) if spec.with_boxes is None else spec.with_boxes
-    numbers = normalization(spec.online.normalize, selected, spec.normalize)
+    numbers = normalization(spec.online.normalize, local, spec.normalize)
     pipeline_id, num_pipelines = 0, 1
     if input_context is not None:
         pipeline_id = input_context.input_pipeline_id
         num_pipelines = input_context.num_input_pipelines
     groups = (tuple(files),)
     if spec.selection.mix_weight is not None:
-        groups = (tuple(list_split_shards(selected[:-1], spec.split, spec.shard_name)),
-                  tuple(list_split_shards(selected[-1:], spec.split, spec.shard_name)))
+        groups = (tuple(list_split_shards(local[:-1], spec.split, spec.shard_name)),
+                  tuple(list_split_shards(local[-1:], spec.split, spec.shard_name)))
     if any(shards_by_records(len(group), num_pipelines) for group in groups):
         _LOG.warning(
             "Split %r has %s shard files for %d input pipelines: sharding by records instead "
@@ -186,7 +192,7 @@ def plan_reading(output_dir: str, spec: ReaderSpec,
     if spec.augment:
         augmenter = _shared_augmenter(spec.online, num_classes, spec.jit_compile,
                                       spec.image_size if spec.resample_once else None)
-    return ReadPlan(spec, tuple(selected), groups, num_classes, with_boxes, numbers,
+    return ReadPlan(spec, tuple(local), groups, num_classes, with_boxes, numbers,
                     pipeline_id, num_pipelines, augmenter, stored_offset - kept_offset, view)
 
 
@@ -302,12 +308,13 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
                  max_boxes: int = 100, num_classes: int | None = None,
                  image_size: int | tuple[int, int] | None = None, shuffle_buffer: int = 1024,
                  cycle_length: int = 8, jit_compile: bool = True,
-                 resample_once: bool = True, keep_label_offset: bool = False
-                 ) -> tf.data.Dataset:
+                 resample_once: bool = True, keep_label_offset: bool = False,
+                 cache_dir: str | None = None) -> tf.data.Dataset:
     """Batches of one split of the committed snapshot, reproducible from `(seed, epoch, step)`.
 
     Args:
-      output_dir: the offline job's OUTPUT folder (local or gs://).
+      output_dir: the offline job's OUTPUT folder (local, gs:// or s3://; s3:// snapshots are
+        read from a checked local copy under `cache_dir`, see `pipelines.reader_cache`).
       config: the pixelmill config (`configs/base.yaml` when None). `config.online` gives the
         image size, the seed, the augmentation and the normalization; `config.output.name` the
         shard name.
@@ -324,5 +331,5 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 32,
         with_boxes=with_boxes, max_boxes=max_boxes, num_classes=num_classes,
         image_size=image_size, shuffle_buffer=shuffle_buffer, cycle_length=cycle_length,
         jit_compile=jit_compile, resample_once=resample_once,
-        keep_label_offset=keep_label_offset)
+        keep_label_offset=keep_label_offset, cache_dir=cache_dir)
     return read_dataset(output_dir, spec, input_context)

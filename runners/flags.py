@@ -106,7 +106,7 @@ def count_at_least(low: int):
 def add_preprocess_flags(parser) -> None:
     """The flags of `pixelmill preprocess` (and of `nightly`, which adds its own)."""
     parser.add_argument("--data_root", action="append", default=None,
-                        help="Folder or glob of images, local or gs:// (repeatable).")
+                        help="Folder or glob of images, local, gs:// or s3:// (repeatable).")
     parser.add_argument("--label_csv", action="append", default=None,
                         help="Label CSV (repeatable; `--labels` on the command line). "
                              "Without it, folder names are labels.")
@@ -115,7 +115,8 @@ def add_preprocess_flags(parser) -> None:
     parser.add_argument("--classes", default=None,
                         help="Class table: one name per line, id = line index (freezes it).")
     parser.add_argument("--output_dir", default=None,
-                        help="Where snapshots, classes.txt and LATEST live (local or gs://).")
+                        help="Where snapshots, classes.txt and LATEST live (local, gs:// or "
+                             "s3://).")
     parser.add_argument("--config", default=None,
                         help="YAML config (default: configs/base.yaml).")
     parser.add_argument("--set", dest="config_overrides", action="append", default=None,

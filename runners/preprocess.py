@@ -29,7 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from configs.schema import ConfigError, load_config
-from pipelines.beam_files import BEAM_FILES
+from pipelines.beam_files import BEAM_FILES, check_buckets, set_options
 from pipelines.job import PreprocessJob
 from runners.beam_runner import prepare_job, runner_for
 from runners.errors import UsageError
@@ -42,6 +42,7 @@ from transforms import snapshot_layout as layout
 from transforms.live_view import live_count, live_view, read_retirements
 from transforms.offline import boxes, classes, labels
 from transforms.offline.join_labels import read_csv_header
+from transforms.s3_storage import S3Error
 
 __all__ = ["PreprocessOptions", "run", "main", "resolve_job", "translate_flags", "execute",
            "parse_options"]
@@ -178,6 +179,12 @@ def parse_options(argv, command: str = "preprocess"
     options = PipelineOptions(argv)
     job_options = options.view_as(PreprocessOptions)
     output_dir = _require(job_options.output_dir, "--output_dir")
+    set_options(options)  # --s3_* reach the lock, the checks and the publisher too
+    try:
+        check_buckets([*(job_options.data_root or ()), *(job_options.label_csv or ()),
+                       *(job_options.boxes or ()), job_options.classes, output_dir])
+    except S3Error as exc:
+        raise UsageError(str(exc)) from exc
     run_id = check_run_id(job_options.run_id or layout.new_run_id(), output_dir)
     return options, job_options, run_id, output_dir
 

@@ -1,10 +1,11 @@
 """One run at a time per output folder: an exclusive lock file, `OUTPUT/.lock`, with a heartbeat.
 
 Taking it is create-if-absent: `O_CREAT | O_EXCL` on a local disk, `if_generation_match=0` on
-Google Cloud Storage; on other file systems it is best effort (check, write, read back). The
-file says who holds it (host, pid, run_id, since, and the machine's boot id and pid namespace).
-While a run holds it, a thread refreshes the lock's heartbeat (its modification time; on GCS a
-new generation) every `heartbeat_s`; a run whose lock was taken over finds out there
+Google Cloud Storage, `If-None-Match: *` on Amazon S3 (`runners.s3_lock`); on other file
+systems it is best effort (check, write, read back). The file says who holds it (host, pid,
+run_id, since, and the machine's boot id and pid namespace). While a run holds it, a thread
+refreshes the lock's heartbeat (its modification time; on GCS a new generation; on S3 a new
+ETag) every `heartbeat_s`; a run whose lock was taken over finds out there
 (`LockLost` from `RunLock.check`, which the runners call before publishing).
 
 A lock is taken over when:
@@ -18,7 +19,8 @@ A lock is taken over when:
 Taking over is compare-and-delete, so two runs that both judged the lock stale cannot both
 win: locally the lock is renamed away atomically and deleted only if it is still the very
 file that was judged (same inode, heartbeat and content), else put back; on GCS the delete
-carries `if_generation_match`. The loser then finds the winner's fresh lock and stops.
+carries `if_generation_match`; on S3 the stale lock is replaced in place with `If-Match`.
+The loser then finds the winner's fresh lock and stops.
 
 `note_blocked` / `clear_blocked` count the runs a lock turned away in a row (`.lock_blocked`),
 so that a lock that never goes away becomes an error instead of an endless skip.
@@ -246,6 +248,9 @@ class _BestEffortStore:
 def _store_for(path: str):
     if path.startswith("gs://"):
         return _GcsStore(path)
+    if path.startswith("s3://"):
+        from runners.s3_lock import S3LockStore
+        return S3LockStore(path)
     if "://" in path:
         return _BestEffortStore(path)
     return _LocalStore(path)
@@ -305,10 +310,21 @@ class RunLock:
             if reason is None:
                 break
             _LOG.warning("taking over %s (%s): %s", self._path, _describe(seen), reason)
-            self._store.delete_if(seen)  # False: another run took it over first
+            if self._take_over(seen):
+                self._start_heartbeat()
+                return self
         raise LockHeld(f"another pixelmill run holds {self._path} "
                        f"({_describe(seen) if seen else 'just taken'}); this run exits "
                        f"without publishing")
+
+    def _take_over(self, seen: _Seen) -> bool:
+        """Replaces the stale lock `seen` by this run's: True when this run holds it now. S3
+        swaps it in place (`If-Match`); the others delete it compare-and-delete and create it.
+        False: another run took it over first."""
+        swap = getattr(self._store, "take_over", None)
+        if swap is not None:
+            return swap(seen, self._data)
+        return self._store.delete_if(seen) and self._store.create(self._data)
 
     def _start_heartbeat(self) -> None:
         def beat():

@@ -32,6 +32,7 @@ import types
 import pytest
 
 from tests.imageutil import write_photo
+from tests.s3util import local_s3  # noqa: F401  (a fixture: the session's local S3 server)
 from tests.tiers import (  # noqa: F401  (hooks)
     pytest_configure,
     pytest_fixture_setup,

@@ -124,7 +124,8 @@ class Storage(Protocol):
 
 
 class GfileStorage:
-    """`Storage` through `tf.io.gfile`: local paths, gs:// and TensorFlow's other file systems.
+    """`Storage` through `tf.io.gfile`: local paths, gs:// and TensorFlow's other file systems;
+    `s3://` paths (which TensorFlow 2.21 cannot open) through boto3 (`transforms.s3_storage`).
     TensorFlow is imported on first use, so importing the layout stays cheap."""
 
     @staticmethod
@@ -132,18 +133,31 @@ class GfileStorage:
         import tensorflow as tf
         return tf.io.gfile
 
+    @staticmethod
+    def _s3(path: str):
+        if not path.startswith("s3://"):
+            return None
+        from transforms.s3_storage import S3_FILES
+        return S3_FILES
+
     def glob(self, pattern: str) -> list[str]:
-        return list(self._gfile().glob(pattern))
+        s3 = self._s3(pattern)
+        return s3.glob(pattern) if s3 else list(self._gfile().glob(pattern))
 
     def exists(self, path: str) -> bool:
-        return self._gfile().exists(path)
+        s3 = self._s3(path)
+        return s3.exists(path) if s3 else self._gfile().exists(path)
 
     def read_text(self, path: str) -> str:
+        s3 = self._s3(path)
+        if s3:
+            return s3.read_text(path)
         with self._gfile().GFile(path, "r") as handle:
             return handle.read()
 
     def mtime(self, path: str) -> float:
-        return self._gfile().stat(path).mtime_nsec
+        s3 = self._s3(path)
+        return s3.mtime(path) if s3 else self._gfile().stat(path).mtime_nsec
 
 
 GFILE = GfileStorage()

@@ -45,8 +45,19 @@ class Failure:
     detail: str
 
 
-def _child_main(connection, worker) -> None:
+def _filesystem_options():
+    """The options Beam's FileSystems use in this process (a Pipeline's, or a worker's runtime
+    options), for the children: they open `s3://` and `gs://` inputs with the same settings."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.value_provider import RuntimeValueProvider
+    return FileSystems._pipeline_options or RuntimeValueProvider.runtime_options
+
+
+def _child_main(connection, worker, filesystem_options=None) -> None:
     """The child's loop: setup once, then results one by one for each batch received."""
+    if filesystem_options is not None:
+        from apache_beam.io.filesystems import FileSystems
+        FileSystems.set_options(filesystem_options)
     worker.setup()
     connection.send(_READY)
     while True:
@@ -99,10 +110,11 @@ def start_forkserver(preload) -> None:
 class _Child:
     """One child process, the items it holds (oldest first) and when its current item began."""
 
-    def __init__(self, context, worker):
+    def __init__(self, context, worker, filesystem_options=None):
         self.connection, child_end = context.Pipe()
         with main_script_hidden():
-            self.process = context.Process(target=_child_main, args=(child_end, worker),
+            self.process = context.Process(target=_child_main,
+                                           args=(child_end, worker, filesystem_options),
                                            daemon=True)
             self.process.start()
         child_end.close()
@@ -132,6 +144,7 @@ class ChildPool:
         if processes < 1:
             raise ValueError(f"processes must be >= 1. Received: processes={processes}")
         self._worker = worker
+        self._filesystem_options = _filesystem_options()
         self._timeout_s = timeout_s
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(list(preload))
@@ -141,7 +154,7 @@ class ChildPool:
         self._failed_starts = 0
 
     def _start(self) -> _Child:
-        return _Child(self._context, self._worker)
+        return _Child(self._context, self._worker, self._filesystem_options)
 
     @property
     def in_flight(self) -> int:

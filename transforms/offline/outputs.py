@@ -14,6 +14,8 @@ import math
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.s3_storage import create_file
+
 __all__ = ["WriteRejectsLedger", "WriteJson", "CountInto", "LEDGER_PART_LINES", "write_text"]
 
 LEDGER_PART_LINES = 200_000   # lines per sorted range of the ledger (~40 MB on one worker)
@@ -22,7 +24,7 @@ _COPY_CHUNK = 1 << 20
 
 
 def write_text(path: str, text: str) -> str:
-    with FileSystems.create(path) as handle:
+    with create_file(path) as handle:
         handle.write(text.encode("utf-8"))
     return path
 
@@ -55,7 +57,7 @@ def _join_ranges(ranges, path: str, parts_dir: str) -> str:
     if parts and FileSystems.exists(path) and not all(FileSystems.exists(p) for p in parts):
         _remove_parts([p for p in parts if FileSystems.exists(p)], parts_dir)
         return path
-    with FileSystems.create(path) as out:
+    with create_file(path) as out:
         for _index, part in sorted(ranges):
             with FileSystems.open(part, compression_type="uncompressed") as handle:
                 while chunk := handle.read(_COPY_CHUNK):

@@ -27,6 +27,7 @@ from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.index_table import record_row
 from transforms.offline.tfrecord_framing import frame_record
 from transforms.reporting.feature_stats import record_features
+from transforms.s3_storage import create_file
 from transforms.snapshot_layout import dali_index_name, shard_name
 
 __all__ = ["AssignShards", "WriteShards", "MetaColumns", "shard_counts", "frame_record",
@@ -93,8 +94,8 @@ class _WriteShardFn(beam.DoFn):
         compressor = (zlib.compressobj(9, zlib.DEFLATED, 31)
                       if self._output.compression == "gzip" else None)
         dali = IndexBuilder()
-        with FileSystems.create(FileSystems.join(self._staging_dir, rel_path),
-                                compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        with create_file(FileSystems.join(self._staging_dir, rel_path),
+                         compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             def write(chunk: bytes):
                 nonlocal size
                 if compressor is not None:
@@ -126,8 +127,8 @@ class _WriteShardFn(beam.DoFn):
                 size += len(tail)
         if compressor is None:
             index_path = FileSystems.join(self._staging_dir, dali_index_name(rel_path))
-            with FileSystems.create(index_path,
-                                    compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            with create_file(index_path,
+                             compression_type=CompressionTypes.UNCOMPRESSED) as handle:
                 handle.write(dali.text())
         yield beam.pvalue.TaggedOutput(
             FILES, ShardFile(path=rel_path, bytes=size, sha256=digest.hexdigest(),

@@ -1,0 +1,172 @@
+"""S3 without the job: the reader's storage, the one-line errors and the run lock's
+compare-and-swap, against a local S3 server (`tests.s3util`)."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from botocore.exceptions import ClientError
+
+from runners import preprocess, run_lock
+from runners.errors import LockHeld, UsageError
+from transforms import s3_storage
+from transforms.snapshot_layout import GFILE
+
+
+def test_storage_reads_globs_and_times(local_s3):
+    url = local_s3.bucket("pm-storage")
+    for key in ("out/snapshots/1/manifest.json", "out/snapshots/2/manifest.json",
+                "out/snapshots/2/train/a.tfrecord", "out/LATEST"):
+        local_s3.client.put_object(Bucket="pm-storage", Key=key, Body=key.encode())
+    assert GFILE.glob(f"{url}/out/snapshots/*/manifest.json") == [
+        f"{url}/out/snapshots/1/manifest.json", f"{url}/out/snapshots/2/manifest.json"]
+    assert GFILE.glob(f"{url}/out/snapshots/*/*") == [
+        f"{url}/out/snapshots/1/manifest.json", f"{url}/out/snapshots/2/manifest.json"]
+    assert GFILE.read_text(f"{url}/out/LATEST") == "out/LATEST"
+    assert GFILE.exists(f"{url}/out/snapshots/2/train")  # a "folder": objects below it
+    assert not GFILE.exists(f"{url}/out/snapshots/3")
+    assert GFILE.mtime(f"{url}/out/LATEST") > time.time() - 3600
+    with pytest.raises(FileNotFoundError, match="no such object"):
+        GFILE.read_text(f"{url}/out/missing")
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_missing_bucket_is_one_line(local_s3):
+    with pytest.raises(s3_storage.S3Error, match=r"bucket 'pm-nowhere' does not exist"):
+        s3_storage.check_bucket("s3://pm-nowhere/images")
+    with pytest.raises(UsageError, match=r"^s3://pm-nowhere/out: bucket 'pm-nowhere' does not "
+                                         r"exist\.$"):
+        preprocess.parse_options(["--data_root", "x", "--output_dir", "s3://pm-nowhere/out",
+                                  *local_s3.flags])
+
+
+def test_endpoint_that_does_not_answer(local_s3):
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    s3_storage.set_options({"s3_endpoint_url": endpoint})
+    try:
+        with pytest.raises(s3_storage.S3Error, match=rf"^s3://pm-any/x: .*{endpoint}.* does "
+                                                     r"not answer\. Check --s3_endpoint_url"):
+            s3_storage.check_bucket("s3://pm-any/x")
+    finally:
+        s3_storage.set_options(None)
+
+
+def test_no_credentials(local_s3, monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    s3_storage.set_options(None)  # drop the clients that found credentials
+    try:
+        with pytest.raises(s3_storage.S3Error, match=r"^s3://pm-any/x: no AWS credentials"):
+            s3_storage.check_bucket("s3://pm-any/x")
+    finally:
+        monkeypatch.undo()
+        s3_storage.set_options(None)
+
+
+def test_access_denied_and_wrong_region_lines():
+    denied = ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"},
+                          "ResponseMetadata": {"HTTPStatusCode": 403}}, "GetObject")
+    assert s3_storage.describe_error(denied, "s3://pm-b/k").startswith(
+        "s3://pm-b/k: access denied to bucket 'pm-b'")
+    moved = ClientError({"Error": {"Code": "301", "Message": "Moved Permanently"},
+                         "ResponseMetadata": {"HTTPStatusCode": 301, "HTTPHeaders": {
+                             "x-amz-bucket-region": "eu-west-1"}}}, "HeadBucket")
+    assert s3_storage.describe_error(moved, "s3://pm-b/k") == (
+        "s3://pm-b/k: bucket 'pm-b' is in another region than the one configured. It is in "
+        "region eu-west-1: pass --s3_region_name eu-west-1 or set AWS_REGION.")
+
+
+def test_access_denied_by_bucket_policy(local_s3):
+    url = local_s3.bucket("pm-denied")
+    local_s3.client.put_object(Bucket="pm-denied", Key="LATEST", Body=b"1\n")
+    policy = {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Deny", "Principal": "*", "Action": "s3:GetObject",
+        "Resource": "arn:aws:s3:::pm-denied/*"}]}
+    local_s3.client.put_bucket_policy(Bucket="pm-denied", Policy=json.dumps(policy))
+    try:
+        with pytest.raises(s3_storage.S3Error, match=r"^s3://pm-denied/LATEST: access denied"):
+            GFILE.read_text(f"{url}/LATEST")
+    finally:
+        local_s3.client.delete_bucket_policy(Bucket="pm-denied")
+
+
+def test_lock_create_heartbeat_and_loss(local_s3):
+    url = local_s3.bucket("pm-lock") + "/out"
+    with run_lock.RunLock(url, "run-a", heartbeat_s=0.05) as lock:
+        with pytest.raises(LockHeld, match="run run-a"):
+            run_lock.RunLock(url, "run-b").__enter__()
+        time.sleep(0.2)  # a few heartbeats: each replaces its own ETag
+        lock.check()
+        local_s3.client.put_object(Bucket="pm-lock", Key="out/.lock", Body=b"{}")
+        with pytest.raises(run_lock.LockLost):
+            lock.check()
+    assert local_s3.keys("pm-lock") == ["out/.lock"]  # someone else's: left alone
+    local_s3.client.delete_object(Bucket="pm-lock", Key="out/.lock")
+    with run_lock.RunLock(url, "run-c"):
+        assert local_s3.keys("pm-lock") == ["out/.lock"]
+    assert local_s3.keys("pm-lock") == []  # released
+
+
+def test_lock_takeover_race_has_one_winner(local_s3):
+    url = local_s3.bucket("pm-race") + "/out"
+    for attempt in range(3):
+        stale = json.dumps({"run_id": f"dead-{attempt}", "pid": 1, "host": "elsewhere"})
+        local_s3.client.put_object(Bucket="pm-race", Key="out/.lock", Body=stale.encode())
+        time.sleep(3.1)  # older than stale_after_s below; S3 times are whole seconds, so a
+        # fresh lock may look up to 1 s old: the stale limit stays above that
+        start, results = threading.Barrier(4), {}
+        locks = {}
+
+        def take(name, start=start, locks=locks, results=results):
+            lock = run_lock.RunLock(url, name, stale_after_s=2.0, heartbeat_s=30)
+            start.wait()
+            try:
+                locks[name] = lock.__enter__()
+                results[name] = "won"
+            except LockHeld:
+                results[name] = "held"
+        threads = [threading.Thread(target=take, args=(f"run-{i}",)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(results.values()) == ["held", "held", "held", "won"], results
+        (winner, lock), = locks.items()
+        assert json.loads(local_s3.read(f"{url}/.lock"))["run_id"] == winner
+        lock.check()
+        lock.__exit__(None, None, None)
+
+
+def test_reader_copies_shards_once_and_reads_the_same_batches(local_s3, tmp_path):
+    from configs.schema import load_config
+    from pipelines.training_input import make_dataset
+    from tests.fake_snapshot import write_synthetic_snapshot
+    write_synthetic_snapshot(str(tmp_path / "out"), counts={"train": 12}, run_id="r1")
+    local_s3.upload_tree(tmp_path / "out", local_s3.bucket("pm-reader") + "/out")
+    config = load_config(overrides=["online.image_size=32"])
+
+    def batches(output_dir, **kwargs):
+        return [images.numpy() for images, _ in make_dataset(
+            output_dir, batch_size=4, config=config, seed=3, augment=False, **kwargs)]
+    cache = tmp_path / "cache"
+    expected = batches(str(tmp_path / "out"))
+    assert len(expected) == 3
+    for a, b in zip(expected, batches("s3://pm-reader/out", cache_dir=str(cache))):
+        np.testing.assert_array_equal(a, b)
+    shard = cache / "pm-reader/out/snapshots/r1/train/images-train.tfrecord-00000-of-00002"
+    stamp = shard.stat().st_mtime_ns
+    batches("s3://pm-reader/out", cache_dir=str(cache))
+    assert shard.stat().st_mtime_ns == stamp  # reused, not downloaded again
+    with pytest.raises(ValueError, match="cache_dir must be a local folder path"):
+        make_dataset("s3://pm-reader/out", cache_dir="s3://elsewhere")

@@ -1,0 +1,262 @@
+"""Amazon S3 (and S3-compatible servers) through boto3, for what Beam's S3 file system does not
+cover: the training reader's small files and shard downloads (`tf.io.gfile` has no `s3://` in
+TensorFlow 2.21) the run lock's conditional writes (`runners.s3_lock`), and empty objects (`create_file`).
+
+Settings are Beam's S3 option names (`s3_endpoint_url`, `s3_region_name`, `s3_access_key_id`,
+...); whatever is None comes from the standard AWS chain (environment such as AWS_REGION and
+AWS_ENDPOINT_URL, ~/.aws, instance roles), as boto3 does. A job's runner passes its options
+once (`set_options`, as Beam's `FileSystems.set_options`); the training reader uses the chain.
+Errors a user meets leave as one line naming the path (`S3Error`, `describe_error`).
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import re
+
+__all__ = ["S3Error", "S3Storage", "S3_FILES", "is_s3", "split_url", "set_options", "client",
+           "describe_error", "check_bucket", "create_file"]
+
+_SETTINGS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token", "s3_endpoint_url",
+             "s3_region_name", "s3_api_version", "s3_verify", "s3_disable_ssl")
+_options: tuple = ()
+
+
+class S3Error(RuntimeError):
+    """An S3 request failed for a reason the user must fix; the message is one line."""
+
+
+def is_s3(path: str) -> bool:
+    return path.startswith("s3://")
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """(bucket, key) of `s3://bucket/key`; raises ValueError for anything else."""
+    if not is_s3(url) or not url[len("s3://"):].split("/", 1)[0]:
+        raise ValueError(f"Expected an s3://bucket/key path. Received: {url!r}")
+    bucket, _, key = url[len("s3://"):].partition("/")
+    return bucket, key
+
+
+def _settings(options: dict | None) -> tuple:
+    return tuple(sorted((k, v) for k, v in (options or {}).items()
+                        if k in _SETTINGS and v not in (None, False)))
+
+
+def set_options(options: dict | None) -> None:
+    """The S3 settings (Beam's `s3_*` names) every later `client()` in this process uses;
+    clients made before (and the credentials they found) are dropped."""
+    global _options
+    _options = _settings(options)
+    _client.cache_clear()
+
+
+def client():
+    """A boto3 S3 client with the current settings (one per settings, shared: boto3 clients
+    are thread-safe). Connection failures are retried twice, not for minutes."""
+    return _client(_options)
+
+
+def _beam_client():
+    """A client with the settings Beam's FileSystems use in this process (a Pipeline's, or a
+    worker's runtime options), for a write inside the graph."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.value_provider import RuntimeValueProvider
+    options = FileSystems._pipeline_options or RuntimeValueProvider.runtime_options
+    if options is None:
+        return client()
+    return _client(_settings(options if isinstance(options, dict)
+                             else options.get_all_options()))
+
+
+class _EmptySafeWriter:
+    """`FileSystems.create` for an `s3://` object that may stay empty: Beam uploads in
+    multipart parts and a multipart upload of zero parts fails (MalformedXML), so the upload
+    starts with the first bytes and an object closed without any is put empty."""
+
+    def __init__(self, path: str, compression_type: str):
+        self._path, self._compression_type = path, compression_type
+        self._handle = None
+
+    def _open(self):
+        from apache_beam.io.filesystems import FileSystems
+        if self._handle is None:
+            self._handle = FileSystems.create(self._path,
+                                              compression_type=self._compression_type)
+        return self._handle
+
+    def write(self, data) -> int:
+        return self._open().write(data) if len(data) else 0
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            return
+        bucket, key = split_url(self._path)
+        _beam_client().put_object(Bucket=bucket, Key=key, Body=b"")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *_):
+        if exc_type is None or self._handle is not None:  # as Beam's own handle does
+            self.close()
+        return False
+
+
+def create_file(path: str, compression_type: str = "auto"):
+    """`FileSystems.create(path, compression_type)`, except that on `s3://` an empty
+    uncompressed file can be written too (`_EmptySafeWriter`)."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+    kind = compression_type
+    if kind == CompressionTypes.AUTO:
+        kind = CompressionTypes.detect_compression_type(path)
+    if is_s3(path) and kind == CompressionTypes.UNCOMPRESSED:
+        return _EmptySafeWriter(path, compression_type)
+    return FileSystems.create(path, compression_type=compression_type)
+
+
+@functools.lru_cache(maxsize=4)
+def _client(options: tuple):
+    import boto3
+    from botocore.config import Config
+    settings = dict(options)
+    return boto3.session.Session().client(
+        "s3", region_name=settings.get("s3_region_name"),
+        api_version=settings.get("s3_api_version"),
+        use_ssl=not settings.get("s3_disable_ssl", False), verify=settings.get("s3_verify"),
+        endpoint_url=settings.get("s3_endpoint_url"),
+        aws_access_key_id=settings.get("s3_access_key_id"),
+        aws_secret_access_key=settings.get("s3_secret_access_key"),
+        aws_session_token=settings.get("s3_session_token"),
+        config=Config(connect_timeout=10, read_timeout=60,
+                      retries={"max_attempts": 3, "mode": "standard"}))
+
+
+def describe_error(exc: BaseException, url: str) -> str | None:
+    """One line for a boto3 error a user can fix (credentials, region, bucket, permission,
+    endpoint), naming `url`; None for anything else."""
+    from botocore import exceptions as bx
+    bucket = url[len("s3://"):].split("/", 1)[0] if is_s3(url) else url
+    if isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError)):
+        return (f"{url}: no AWS credentials found. Set AWS_ACCESS_KEY_ID and "
+                f"AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run with an instance role.")
+    if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError,
+                        bx.ReadTimeoutError, bx.ConnectionClosedError)):
+        endpoint = getattr(exc, "kwargs", {}).get("endpoint_url", "the S3 endpoint")
+        return (f"{url}: {endpoint} does not answer. Check --s3_endpoint_url or "
+                f"AWS_ENDPOINT_URL, and the network.")
+    if not isinstance(exc, bx.ClientError):
+        return None
+    error = exc.response.get("Error", {})
+    code = str(error.get("Code", ""))
+    meta = exc.response.get("ResponseMetadata", {})
+    status = meta.get("HTTPStatusCode")
+    region = meta.get("HTTPHeaders", {}).get("x-amz-bucket-region")
+    if code in ("PermanentRedirect", "AuthorizationHeaderMalformed", "301") or status == 301:
+        where = f" It is in region {region}: pass --s3_region_name {region} or set AWS_REGION."
+        return (f"{url}: bucket {bucket!r} is in another region than the one configured."
+                + (where if region else " Pass --s3_region_name or set AWS_REGION."))
+    if code in ("NoSuchBucket",) or (code == "404" and exc.operation_name == "HeadBucket"):
+        return f"{url}: bucket {bucket!r} does not exist."
+    if code in ("AccessDenied", "403", "AllAccessDisabled"):
+        return (f"{url}: access denied to bucket {bucket!r} for the AWS credentials in use "
+                f"(needs s3:ListBucket, s3:GetObject, and s3:PutObject/DeleteObject to write).")
+    if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
+                "InvalidToken"):
+        return f"{url}: the AWS credentials in use are not valid ({code})."
+    return None
+
+
+def _raise_for(exc: BaseException, url: str):
+    line = describe_error(exc, url)
+    if line is None:
+        raise exc
+    raise S3Error(line) from exc
+
+
+def check_bucket(url: str) -> None:
+    """Raises S3Error (one line) unless the bucket of `url` exists and these credentials may
+    list it: what a job checks before it reads or writes anything."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    bucket, _ = split_url(url)
+    try:
+        client().head_bucket(Bucket=bucket)
+    except (BotoCoreError, ClientError) as exc:
+        _raise_for(exc, url)
+
+
+def _pattern(glob: str) -> re.Pattern:
+    """`*` and `?` within one path level, as `tf.io.gfile.glob`."""
+    parts = [{"*": "[^/]*", "?": "[^/]"}.get(char, re.escape(char)) for char in glob]
+    return re.compile("".join(parts) + r"\Z")
+
+
+class S3Storage:
+    """`transforms.snapshot_layout.Storage` for `s3://` paths through boto3. A "folder" exists
+    when some object lies below it. Errors a user can fix raise S3Error."""
+
+    def _call(self, url: str, method: str, **kwargs):
+        from botocore.exceptions import BotoCoreError, ClientError
+        try:
+            return getattr(client(), method)(**kwargs)
+        except (BotoCoreError, ClientError) as exc:
+            if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in (
+                    "404", "NoSuchKey"):
+                raise FileNotFoundError(f"{url}: no such object") from exc
+            _raise_for(exc, url)
+
+    def _keys(self, url: str, prefix: str) -> list[tuple[str, dict]]:
+        bucket, _ = split_url(url)
+        found, token = [], None
+        while True:
+            extra = {"ContinuationToken": token} if token else {}
+            page = self._call(url, "list_objects_v2", Bucket=bucket, Prefix=prefix, **extra)
+            found += [(item["Key"], item) for item in page.get("Contents", [])]
+            token = page.get("NextContinuationToken")
+            if not token:
+                return found
+
+    def glob(self, pattern: str) -> list[str]:
+        bucket, key_glob = split_url(pattern)
+        prefix = re.split(r"[*?]", key_glob, maxsplit=1)[0]
+        matcher = _pattern(key_glob)
+        return sorted(f"s3://{bucket}/{key}" for key, _ in self._keys(pattern, prefix)
+                      if matcher.match(key))
+
+    def exists(self, path: str) -> bool:
+        bucket, key = split_url(path)
+        try:
+            self._call(path, "head_object", Bucket=bucket, Key=key)
+            return True
+        except FileNotFoundError:
+            page = self._call(path, "list_objects_v2", Bucket=bucket,
+                              Prefix=key.rstrip("/") + "/", MaxKeys=1)
+            return bool(page.get("KeyCount"))
+
+    def read_bytes(self, path: str) -> bytes:
+        bucket, key = split_url(path)
+        return self._call(path, "get_object", Bucket=bucket, Key=key)["Body"].read()
+
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode("utf-8")
+
+    def mtime(self, path: str) -> float:
+        bucket, key = split_url(path)
+        modified: datetime.datetime = self._call(path, "head_object", Bucket=bucket,
+                                                 Key=key)["LastModified"]
+        return modified.timestamp()
+
+    def download(self, path: str, local_path: str) -> None:
+        """Copies the object to `local_path` (multipart, in parallel parts for large ones)."""
+        from boto3.exceptions import S3TransferFailedError
+        from botocore.exceptions import BotoCoreError, ClientError
+        bucket, key = split_url(path)
+        try:
+            client().download_file(bucket, key, local_path)
+        except (BotoCoreError, ClientError, S3TransferFailedError) as exc:
+            _raise_for(exc, path)
+
+
+S3_FILES = S3Storage()
