@@ -18,7 +18,11 @@ from transforms.offline.quality_rules import METRICS, REASON_MEANINGS, RULES, Me
 from transforms.offline.rejects import REASONS
 from transforms.reporting.stats import HISTOGRAM_EDGES
 
-_README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The user docs: the README and docs/ (the quality-rule table is in docs/config.md).
+_DOCS = [os.path.join(_ROOT, "README.md")] + sorted(
+    os.path.join(_ROOT, "docs", name) for name in os.listdir(os.path.join(_ROOT, "docs"))
+    if name.endswith(".md"))
 # Values that pass every default rule by a wide margin.
 _GOOD = {"brightness_mean": 120.0, "brightness_p01": 10.0, "brightness_p99": 240.0,
          "contrast_std": 50.0, "entropy": 7.0, "blur_laplacian_var": 500.0,
@@ -26,13 +30,16 @@ _GOOD = {"brightness_mean": 120.0, "brightness_p01": 10.0, "brightness_p99": 240
 
 
 def _readme_lines() -> list[str]:
-    with open(_README, encoding="utf-8") as handle:
-        return handle.read().splitlines()
+    lines = []
+    for path in _DOCS:
+        with open(path, encoding="utf-8") as handle:
+            lines += handle.read().splitlines() + [""]
+    return lines
 
 
 def _table_after(header: str) -> list[str]:
     lines = _readme_lines()
-    assert header in lines, f"README has no table with the header {header!r}"
+    assert header in lines, f"README.md and docs/ have no table with the header {header!r}"
     start = lines.index(header)
     end = start
     while end < len(lines) and lines[end].startswith("|"):
