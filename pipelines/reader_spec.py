@@ -28,57 +28,10 @@ def _check_int(key: str, value, low: int | None = None) -> None:
 class ReaderSpec:
     """The settings of one training input pipeline (`make_dataset`'s keyword arguments).
 
-    Attributes:
-      online: `config.online`: the augmentation, the normalization, and the defaults of `seed`
-        and `image_size`.
-      shard_name: `config.output.name`, the `<name>` of `<name>-<split>.tfrecord-...` shards.
-      split: "train", "validation" or "test".
-      batch_size: the batch this dataset yields. Under `tf.distribute`, pass
-        `input_context.get_per_replica_batch_size(global_batch_size)`.
-      seed: the global seed every random draw derives from (default `online.seed`).
-      epoch: the (first) epoch; file order, record order and augmentation differ per epoch.
-      start_step: the first batch of the first epoch to yield (resume after a crash). The
-        skipped records are read but neither parsed nor decoded.
-      snapshots: which committed snapshots to read: "latest" (default), "all", N or "last:N"
-        (the newest N), or "mix:W": every snapshot, the newest drawn with probability W per
-        record against the repeated archive, an epoch ending when the newest is used up (so
-        training favours fresh data without forgetting). Normalization comes from the newest
-        selected snapshot's TFT transform (nightly transforms cover the archive too).
-      num_epochs: yields epochs `epoch .. epoch + num_epochs - 1` one after the other (for one
-        `model.fit(..., epochs=num_epochs, steps_per_epoch=...)`); steps restart at 0 in each.
-      augment: apply `online`'s batch augmentation (default: for "train" only).
-      normalize: apply `online.normalize` (default mode `dataset`: the snapshot's per-channel
-        mean/std); False leaves images in [0, 1].
-      shuffle: file and record order from (seed, epoch) (default: for "train" only); otherwise
-        the shards' sorted order.
-      drop_remainder: drop a last partial batch (default: for "train" only; static shapes).
-      with_boxes: emit the boxes dict (default None: when the snapshot's shards carry boxes).
-      max_boxes: padded box rows per image; an image with more boxes fails the pipeline with
-        an InvalidArgumentError naming max_boxes (nothing is dropped silently).
-      num_classes: width of the labels (default None and minimum: the class table's length,
-        plus the label offset when `keep_label_offset`).
-      keep_label_offset: keep the snapshot's `output.label_offset` on the class ids (labels
-        and box_labels as stored, e.g. 1-based for a detection model that reserves 0);
-        default False: ids are class-table ids whatever the offset.
-      image_size: overrides `online.image_size`: an int (square) or (height, width); stored as
-        the (height, width) pair.
-      shuffle_buffer: records per shuffled block.
-      cycle_length: shards read at once.
-      jit_compile: run the augmentation's apply step under XLA (`tf.function(jit_compile=True)`;
-        the parameter sampling stays outside). About 3-4x faster on the CPU; results agree
-        with the uncompiled ops within float rounding, and are identical run to run.
-      resample_once: when augmenting with geometry on, warp straight from the decoded images
-        (DCT-scaled JPEG decode, on a canvas of twice image_size) to image_size: the resize
-        folds into the warp, one bilinear pass instead of resize-then-warp. False resizes
-        first and warps the resized batch: exactly `augment_batch` on the `augment=False`
-        batches (what the preview shows); the two differ by resampling only (same parameters,
-        matrix and boxes).
-      cache_dir: a local folder for copies of remote snapshots' shards (`s3://`, which only a
-        copy can read, defaults to `~/.cache/pixelmill/snapshots`; `gs://` reads in place
-        unless given). See `pipelines.reader_cache`.
-
-    `None` for `seed`, `image_size`, `augment`, `shuffle` and `drop_remainder` is resolved on
-    construction, so every step sees final values.
+    Frozen and validated on construction: a bad value raises ValueError naming the argument and
+    what was received. `None` for `seed`, `image_size`, `augment`, `shuffle` and `drop_remainder`
+    is resolved here (from `online`; the last three on for "train" only), so every step sees
+    final values. Each argument is documented in docs/training.md ("`make_dataset` arguments").
     """
     online: OnlineConfig
     shard_name: str = "images"

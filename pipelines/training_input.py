@@ -1,65 +1,23 @@
 """The training input pipeline: committed shards -> reproducible, augmented batches.
 
-One call gives a `tf.data.Dataset` for `model.fit` or a custom loop:
-
     ds = make_dataset("gs://bucket/out", split="train", batch_size=64, seed=7, epoch=epoch)
-    model.fit(ds, ...)
 
-The graph reads like the data flow (see DESIGN.md); each step names the module that does it:
+The graph reads like the data flow; each step names the module that does it:
 
-    select snapshot, list shards              transforms.snapshot_layout
-      -> class table, boxes?, normalization   pipelines.reader_metadata
-    per epoch:
-      file order (seed, epoch) -> replica's files (or, with fewer files than replicas, its
-      records) -> interleave -> block shuffle (seed, epoch)
-      [-> fresh/archive mix]                  pipelines.reader_records
-      -> skip start_step batches (still encoded)
-      -> parse + decode + resize (per sample, no randomness) -> batch
-                                              pipelines.reader_samples, transforms.decode
-      -> augment (geometry, pixel ops, mixup/cutmix; seed from (seed, epoch, step, replica))
-                                              transforms.online.augment
-      -> normalize with the snapshot's numbers -> output structure   pipelines.reader_samples
-    -> prefetch
+    select snapshot, list shards -> class table, boxes?, normalization
+                                  transforms.snapshot_layout, pipelines.reader_metadata
+    per epoch: file order (seed, epoch) -> replica's files (or records) -> interleave
+      -> block shuffle [-> fresh/archive mix] -> skip start_step batches (still encoded)
+                                  pipelines.reader_records
+      -> parse + decode + resize -> batch     pipelines.reader_samples, transforms.decode
+      -> augment (seeds from seed, epoch, step, replica)     transforms.online.augment
+      -> normalize -> output structure -> prefetch           pipelines.reader_samples
 
-The settings are one validated `ReaderSpec` (`pipelines.reader_spec`); `make_dataset`'s
-keyword arguments build it, and `read_dataset(output_dir, spec)` takes one directly.
-
-With augmentation and geometry on (`resample_once`, the default), the map decodes without
-resizing and the batch pads the decoded uint8 images onto one canvas (`padded_batch`); the
-geometry warp then resamples straight from them to `image_size`, so resize and warp are one
-bilinear pass (saves the float resize, measured ~0.3 ms per 224 px image on 2 cores). Same
-parameters, matrix and boxes as resize-then-warp; the pixels differ by resampling only.
-
-Reproducibility: every random choice (file order, record order, augmentation) is a stateless
-function of `(seed, epoch, step, replica)`. Two fresh datasets with the same arguments yield
-identical batches on any machine; `start_step=s` yields exactly the batches the continuing run
-yields from step `s` on, without decoding the skipped images. Nothing here reads the global
-seed, so setting TensorFlow's global seed in user code does not change the batches.
-
-Output: `(images, labels)` with images float32 `[B, H, W, 3]` (normalized with the snapshot's
-per-channel mean/std, or in [0, 1] with `normalize=False`) and labels float32
-`[B, num_classes]` (one-hot, or mixed by mixup/cutmix; each row sums to 1). When the shards
-carry boxes (`with_boxes`), a dict instead, boxes padded with a count:
-
-    images      float32 [B, H, W, 3]
-    labels      float32 [B, num_classes]
-    boxes       float32 [B, N, 4]  (ymin, xmin, ymax, xmax) normalized to [0, 1] of the output
-                                   image; valid rows first, padding rows all zero
-    box_labels  int32   [B, N]     class ids; padding -1
-    num_boxes   int32   [B]        valid rows per image
-    matrix      float32 [B, 3, 3]  maps an output pixel (x, y, 1) to the input pixel it came from
-                                   (identity without augmentation); see transforms.online.augment
-
-N is `max_boxes`, or `2 * max_boxes` when `online.mix` is on (room for a sample's own boxes and
-its mixing partner's; the rule is in transforms.online.mixing). Boxes that
-geometry pushes mostly out of the frame (below `online.geometry.min_box_area`) are dropped with
-their labels. Padded rather than ragged so shapes stay static (XLA, TPU, `model.fit`); take the
-valid boxes of image i with `boxes[i, :num_boxes[i]]`.
-
-Resuming: either restore the tf.data iterator from a `tf.train.Checkpoint` and keep
-`start_step=0` (the iterator carries its position; all ops are stateless, so it is
-checkpointable), or store only `(epoch, step)` and rebuild with `epoch=e, start_step=s` (no
-buffers in the checkpoint). Never both: a restored iterator already sits past the skipped steps.
+The settings are one validated `ReaderSpec`; `read_dataset(output_dir, spec)` takes one
+directly. Every random choice is a stateless function of `(seed, epoch, step, replica)`, so
+the same arguments give the same batches on any machine and `start_step=s` resumes exactly.
+With `resample_once` the reader's resize folds into the geometry warp (one bilinear pass).
+Output structure, boxes, resuming and every argument: docs/training.md.
 """
 from __future__ import annotations
 
@@ -141,7 +99,7 @@ class ReadPlan:
 
     @property
     def to_canvas(self) -> bool:
-        """Whether samples stay at their decoded size for the warp to resize (see module)."""
+        """Whether samples stay at their decoded size for the warp to resize (`resample_once`)."""
         return self.augmenter is not None and self.augmenter.takes_source
 
 

@@ -1,30 +1,25 @@
 """The one image decoder, shared by the offline validation and the online training input.
 
 "Accepted offline" must mean "decodes in training": both halves call `decode_image`. It returns
-8-bit RGB of shape [H, W, 3] for JPEG, PNG (incl. 16-bit, grayscale, RGBA, palette), GIF (first
-frame), BMP and WebP. Corrupt or truncated data raises `tf.errors.InvalidArgumentError`; nothing
-is ever padded.
+8-bit RGB [H, W, 3] for JPEG, PNG (incl. 16-bit, grayscale, RGBA, palette), GIF (first frame),
+BMP and WebP; corrupt or truncated data raises `tf.errors.InvalidArgumentError`, never padding.
 
-`jpeg_ratio` (1, 2, 4 or 8) asks libjpeg for a DCT-scaled decode: every byte of the
-entropy-coded data is still Huffman-decoded (so truncation and corruption are still caught) but
-the inverse DCT and colour conversion run at 1/ratio size. The offline quality metrics use it
-because they only need a small copy; the model's input uses it because it is resized down
-anyway.
-
-The scale rule (`JPEG_RATIOS`: the largest ratio that keeps a side at least the target) is
-written once, in two forms: `pick_jpeg_ratio` for Python ints (the offline inspection, which
-knows the header's size before decoding) and `jpeg_ratio_index` for tensors (inside a graph).
+`jpeg_ratio` (1, 2, 4 or 8) asks libjpeg for a DCT-scaled decode: every byte is still
+Huffman-decoded (so truncation and corruption are still caught) but the inverse DCT and colour
+conversion run at 1/ratio size, for the quality metrics' small copy and the model's input. The
+scale rule (`JPEG_RATIOS`: the largest ratio that keeps a side at least the target) is written
+once in two forms: `pick_jpeg_ratio` for Python ints (offline, from the header's size) and
+`jpeg_ratio_index` for tensors (inside a graph).
 
 Orientation: every function returns the image as a viewer shows it. `orientation=None` reads
-the EXIF orientation from the bytes inside the graph (`transforms.orientation.read_orientation`:
-the serving graph has nothing else); a Python int or an int tensor (a record's
-`image/orientation`, or 1 for `decode.exif_orientation: false`) is applied as given. The DCT
-scale depends on the short side only, so it is the same before and after a quarter turn.
+the EXIF orientation from the bytes in the graph (`transforms.orientation.read_orientation`: the
+serving graph has nothing else); an int or int tensor (a record's `image/orientation`, or 1 for
+`decode.exif_orientation: false`) is applied as given. The DCT scale depends on the short side
+only, so it is the same before and after a quarter turn.
 
-Decode for the model: `decode_scaled` (uint8, at the DCT scale for a model input of
-`image_size`) and `decode_for_model` (that, bilinearly resized to `image_size`, float32 in
-[0, 1]). The training reader and the TFT `preprocessing_fn` (hence serving) both call them, so
-training and serving see the same pixels.
+For the model, `decode_scaled` (uint8, at the DCT scale for `image_size`) and `decode_for_model`
+(that, bilinearly resized to `image_size`, float32 in [0, 1]); the training reader and the TFT
+`preprocessing_fn` (hence serving) both call them, so training and serving see the same pixels.
 """
 from __future__ import annotations
 

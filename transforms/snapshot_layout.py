@@ -1,29 +1,22 @@
 """The output folder's layout: the one owner of its names, the shard-file pattern, and which
 snapshots are committed or latest (which are live or selected: `transforms.live_view`).
 
-    OUTPUT/
-      LATEST                        # run_id of the newest committed snapshot
-      classes.txt                   # the class table, append-only across runs
-      .staging/<run_id>/            # a run being written (never read); `_work/` inside it holds
-                                    # the job's internal summaries, never published
-      candidates/<run_id>/          # a refused run's ledgers and report, with candidate.json
-                                    # (why): never committed, never read
-      snapshots/<run_id>/
-        <split>/<name>-<split>.tfrecord-00000-of-00008[.gz]
-        <split>/dali_index/<name>-<split>.tfrecord-00000-of-00008.idx   # uncompressed shards
-        classes.txt  stats.json  stats.pb  report.html  rejects.jsonl  index.parquet
-        summary.json                # what later nightly runs read of it (reporting.history)
-        dataset_info.json  features.json  *.labels.txt   # TFDS's (uncompressed shards only)
-        Split-<split>/FeatureStats.pb   # TFDV statistics of the split's records, TFX's layout
-        transform_fn/  transformed_metadata/
-        manifest.json               # written last: a snapshot without it is not committed,
-                                    # nor one whose manifest does not parse or list its files
+    OUTPUT/  LATEST (newest committed run_id)  classes.txt (append-only class table)
+      .staging/<run_id>/      a run being written, never read; `_work/` inside: internal summaries
+      candidates/<run_id>/    a refused run's ledgers and report, candidate.json (why); never read
+      snapshots/<run_id>/     <split>/<name>-<split>.tfrecord-00000-of-00008[.gz],
+                              <split>/dali_index/*.idx, classes.txt, stats.json, stats.pb,
+                              report.html, rejects.jsonl, index.parquet, summary.json,
+                              TFDS's dataset_info.json, features.json, *.labels.txt,
+                              Split-<split>/FeatureStats.pb, transform_fn/, transformed_metadata/,
+                              manifest.json: written last; without it (or if it does not parse
+                              or list its files) the snapshot is not committed
 
-Both halves use this module: the offline job's shard writer and publisher (through Beam's
-FileSystems), nightly, and the training reader (through `tf.io.gfile`; it never imports Beam).
-The functions that look at files take a `Storage` (default `GFILE`), a four-method adapter,
-so the rule is written once whichever file system API reads it. Run ids are UTC timestamps
-(`new_run_id`), so sorting them orders snapshots oldest first.
+Both halves use it: the shard writer and publisher (Beam's FileSystems), nightly, and the
+training reader (`tf.io.gfile`; it never imports Beam). Functions that look at files take a
+`Storage` (default `GFILE`), a four-method adapter, so each rule is written once. Run ids are
+UTC timestamps (`new_run_id`), so sorting them orders snapshots oldest first. What each file
+holds: README.md, "What a run writes".
 """
 from __future__ import annotations
 

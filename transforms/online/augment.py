@@ -3,44 +3,19 @@
 `build_batch_augmenter(config.online, num_classes)` adds an op only when it is enabled (timm's
 transforms_factory style): geometry (one fused matrix), then the pixel ops in `PixelConfig`'s
 order, then Mixup/CutMix. `BatchAugmenter` follows "sample, then apply":
+`augmenter(batch, seed) == augmenter.apply(batch, augmenter.sample(batch_size, size, seed))`,
+with `seed` from `seeds.step_seed` and `apply` pure and XLA-compilable.
 
-    augmenter = build_batch_augmenter(config.online, num_classes=10)
-    seed = seeds.step_seed(config.online.seed, epoch, step)        # int64 [2]
-    out = augmenter(batch, seed)                                   # = apply(batch, sample(...))
-    params = augmenter.sample(batch_size, (224, 224), seed)        # nested dict of tensors
-    out = augmenter.apply(batch, params)                           # pure; XLA-compilable
+A batch is a dict: `images` float32 [B, H, W, 3] in [0, 1] (or uint8 `source` canvases with
+`source_size`, warped straight to `image_size`), `labels` [B, C] or int [B], optional padded
+`boxes` / `box_labels` / `num_boxes`; out come the same keys plus `matrix` [B, 3, 3] (output
+pixel -> input pixel), labels smoothed and mixed, boxes moved, filtered and compacted; other
+keys pass through. `enable_rate` < 1 skips whole batches without changing the output structure.
 
-The batch dict (what goes in, and what comes out with the same keys):
-* `images`  float32 [B, H, W, 3] in [0, 1] (uint8 is converted by /255).
-* `labels`  float32 [B, C] one-hot or soft; int [B] class ids are one-hot encoded. Out: label
-            smoothing (`online.label_smoothing`, default 0) then mixing; rows sum to 1.
-* `boxes`   optional float32 [B, N, 4] (ymin, xmin, ymax, xmax) normalized, padded, with
-  `box_labels` int32/int64 [B, N] and `num_boxes` int32 [B]: rows >= num_boxes are padding.
-            Out: moved with the geometry, dropped below `geometry.min_box_area`, compacted to the
-            front; padding rows are zeros with label -1 (`geometry.BOX_PADDING_LABEL`). When the
-            mix op is on, the box capacity doubles to 2N (own + partner boxes, see mixing).
-* `matrix`  out: float32 [B, 3, 3] mapping an output pixel (x, y, 1) to the input pixel it came
-            from (continuous pixel units, centres at +0.5; see geometry). Identity when the
-            geometry is off or the batch is not augmented. An incoming `matrix` is composed.
-Other keys pass through untouched (a partner's mixed-in pixels do not change them).
-* `source`, `source_size` instead of `images` (an augmenter built with `image_size` and a
-            geometry op): uint8 canvases [B, Hc, Wc, 3] with each decoded image at the top-left
-            and its (height, width) int32 [B, 2]. The geometry warps straight from them to
-            `image_size`, so the reader's resize and the warp are one resampling pass (what
-            `make_dataset` feeds); a batch left unaugmented (`enable_rate`) is only resized.
-
-`enable_rate` < 1 decides per batch, from the batch seed, whether the batch is augmented at all
-(a `tf.cond`); a batch that is not augmented still gets label smoothing and box padding, so the
-output structure never changes.
-
-XLA: `sample` draws Beta lambdas with stateless gammas, which XLA cannot compile; it stays
-outside any compiled region (in the `tf.data` map, or eagerly). `apply` compiles. With
-`jit_compile=True` (the default of `build_batch_augmenter`) each op's apply runs as its own
-`tf.function(jit_compile=True)`, also inside a `tf.data` map: on 2 CPU cores the base config
-(geometry + colour + mixup/cutmix) measured about 0.85 ms of CPU per 224 px image this way,
-against 3.3 ms as a single XLA program and about 7 ms without XLA. On an accelerator one can
-also run `sample` in the input pipeline and `apply` inside the compiled `train_step`.
+`sample` (stateless gammas for Beta) cannot be compiled and stays outside XLA; with
+`jit_compile=True` (the default) each op's apply is its own `tf.function(jit_compile=True)`.
 Compiled and uncompiled results agree to float rounding (about 1e-5), not bit for bit.
+The full batch contract and usage: docs/training.md ("The batch augmenter on its own").
 """
 from __future__ import annotations
 
@@ -137,7 +112,7 @@ class BatchAugmenter:
     def traced(self):
         """`__call__` as one `tf.function`: traced once per batch signature and then shared by
         every graph that calls it (each `tf.data` map would otherwise trace the whole
-        augmentation again: ~1,600 ops, seconds per dataset)."""
+        augmentation again, a trace that costs seconds per dataset)."""
         return tf.function(self.__call__, reduce_retracing=True, autograph=False)
 
     @property

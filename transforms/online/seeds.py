@@ -1,31 +1,24 @@
 """Stateless seed derivation for the online half: global seed -> epoch -> step -> replica -> sample.
 
 Every random draw in training derives from `(global_seed, epoch, step, replica, sample)` through
-Philox fold-ins and splits (TF's stateless ops with `alg="philox"`; `fold_in`, `split`), so the same
-tuple gives the same numbers on any machine, on CPU and GPU, and after a restart from a
-checkpoint, while different epochs, steps, replicas and samples get independent streams. Nothing
-here touches a stateful RNG, and every function is a pure TF computation that also works in a
-graph (`epoch`, `step` and `replica` may be scalar tensors, e.g. a `tf.data` element index).
+Philox fold-ins and splits (TF's stateless ops with `alg="philox"`), so the same tuple gives the
+same numbers on any machine, on CPU and GPU, and after a restart, while different tuples get
+independent streams. Nothing here touches a stateful RNG; every function is a pure TF
+computation that works in a graph (`epoch`, `step`, `replica` may be scalar tensors). A seed is
+an int64 tensor [2], what every `tf.random.stateless_*` op takes. Each level folds its own tag
+in before its index, so `epoch_seed(g, 3)` and `step_seed(g, 0, 3)` never coincide.
 
-A seed is an int64 tensor of shape [2], the shape every `tf.random.stateless_*` op takes.
+The draws (`uniform`, `normal`, `fold_in`, `split`) give the same bits as TF's stateless
+uniform / normal / fold_in / split with `alg="philox"`, eager, in a graph and under XLA
+(tested), in fewer graph ops: TF derives Philox's key and counter in Python-built ops, and an
+augmentation setting makes over a hundred draws, so tracing spent much of its time there; here
+the scrambled pair is drawn as two uint64s (op counts: docs/benchmarks.md). TF's one-kernel
+derivation (`StatelessRandomGetKeyCounter`) is not used: under XLA on the CPU it derives
+another key, so compiled and uncompiled batches would differ.
 
-Each level folds its own tag in before its index, so `epoch_seed(g, 3)` and
-`step_seed(g, 0, 3)` never coincide by construction.
-
-The draws themselves (`uniform`, `normal`, `fold_in`, `split`) give the same bits as
-`tf.random.stateless_uniform` / `stateless_normal` / `experimental.stateless_fold_in` /
-`stateless_split` with `alg="philox"`, eager, in a graph and under XLA (tested), in fewer graph
-ops: TF derives Philox's key and counter from the seed in Python-built ops (a scrambling draw,
-then slices, casts and shifts that pack two uint32 pairs into uint64s), and an augmentation
-setting makes over a hundred draws, so tracing a new dataset spent much of its time there.
-Drawing the scrambled pair as two uint64s gives the same bits: a uniform draw is 15 graph ops
-instead of 53, an augmentation trace 1,442 instead of 2,233 (1,295 with `fold_in`'s shared
-draw). TF's one-kernel derivation (`StatelessRandomGetKeyCounter`) is not used: under XLA on
-the CPU it derives another key, so compiled and uncompiled batches would differ.
-
-Note `tf.random.stateless_beta` does not exist: Beta(a, b) is built from two stateless gammas,
-`X / (X + Y)` with `X ~ Gamma(a)`, `Y ~ Gamma(b)` (see `stateless_beta`). The gamma kernel has no
-XLA lowering, so it is sampled outside any `jit_compile` region.
+`tf.random.stateless_beta` does not exist: Beta(a, b) is `X / (X + Y)` with `X ~ Gamma(a)`,
+`Y ~ Gamma(b)` (`stateless_beta`). The gamma kernel has no XLA lowering, so it is sampled
+outside any `jit_compile` region.
 """
 from __future__ import annotations
 
@@ -102,9 +95,9 @@ def fold_in(seed, data) -> tf.Tensor:
 def _first_word(seed, dtype) -> tf.Tensor:
     """The draw `fold_in` pairs with its data. It depends on the seed alone, and an
     augmentation folds a dozen names into the same batch seed, so while a graph is traced it
-    is drawn once per seed tensor (and dtype) of that graph: ~150 graph ops fewer per
-    augmentation trace (1,442 -> 1,295). Each traced function (a `tf.function`, a `tf.data`
-    map, a branch) is its own graph with its own entries."""
+    is drawn once per seed tensor (and dtype) of that graph (fewer ops per augmentation trace:
+    docs/benchmarks.md). Each traced function (a `tf.function`, a `tf.data` map, a branch) is
+    its own graph with its own entries."""
     def draw():
         key, counter = _philox_key_counter(seed)
         return tf.raw_ops.StatelessRandomUniformFullIntV2(shape=[], key=key, counter=counter,

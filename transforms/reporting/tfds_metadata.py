@@ -1,33 +1,22 @@
 """A snapshot as a TensorFlow Datasets dataset directory: `dataset_info.json`, `features.json`
-and the class names, so `tfds.builder_from_directory(snapshot)` reads the shards as they are.
+and the class names, so `tfds.builder_from_directory(snapshot)` reads the shards as they are
+(usage: docs/interop.md).
 
-    builder = tfds.builder_from_directory("OUTPUT/snapshots/<run_id>")
-    train = builder.as_dataset(split="train[:10%]")   # dicts keyed by the contract's keys
-    pairs = builder.as_dataset(split="train", as_supervised=True)  # (image, label)
-    names = builder.info.features["image/class/label"].names
+The files are what TFDS (>= 4.0) writes for a dataset it generated itself, made here from the
+shard list, the class table and the run's meta columns without importing TFDS (only a test
+dependency). `features.json` is one flat FeaturesDict holding every key of the record contract
+(`transforms.codec`) under its full name, so TFDS parses the shards with no renaming and finds
+`supervisedKeys` ("image/encoded", "image/class/label"), which a nested FeaturesDict hides:
+`image/encoded` an Image (uint8, 3 channels); `image/class/label` a ClassLabel and
+`image/object/class/label` a Sequence(ClassLabel), named from `image.class.label.labels.txt`;
+`image/object/bbox/*` float32 lists (empty without boxes); other strings Text (lists for
+`image/object/class/text`); sizes int64 and `quality/<metric>` float32 scalars.
 
-The files are what TFDS writes for a dataset it generated itself (TFDS >= 4.0), made here from
-the shard list, the class table and the run's meta columns, without importing TFDS (it is only a
-test dependency). `features.json` declares every key of the record contract (`transforms.codec`),
-each at the top level under its full name, so TFDS parses the shards with no renaming:
-
-    image/encoded                   Image (uint8, decoded with 3 channels)
-    image/class/label               ClassLabel: names from `image.class.label.labels.txt`
-    image/object/class/label        Sequence(ClassLabel), the same names
-    image/object/bbox/*             float32 lists, one entry per box (empty without boxes)
-    image/object/class/text         string list
-    image/format, filename, key/sha256, source_id, class/text, meta/<column>   Text
-    image/height, width, channels   int64 scalars; quality/<metric> float32 scalars
-
-Snags this avoids: each split's `filepathTemplate` spells the split's folder and file names out
-and leaves only `{SHARD_X_OF_Y}` to TFDS (the template becomes a regex, and a second `{SPLIT}`
-redefines its group); the features are one flat FeaturesDict keyed by the full names, so
-`supervisedKeys` ("image/encoded", "image/class/label") are found (with a nested FeaturesDict
-they are not). With `output.label_offset` k, ids 0..k-1 are named `background` (0) and
-`reserved_<i>`, so the stored ids index the names directly.
-
-Gzip shards get no TFDS files: TFDS's TFRecord reader passes no compression type, so it cannot
-read them (write with `output.compression: none` for TFDS, or read gzip with `make_dataset`).
+Each split's `filepathTemplate` spells its folder and file names out and leaves only
+`{SHARD_X_OF_Y}` to TFDS (the template becomes a regex; a second `{SPLIT}` redefines its group).
+With `output.label_offset` k, ids 0..k-1 are named `background` (0) and `reserved_<i>`, so the
+stored ids index the names directly. Gzip shards get no TFDS files: TFDS's TFRecord reader
+passes no compression type (write `output.compression: none`, or read with `make_dataset`).
 """
 from __future__ import annotations
 
