@@ -1,26 +1,14 @@
 """One run at a time per output folder: an exclusive lock file, `OUTPUT/.lock`, with a heartbeat.
 
-Taking it is create-if-absent: `O_CREAT | O_EXCL` on a local disk, `if_generation_match=0` on
-Google Cloud Storage, `If-None-Match: *` on Amazon S3 (`runners.s3_lock`); on other file
-systems it is best effort (check, write, read back). The file says who holds it (host, pid,
-run_id, since, and the machine's boot id and pid namespace). While a run holds it, a thread
-refreshes the lock's heartbeat (its modification time; on GCS a new generation; on S3 a new
-ETag) every `heartbeat_s`; a run whose lock was taken over finds out there
-(`LockLost` from `RunLock.check`, which the runners call before publishing).
+Taking it is an atomic create-if-absent on a local disk, GCS and S3 (`runners.s3_lock`), best
+effort elsewhere; the file says who holds it (host, pid, run_id, since, boot id, pid namespace).
+A thread refreshes its heartbeat every `heartbeat_s`; a run whose lock was taken over finds out
+there (`LockLost` from `RunLock.check`, which the runners call before publishing).
 
-A lock is taken over when:
-
-* its heartbeat is older than `stale_after_s` (its run died without cleaning up), which is also
-  how an empty or unreadable lock ends; or
-* its process is provably gone: same host, same boot and same pid namespace as this process,
-  and that pid does not exist. A pid that is merely not visible (another container with the
-  same hostname) proves nothing.
-
-Taking over is compare-and-delete, so two runs that both judged the lock stale cannot both
-win: locally the lock is renamed away atomically and deleted only if it is still the very
-file that was judged (same inode, heartbeat and content), else put back; on GCS the delete
-carries `if_generation_match`; on S3 the stale lock is replaced in place with `If-Match`.
-The loser then finds the winner's fresh lock and stops.
+A lock is taken over when its heartbeat is older than `stale_after_s`, or when its process is
+provably gone (same host, boot and pid namespace, and no such pid). Taking over is
+compare-and-delete, so two runs that both judged the lock stale cannot both win. How each file
+system does it: docs/architecture.md ("The run lock").
 
 `note_blocked` / `clear_blocked` count the runs a lock turned away in a row (`.lock_blocked`),
 so that a lock that never goes away becomes an error instead of an endless skip.

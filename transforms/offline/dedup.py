@@ -4,27 +4,18 @@ Exact: images with the same sha256 keep the one with the lowest path; the others
 as `duplicate`, naming it. Content already accepted in an earlier snapshot (the `archive`:
 rows of committed `index.parquet` tables) is rejected as `duplicate` naming that snapshot.
 
-Near: 64-bit perceptual hashes are cut into `max_hamming + 1` bands; two hashes within
-`max_hamming` bits must agree on at least one band (pigeonhole), so only images sharing a band
-are compared (bucketed, never all-pairs), and inside a bucket `near_search.search_bucket`
-compares them vectorized, each close pair once, equal hashes once. An image is a
-`near_duplicate` when an archived image or a lower-path image of tonight is within
-`max_hamming` bits; the detail names the closest archived one, else the closest (then lowest)
-path. The rule is order-free, so any runner gives the same answer.
+Near: an image is a `near_duplicate` when an archived image or a lower-path image of tonight is
+within `max_hamming` bits of its 64-bit perceptual hash; the detail names the closest archived
+one, else the closest (then lowest) path. Only images sharing a hash band are compared
+(`near_search.search_bucket`), never all pairs; the rule is order-free, so any runner gives the
+same answer. Crop-tolerant (`crop_max_hamming`, from `dedup.crop_tolerant`): a second banded
+search (`crop_search`) compares each record's centre hash (`center_phash`) with the others'
+full hashes, either way round, same keep rule; the detail says which hash matched.
 
-Crop-tolerant (`crop_max_hamming`, from `dedup.crop_tolerant`): each record also carries the
-hash of its central region (`center_phash`); a second banded search (`crop_search`) finds
-images whose centre hash is within `crop_max_hamming` bits of another's full hash, either way
-round, with the same keep rule; the detail says which hash matched.
-
-A bucket's cost is in its distinct hash values (`near_search` searches equal hashes once).
-A bucket with more than `hot_bucket_values` distinct values is not searched by the one worker
-that grouped it: its values are dealt into `ceil(values / hot_bucket_values)` parts by a hash
-of the value (equal hashes stay together), and each pair of parts is an explicit sub-key
-searched on its own, so no worker compares more than two parts' values. A hot cluster of
-near-identical hashes (product shots on white, burst photos) has few distinct values however
-many images it holds, and stays whole: splitting it would copy every image to every part for
-no gain. The best neighbour of each image is then combined with `min` per path.
+A bucket with more than `hot_bucket_values` distinct values is split into parts by a hash of
+the value, each pair of parts searched on its own, so no worker compares more than two parts;
+the best neighbour of each image is then combined with `min` per path. Details and why:
+docs/architecture.md ("Near-duplicate search").
 """
 from __future__ import annotations
 

@@ -8,23 +8,10 @@ rank 0 for an archived image (any path), rank 1 for a tonight image with a lower
 `(path, phash)`; the smallest tuple wins, as in the ledger detail. The answers of all buckets
 are combined with `min` per path, so the result is the same as comparing every pair.
 
-What keeps the work near-linear (multi-index hashing: Norouzi, Punjani, Fleet, CVPR 2012):
-
-- A pair is searched only in the bucket of the *first* band it shares; the other buckets skip
-  it (`band`), so close pairs are not compared up to `max_hamming + 1` times.
-- Equal hashes are searched once (`np.unique`): an image with an equal-hash tonight image of
-  lower path is at distance 0, the best a tonight neighbour can be, so only the first image of
-  each hash value looks further. A hot cluster of 100k near-identical hashes costs its number
-  of distinct values, not 100k^2.
-- Candidate pairs of distinct values come from a second pigeonhole inside the bucket: its
-  members agree on the bucket's band, so a close pair agrees exactly on one of
-  `max_hamming + 1` sub-bands cut from the other bits. Only pairs sharing a sub-band are
-  XORed (numpy XOR + popcount); when that is not fewer than all pairs (small or
-  near-identical buckets), all pairs are XORed in blocks.
-- Most buckets hold no close pair at all: one pass over their distinct values (`_involved`)
-  keeps only the members that have a partner, and the path rules run on those alone.
-- Small buckets take a plain Python loop: numpy's fixed cost per call is larger than the
-  whole search there.
+The work stays near-linear (multi-index hashing, Norouzi et al., CVPR 2012): a pair is searched
+only in its first shared band's bucket, equal hashes once, candidates from a second pigeonhole
+on sub-bands, buckets without a close pair in one pass, small buckets in plain Python. Each
+rule and why: docs/architecture.md ("Near-duplicate search").
 """
 from __future__ import annotations
 

@@ -10,28 +10,10 @@ Two kinds of paths reach the job, and both end up as the same canonical key (the
   root. A name that is not already canonical (so no CSV row could name it unambiguously) is
   refused the same way.
 
-`escapes_root`, `not_a_regular_file` and `unresolvable_links` are the functions here that
-touch the local filesystem, without opening anything: a link inside the root that points
-outside it is refused, and so is anything but a regular file (a FIFO would block its reader)
-or a link that resolves to nothing (Beam's local listing drops those without a word).
-
-Matching (`match_key`, `match_row_path`): a CSV path names a discovered file when the two are
-equal, or else equal in Unicode NFC (macOS and many zip tools write names in NFD); the file
-keeps its on-disk name. Paths that differ only in letter case never match, but a row that
-misses only by case (or names two files that differ only by normalization) says so.
-
-Decisions, so CSVs written anywhere mean the same thing:
-
-* A backslash is a path separator (`cats\\a.jpg` == `cats/a.jpg`), because CSVs exported on
-  Windows use it and a backslash inside a real file name is almost always an accident. The
-  price: a discovered file whose name contains a backslash is refused (`relative_to_root`),
-  since no CSV path can name it.
-* A colon in the first path segment is read as a URL scheme (`gs:`, `file:`, `data:`) or a
-  Windows drive (`C:`), both refused. A colon further down (`a/b:c.jpg`) is an ordinary
-  character.
-* Surrounding whitespace is stripped from CSV paths (spreadsheets add it); inner whitespace is
-  kept. `.` segments and repeated separators are dropped; `..` is resolved lexically and must
-  never climb above the root, even if it comes back down (`../root/x` is refused).
+Only `escapes_root`, `not_a_regular_file` and `unresolvable_links` touch the file system (links
+out of the root, FIFOs, dangling links). A CSV path matches a file exactly or in Unicode NFC
+(`match_key`, `match_row_path`), never by letter case. The rules for backslashes, colons,
+whitespace and `..`, and why: docs/architecture.md ("Paths in CSVs").
 """
 from __future__ import annotations
 
