@@ -232,7 +232,7 @@ class DecodeConfig:
     the one file (`subprocess`, with `timeout_s` per file), or runs in the worker (`inline`).
     `processes`: isolating processes per worker; 0 (auto) is every core for the default local
     run and one per worker on other runners (`runners.beam_runner.decode_processes`). The
-    default timeout is ~15x the CPU time of the slowest 40 MP image measured (a PNG, 1.2 s).
+    default timeout leaves a wide margin over the slowest 40 MP decode (docs/benchmarks.md).
     `exif_orientation`: every decode path (inspection, reader, TFT/serving graph, thumbnails,
     preview) shows images as a viewer does, EXIF orientation applied; false keeps the stored
     (sensor) orientation everywhere."""

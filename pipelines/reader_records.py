@@ -35,7 +35,7 @@ def permutation(size: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
 def without_autograph(fn):
     """`fn`, for a `tf.data` transformation, traced as written: the reader's functions use TF
     ops and TF control flow only, and autograph's conversion of them (and of everything they
-    call) cost ~2.6 s at the first dataset of a process."""
+    call) cost seconds at the first dataset of a process (docs/benchmarks.md)."""
     return tf.autograph.experimental.do_not_convert(fn)
 
 

@@ -10,8 +10,9 @@ runs the job's planning, class table, exact and near dedup, split, shard assignm
 accounting and rejects-ledger steps on it, each step alone in a fresh Python process on the
 in-process runner (the FnApiRunner, one worker). Per step and size it prints wall time, CPU
 time (user + system of that process, during the run only), peak resident memory (`ru_maxrss`
-of the process, including ~210 MB of Python, Beam and imports; the in-process runner keeps
-each stage's output and each shuffle of the step in memory, so this grows with the images), elements and bytes shuffled
+of the process, including the fixed cost of Python, Beam and imports; the in-process runner
+keeps each stage's output and each shuffle of the step in memory, so this grows with the
+images), elements and bytes shuffled
 (inputs of every GroupByKey / CoGroupByKey / Reshuffle; combiner inputs are pre-combined on
 the worker and not counted) and hash comparisons of the near-duplicate search, with the growth
 factor per image between sizes. Each step's figures include generating its input (the

@@ -45,10 +45,9 @@ class ImageRecord:
 
     def __reduce__(self):
         """Pickled as its field values in order, without their names: Beam's fallback coder
-        pickles every record at every shuffle, and this is ~35% fewer bytes (660 -> 420 for a
-        typical record; `bench scale`: -29% shuffled bytes, -21% peak memory). Metrics named
-        as the record contract names them (every inspected record's) travel as their values
-        alone: the names were ~145 of a typical record's ~550 bytes (546 -> 402)."""
+        pickles every record at every shuffle, so fewer bytes mean less shuffle and memory
+        (figures: docs/benchmarks.md). Metrics named as the record contract names them (every
+        inspected record's) travel as their values alone."""
         values = [getattr(self, name) for name in _FIELD_NAMES]
         if tuple(name for name, _ in self.metrics) == RECORD_METRICS:
             values[_METRICS_AT] = tuple(value for _, value in self.metrics)

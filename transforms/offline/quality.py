@@ -4,9 +4,9 @@ The offline job decodes an image (DCT-scaled for JPEG) and calls `analyse`: one 
 the `small_copy` and its luma once and gives `measure` (the numbers stored as
 `quality/<metric>`), `perceptual_hash` (near-duplicate detection, bucketed by `hash_bands`) and
 `channel_moments` (the dataset's normalization statistics); `judge` gives the reject rule, if
-any. On photo-like 320-1024 px images that pass costs ~2.7 ms of CPU, from ~5.4 ms as separate
-calls: the resize is three whole-row multiply-adds per axis (`area_resize`), and the
-percentiles come from the level histogram instead of partitioning every pixel.
+any. One pass costs about half of separate calls (docs/benchmarks.md): the resize is three
+whole-row multiply-adds per axis (`area_resize`), and the percentiles come from the level
+histogram instead of partitioning every pixel.
 
 Everything here is deterministic across platforms: the downscale and the luma are computed in
 exact integer arithmetic, metrics are rounded to 4 decimals, and DCT coefficients are rounded to

@@ -154,8 +154,8 @@ def map_points(matrix: tf.Tensor, points: tf.Tensor) -> tf.Tensor:
 def _fill_index(index: tf.Tensor, size: tf.Tensor, fill_mode: str):
     """Maps integer-valued float32 indices outside [0, size) per fill mode; returns (int32
     index, inside mask). Float arithmetic is exact here (integers far below 2**24) and, unlike
-    an integer floormod, vectorizes (XLA:CPU ran the integer version 3x slower with per-image
-    sizes)."""
+    an integer floormod, vectorizes (XLA:CPU ran the integer version slower with per-image
+    sizes; docs/benchmarks.md)."""
     size = tf.cast(size, tf.float32)
     inside = (index >= 0.0) & (index < size)
     if fill_mode == "reflect":  # half-sample symmetric: d c b a | a b c d | d c b a

@@ -81,9 +81,9 @@ def _luma(images) -> tf.Tensor:
 
 def _mean_luma(images) -> tf.Tensor:
     """Mean luma per image, [B]. Written as one matrix-vector product of the flattened images
-    with the luma weights tiled over the pixels: XLA:CPU runs that as a GEMV, about 5x faster
-    than its reduction of the 3-wide channel axis followed by the spatial mean (measured on
-    64 x 224 x 224 batches); equal to `mean(_luma(images))` to float rounding."""
+    with the luma weights tiled over the pixels: XLA:CPU runs that as a GEMV, faster than its
+    reduction of the 3-wide channel axis followed by the spatial mean (docs/benchmarks.md);
+    equal to `mean(_luma(images))` to float rounding."""
     shape = tf.shape(images)
     pixels = shape[1] * shape[2]
     weights = tf.tile(tf.constant(LUMA_WEIGHTS, images.dtype), [pixels])

@@ -1,12 +1,12 @@
 """Small PNG thumbnails of a few rejected images for the report, made with the shared decoder in
 an isolated child process: the launcher never decodes untrusted bytes itself.
 
-The files shown are rejected ones, some for being hostile: a scan-bomb JPEG took 32 s to decode
-in the launcher for its thumbnail, with no timeout, and a large-frame GIF could exhaust the
-launcher's memory. `thumbnails_png` decodes them the way the job inspects images
-(`transforms.offline.isolation.ChildPool`: a forkserver child per file batch, a per-file
-timeout, a crash or hang costs only that thumbnail), and only files that pass the header checks
-(`limits.max_pixels`, `limits.max_jpeg_scans`).
+The files shown are rejected ones, some for being hostile: a scan-bomb JPEG stalled the
+launcher while it decoded for its thumbnail, with no timeout (docs/benchmarks.md), and a
+large-frame GIF could exhaust the launcher's memory. `thumbnails_png` decodes them the way the
+job inspects images (`transforms.offline.isolation.ChildPool`: a forkserver child per file
+batch, a per-file timeout, a crash or hang costs only that thumbnail), and only files that pass
+the header checks (`limits.max_pixels`, `limits.max_jpeg_scans`).
 """
 from __future__ import annotations
 
