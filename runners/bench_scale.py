@@ -12,15 +12,13 @@ in-process runner (the FnApiRunner, one worker). Per step and size it prints wal
 time (user + system of that process, during the run only), peak resident memory (`ru_maxrss`
 of the process, including the fixed cost of Python, Beam and imports; the in-process runner
 keeps each stage's output and each shuffle of the step in memory, so this grows with the
-images), elements and bytes shuffled
-(inputs of every GroupByKey / CoGroupByKey / Reshuffle; combiner inputs are pre-combined on
-the worker and not counted) and hash comparisons of the near-duplicate search, with the growth
-factor per image between sizes. Each step's figures include generating its input (the
-`generate` row shows that cost alone); `whole path` sums the job's steps.
+images), elements and bytes shuffled (inputs of every GroupByKey / CoGroupByKey / Reshuffle;
+combiner inputs are pre-combined on the worker and not counted) and hash comparisons of the
+near-duplicate search, with the growth factor per image between sizes. A step's figures
+include generating its input (the `generate` row is that alone); `whole path` sums the steps.
 
-The hot-cluster check runs the near-duplicate step twice on `--hot_cluster` images: once as
-one hot cluster of near-identical hashes (0-2 bits from one centre), once as random hashes;
-the difference is what such a cluster adds.
+The hot-cluster check runs the near-duplicate step on `--hot_cluster` images as one cluster of
+near-identical hashes (0-2 bits from one centre) and as random hashes: the difference is its cost.
 
 From the largest size's per-image CPU and shuffle it prints a plan for `--plan_images` images
 on Dataflow, with its assumptions (each is a flag). Each target is printed with PASS or MISS.
