@@ -14,7 +14,6 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from configs.schema import OutputConfig
 from transforms import codec
-from transforms.offline import splits
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import record_row
 from transforms.offline.write_shards import (
@@ -70,7 +69,10 @@ def test_records_go_to_the_shard_of_their_hash_and_every_shard_is_written(tmp_pa
                _record(images, "b.png", b"second image", "train", "dog",
                        boxes=((0.1, 0.2, 0.5, 0.6, "cat"),)),
                _record(images, "c.png", b"third image", "validation", "dog")]
-    shard_of = {r.path: _shard(r.split, splits.shard_index(r.sha256, 2), 2) for r in records}
+    # hex digits 16..32 of each sha256, mod 2 (tests/test_splits.py pins the rule): "first
+    # image" ...6c96 and "third image" ...3114 are even, "second image" ...a9ab is odd
+    shard_of = {"a.png": _shard("train", 0, 2), "b.png": _shard("train", 1, 2),
+                "c.png": _shard("validation", 0, 2)}
     every_shard = [_shard(split, i, 2) for split in ("train", "validation") for i in range(2)]
     per_shard = {rel: sum(shard == rel for shard in shard_of.values()) for rel in every_shard}
     assert sorted(per_shard.values()) == [0, 1, 1, 1]  # one shard gets no record
@@ -128,8 +130,10 @@ def test_assign_shards_keys_each_record_by_the_shard_of_its_hash():
                            sha256=hashlib.sha256(bytes([i])).hexdigest(),
                            split="train" if i < 7 else "test") for i in range(9)]
     counts = {"train": 3, "test": 1}  # 7 x 400 KiB = 2.7 MiB -> 3 shards; 800 KiB -> 1
-    expected = [((r.split, splits.shard_index(r.sha256, counts[r.split])), r.path)
-                for r in records]
+    # int(sha256(bytes([i]))[16:32], 16) % 3 for the train records, computed once by hand
+    train_shards = [2, 2, 2, 1, 0, 0, 2]
+    expected = [(("train", train_shards[i]), f"{i}.jpg") for i in range(7)]
+    expected += [(("test", 0), "7.jpg"), (("test", 0), "8.jpg")]
     with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
         keyed, shard_numbers = (pipeline | beam.Create(records)
                                 | AssignShards(output))
