@@ -7,7 +7,24 @@ from configs.online import PixelConfig
 from transforms.online import pixel_ops
 from transforms.online.seeds import step_seed
 
-LUMA = np.array(pixel_ops.LUMA_WEIGHTS, np.float32)
+# ITU-R BT.601 luma weights (R, G, B), the published constants, not the module's copy.
+LUMA = np.array([0.299, 0.587, 0.114], np.float32)
+
+# ITU-T T.81 (JPEG) Annex K, tables K.1 (luminance) and K.2 (chrominance), quality 50.
+ANNEX_K_LUMA = np.array([
+    [16, 11, 10, 16, 24, 40, 51, 61],
+    [12, 12, 14, 19, 26, 58, 60, 55],
+    [14, 13, 16, 24, 40, 57, 69, 56],
+    [14, 17, 22, 29, 51, 87, 80, 62],
+    [18, 22, 37, 56, 68, 109, 103, 77],
+    [24, 35, 55, 64, 81, 104, 113, 92],
+    [49, 64, 78, 87, 103, 121, 120, 101],
+    [72, 92, 95, 98, 112, 100, 103, 99]], np.float64)
+ANNEX_K_CHROMA = np.array([
+    [17, 18, 24, 47, 99, 99, 99, 99],
+    [18, 21, 26, 66, 99, 99, 99, 99],
+    [24, 26, 56, 99, 99, 99, 99, 99],
+    [47, 66, 99, 99, 99, 99, 99, 99]] + [[99] * 8] * 4, np.float64)
 
 
 def _images(batch=2, height=8, width=8, low=0.2, high=0.8, seed=0):
@@ -98,11 +115,58 @@ def test_blur_keeps_a_flat_image_flat():
                                atol=1e-6)
 
 
-def test_jpeg_quality_50_uses_the_standard_tables():
-    tables = pixel_ops._quant_tables(tf.constant([50.0, 100.0])).numpy()
-    np.testing.assert_array_equal(tables[0, 0], pixel_ops._JPEG_LUMA)
-    np.testing.assert_array_equal(tables[0, 1], pixel_ops._JPEG_CHROMA)
-    np.testing.assert_array_equal(tables[1], np.ones((3, 8, 8)))
+def test_pure_primaries_turn_into_the_bt601_weights():
+    primaries = np.eye(3, dtype=np.float32).reshape(3, 1, 1, 3)
+    out = pixel_ops.to_grayscale(primaries, [True, True, True]).numpy()
+    np.testing.assert_allclose(out[:, 0, 0, 0], [0.299, 0.587, 0.114], atol=1e-7)
+    grey = pixel_ops.adjust_saturation(primaries, [0.0, 0.0, 0.0]).numpy()
+    np.testing.assert_allclose(grey[:, 0, 0], np.repeat(LUMA[:, None], 3, 1), atol=1e-6)
+
+
+def _dct_basis(k: int, m: int) -> np.ndarray:
+    """The orthonormal 2-D DCT-II basis image (8x8) of coefficient (k, m)."""
+    def c(u):
+        return np.sqrt((1 if u == 0 else 2) / 8) * np.cos((2 * np.arange(8) + 1) * u * np.pi / 16)
+    return np.outer(c(k), c(m))
+
+
+def _jfif_to_rgb(y, cb, cr) -> np.ndarray:
+    """JFIF YCbCr (Cb, Cr centred on 0) to RGB in [0, 1], the published constants."""
+    rgb = np.stack([y + 1.402 * cr, y - 0.344136 * cb - 0.714136 * cr, y + 1.772 * cb], -1)
+    return (rgb / 255.0).astype(np.float32)
+
+
+def test_jpeg_quantises_each_dct_coefficient_by_the_annex_k_table():
+    """One 8x8 image per (channel, coefficient): 2.4 table steps of that DCT basis on a flat
+    grey 128 round to 2 steps at quality 50, so the output shows the Annex K entry; at
+    quality 100 every step is 1 (coefficients that are whole numbers survive)."""
+    inputs, expected = [], []
+    for channel, table in ((0, ANNEX_K_LUMA), (1, ANNEX_K_CHROMA), (2, ANNEX_K_CHROMA)):
+        for k in range(8):
+            for m in range(8):
+                planes = [np.full((8, 8), 128.0), np.zeros((8, 8)), np.zeros((8, 8))]
+                wanted = [p.copy() for p in planes]
+                planes[channel] = planes[channel] + 2.4 * table[k, m] * _dct_basis(k, m)
+                wanted[channel] = wanted[channel] + 2.0 * table[k, m] * _dct_basis(k, m)
+                inputs.append(_jfif_to_rgb(*planes))
+                expected.append(_jfif_to_rgb(*wanted))
+    inputs = np.stack(inputs)
+    out = pixel_ops.jpeg_compress(inputs, [50.0] * len(inputs), [True] * len(inputs)).numpy()
+    np.testing.assert_allclose(out, np.stack(expected), atol=0.02 / 255.0)
+    whole = _jfif_to_rgb(128.0 + 24.0 * _dct_basis(2, 3), np.zeros((8, 8)), np.zeros((8, 8)))
+    lossless = pixel_ops.jpeg_compress(whole[None], [100.0], [True]).numpy()
+    np.testing.assert_allclose(lossless[0], whole, atol=0.02 / 255.0)
+
+
+@pytest.mark.parametrize("quality, luma_dc_step", [(50, 16), (25, 32), (10, 80), (75, 8)])
+def test_jpeg_quality_scales_the_tables_the_ijg_way(quality, luma_dc_step):
+    """IJG scaling of K.1's DC entry (16): 5000/q percent below 50, 200 - 2q from 50 up.
+    A flat grey 128 + 2.3 steps has only a DC coefficient (8 x the offset): 2 steps remain."""
+    offset = 2.3 * luma_dc_step / 8.0
+    flat = _jfif_to_rgb(np.full((8, 8), 128.0 + offset), np.zeros((8, 8)), np.zeros((8, 8)))
+    out = pixel_ops.jpeg_compress(flat[None], [float(quality)], [True]).numpy()
+    np.testing.assert_allclose(out[0], np.full((8, 8, 3), (128.0 + 2 * luma_dc_step / 8) / 255),
+                               atol=0.02 / 255.0)
 
 
 def test_jpeg_degrades_more_at_low_quality_and_skips_unselected_samples():
