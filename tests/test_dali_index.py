@@ -10,37 +10,24 @@ from __future__ import annotations
 import json
 import os
 import re
-import struct
 
-import google_crc32c
 import pytest
 import tensorflow as tf
 
 from tests.jobutil import shard_files
 from transforms import codec
-from transforms.offline import dali_index
+from transforms.offline import dali_index, tfrecord_framing
 from transforms.snapshot_layout import dali_index_name
 
 
-def _masked_crc(data: bytes) -> int:
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _tfrecord2idx(data: bytes) -> str:
-    """What DALI's tools/tfrecord2idx prints for a TFRecord file (same walk: 8-byte length,
-    4-byte crc, payload, 4-byte crc; one "offset size" line per record), plus CRC checks."""
+def _expected_index(record_lengths) -> str:
+    """tfrecord2idx's rule, by arithmetic: a framed record is its payload plus 16 bytes
+    (8-byte length, two 4-byte CRCs), so offset_i = sum(len_j + 16 for j < i), size_i =
+    len_i + 16."""
     lines, offset = [], 0
-    while offset < len(data):
-        (length,) = struct.unpack("<q", data[offset:offset + 8])
-        assert struct.unpack("<I", data[offset + 8:offset + 12])[0] == _masked_crc(
-            data[offset:offset + 8])
-        payload = data[offset + 12:offset + 12 + length]
-        assert struct.unpack("<I", data[offset + 12 + length:offset + 16 + length])[0] == \
-            _masked_crc(payload)
+    for length in record_lengths:
         lines.append(f"{offset} {length + 16}\n")
         offset += length + 16
-    assert offset == len(data)
     return "".join(lines)
 
 
@@ -59,14 +46,36 @@ def test_every_shard_has_an_index_in_tfrecord2idx_format(demo_snapshot):
         assert os.path.relpath(index_path, demo_snapshot.path) in listed
         text = open(index_path, "rb").read().decode("ascii")
         assert re.fullmatch(r"(\d+ \d+\n)*", text)
-        assert text == _tfrecord2idx(data)
-        records = list(tf.data.TFRecordDataset(shard).as_numpy_iterator())
+        records = list(tf.data.TFRecordDataset(shard).as_numpy_iterator())  # TF's own reader
+        assert text == _expected_index(len(r) for r in records)
+        assert sum(len(r) + 16 for r in records) == len(data)
         lines = text.splitlines()
         assert len(lines) == len(records) > 0
         for line, record in zip(lines, records):
             offset, size = map(int, line.split())
             # DALI seeks to `offset` and reads `size` bytes: exactly one framed record.
             assert data[offset + 12:offset + size - 4] == record
+
+
+def test_a_tiny_tf_written_shard_frames_as_the_hand_computed_index(tmp_path):
+    """Payloads of 5, 1 and 12 bytes written by TensorFlow's own writer sit at 0, 21 and 38
+    (5 + 16 = 21, 21 + 1 + 16 = 38) in a 66-byte file; the index says exactly that, and so
+    does the shard writer's framing of the same payloads."""
+    payloads = [b"abcde", b"x", b"0123456789ab"]
+    path = str(tmp_path / "tiny.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        for payload in payloads:
+            writer.write(payload)
+    data = open(path, "rb").read()
+    assert len(data) == 66
+    builder = dali_index.IndexBuilder()
+    for payload in payloads:
+        builder.add(len(tfrecord_framing.frame_record(payload)))
+    assert builder.text() == b"0 21\n21 17\n38 28\n"
+    assert b"".join(tfrecord_framing.frame_record(p) for p in payloads) == data
+    for offset, payload in ((0, b"abcde"), (21, b"x"), (38, b"0123456789ab")):
+        assert int.from_bytes(data[offset:offset + 8], "little") == len(payload)
+        assert data[offset + 12:offset + 12 + len(payload)] == payload
 
 
 def test_index_builder_lines():
