@@ -1,6 +1,7 @@
 """The offline job's modes and failure behaviour: isolation, publishing, config, file systems."""
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -89,17 +90,29 @@ def test_crashing_and_hanging_decoder_reject_one_file_each(folder_dataset, tmp_p
 def test_failed_run_publishes_nothing_and_keeps_the_previous_snapshot(folder_snapshot,
                                                                       folder_dataset, tmp_path,
                                                                       monkeypatch):
+    """The disk fills at the commit point itself: the rename that would put the new run's
+    manifest in place fails (a real OSError from the real write path, everything before it
+    done), so the new run is not committed, and its moved files and staging are removed."""
     out = copy_output(folder_snapshot.out, tmp_path / "out")  # one committed run
     first = layout.latest_snapshot(out)
     assert first.run_id == folder_snapshot.snapshot.run_id
     write_photo(folder_dataset / "cat" / "new.jpg", 77, class_index=1)
+    real_replace, failed = os.replace, []
 
-    def broken_publish(*args, **kwargs):
-        raise snapshot_module.AccountingError("simulated crash before the manifest")
+    def replace(source, destination, *args, **kwargs):
+        if os.path.basename(destination) == layout.MANIFEST and str(out) in str(destination):
+            failed.append(str(destination))
+            raise OSError(errno.ENOSPC, "No space left on device", str(destination))
+        return real_replace(source, destination, *args, **kwargs)
 
-    monkeypatch.setattr("pipelines.snapshot.publish_snapshot", broken_publish)
-    with pytest.raises(snapshot_module.AccountingError):
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError) as raised:
         run_job(folder_dataset, out)
+    assert raised.value.errno == errno.ENOSPC
+    (attempt,) = failed
+    assert os.path.basename(os.path.dirname(attempt)) != first.run_id
+    assert os.listdir(os.path.join(out, layout.SNAPSHOTS)) == [first.run_id]  # attempt removed
+    assert not [name for _, _, names in os.walk(out) for name in names if ".tmp-" in name]
     assert layout.read_latest(str(out)) == first.run_id
     assert [s.run_id for s in layout.committed_snapshots(str(out))] == [first.run_id]
     assert len(read_records(first)) == 6
