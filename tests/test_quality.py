@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -263,8 +264,34 @@ def _jpeg_roundtrip(image: np.ndarray, jpeg_quality: int) -> np.ndarray:
 
 
 def test_phash_is_16_lowercase_hex_chars():
-    phash = quality.perceptual_hash(_photo(1))
-    assert len(phash) == 16 and phash == phash.lower() and int(phash, 16) >= 0
+    assert re.fullmatch(r"[0-9a-f]{16}", quality.perceptual_hash(_photo(1)))
+
+
+def _ramp(width: int = 32, height: int = 32, step: int = 8) -> np.ndarray:
+    """A grey ramp falling from left to right: value step * (width - 1 - column)."""
+    return _grey(np.tile(step * (width - 1 - np.arange(width)), (height, 1)))
+
+
+def test_phash_of_a_ramp_is_hand_computed():
+    """Columns falling linearly: X = 1 f^T, so the DCT D X D^T is non-zero in row 0 only
+    (D 1 has only a DC term); D f is zero at even frequencies (f minus its mean is odd about
+    the centre) and positive at odd ones (f falls as cos((2n+1)k pi/64) does for odd k).
+    Median of the 63 AC terms: 0; bits 0 (DC), 1, 3, 5, 7 set: 0b11010101 = 0xd5."""
+    assert quality.perceptual_hash(_ramp()) == "d500000000000000"
+    # the same ramp at 64 x 48 area-resizes to the same 32 x 32 ramp
+    assert quality.perceptual_hash(_ramp(64, 48, 4)) == "d500000000000000"
+
+
+def test_phash_of_a_transposed_ramp_moves_the_bits_to_column_0():
+    """Transposing the image transposes the 8x8 block: coefficients (1, 0), (3, 0), (5, 0),
+    (7, 0) are bits 8, 24, 40, 56, i.e. the top bit of bytes 1, 3, 5 and 7."""
+    assert quality.perceptual_hash(_ramp().transpose(1, 0, 2)) == "8080008000800080"
+
+
+def test_phash_of_a_mirrored_ramp_negates_the_odd_frequencies():
+    """Mirroring left-right multiplies coefficient (0, k) by (-1)^k: the odd ones turn
+    negative, under the median 0, so only the DC bit stays."""
+    assert quality.perceptual_hash(_ramp()[:, ::-1]) == "8000000000000000"
 
 
 def test_phash_of_flat_images_has_only_the_dc_bit():
