@@ -217,17 +217,22 @@ def step_shards(pipeline, corpus, _workdir):
 
 def step_accounting(pipeline, corpus, workdir):
     """Accounting: every count through combiners into counts.json."""
+    from pipelines.phase_outputs import Counted, Inputs, Inspected
     from pipelines.preprocess import Accounting  # imports TensorFlow: only when needed
     records = _records(pipeline, corpus, accepted_only=False)
     rejects = records | "Rejects" >> beam.FlatMap(lambda r: [r.reject] if r.reject else [])
     empty = pipeline | "Nothing" >> beam.Create([])
-    parts = {"refs": records, "discovery_rejects": empty,
-             "accepted_rows": records | beam.Filter(lambda r: r.reject is None),
-             "image_rejects": rejects, "skipped": empty,
-             "label_items": records, "box_items": empty, "all_rejects": rejects,
-             "matched": records | beam.Map(lambda r: (LABEL_ROW, 1)),
-             "archive_rows": empty, "kept": empty, "retired": empty}  # a full run's live set
-    parts | Accounting(workdir)
+    inputs = Inputs(refs=records, discovery_rejects=empty, other_files=empty,
+                    label_items=records, label_rows=empty, label_rejects=empty,
+                    box_items=empty, box_rows=empty, box_rejects=empty,
+                    archive_rows=empty)  # a full run: no archive, so no live set before it
+    inspected = Inspected(labelled=empty, rejected=empty, quality_rejected=empty,
+                          row_rejects=empty, skipped=empty,
+                          matched=records | beam.Map(lambda r: (LABEL_ROW, 1)),
+                          kept=empty, retired=empty)
+    counted = Counted(accepted_rows=records | beam.Filter(lambda r: r.reject is None),
+                      image_rejects=rejects, all_rejects=rejects)
+    (inputs, inspected, counted) | Accounting(workdir)
 
 
 def step_ledger(pipeline, corpus, workdir):

@@ -5,6 +5,7 @@ import json
 
 import apache_beam as beam
 
+from pipelines.phase_outputs import Counted, Inputs, Inspected
 from pipelines.preprocess import Accounting
 from tests.beamutil import fn_api_pipeline
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
@@ -31,7 +32,11 @@ def test_counts_of_every_part_and_zeros_for_empty_ones(tmp_path):
             "retired": make("Retired", [{"reason": "deleted"}]),
             "other_files": make("Other", ["txt", "json", "txt", "(none)"]),
         }
-        parts | Accounting(str(tmp_path))
+        empty = make("Empty", [])
+        inputs = Inputs(**{name: parts.get(name, empty) for name in Inputs._fields})
+        inspected = Inspected(**{name: parts.get(name, empty) for name in Inspected._fields})
+        counted = Counted(**{name: parts[name] for name in Counted._fields})
+        (inputs, inspected, counted) | Accounting(str(tmp_path))
     counts = json.loads((tmp_path / "_work" / "counts.json").read_text())
     assert counts == {
         "images.discovered": 4, "images.accepted": 2, "images.rejected": 1,
