@@ -131,3 +131,12 @@ def test_a_cached_corpus_is_generated_once(tmp_path):
     assert corpora.cached_corpus(root, dict(spec, images=2), lambda f: calls.append(
         os.makedirs(f)))
     assert len(calls) == 2
+
+
+def test_a_negative_marginal_is_noise_without_a_verdict():
+    cost = _cost(images=20, small_images=2, cpu=(60.0, 61.0), launcher=(30.0, 30.5))
+    rows = {what: (measured, passed) for _, what, measured, _, passed
+            in costs.cost_targets(costs.CostResult((cost,)))}
+    measured, passed = rows["photos: launcher CPU per image"]
+    assert passed is None and "below the noise of the fixed cost" in measured
+    assert rows["photos: marginal CPU per image"][1] is None
