@@ -29,6 +29,15 @@ corpus through `--direct_running_mode=multi_processing --direct_num_workers=2` w
 decoding (shards must be byte-identical), and a `pixelmill nightly` on an output that already
 holds every input (nothing new; timed as a whole command). The report ends with every target,
 its measured value and PASS/MISS (`bench_report`).
+
+Then the job-cost corpora (`bench_costs`, `bench_corpora`): `--thumbnails` (64-128 px) and
+`--camera` (4000x3000) images, each a big and a tenth-size job run (marginal CPU per image,
+the launcher's alone too), the bare decode and the naive loop; the photos over `--classes`
+classes; a `--startup_images` command against the bare imports; `--make_test`. Shard hashes and
+every reject go to `decisions.json` in the workdir; `--baseline` compares with an earlier one:
+
+    pixelmill bench preprocess --thumbnails 10000 --camera 50 --classes 21841 --make_test
+    pixelmill bench preprocess --baseline bench_out/decisions.json   # after a change
 """
 from __future__ import annotations
 
@@ -297,10 +306,10 @@ def _costs(args, workdir: str, photos, source: Corpus, threads: int, min_varianc
             prepare_corpus(workdir, args.startup_images, args.seed), workdir)
     tests = bench_costs.time_test_suite(workdir) if args.make_test else None
     current = {cost.name: bench_costs.decisions(cost.job) for cost in costs}
+    baseline = (bench_costs.compare_decisions(current, bench_costs.load_baseline(args.baseline))
+                if args.baseline else None)  # read before this run's file may replace it
     with open(os.path.join(workdir, "decisions.json"), "w", encoding="utf-8") as handle:
         json.dump(current, handle, indent=1, sort_keys=True)
-    baseline = (bench_costs.compare_decisions(current, bench_costs.load_baseline(args.baseline))
-                if args.baseline else None)
     return costs, startup, tests, baseline
 
 
