@@ -30,14 +30,6 @@ decoding (shards must be byte-identical), and a `pixelmill nightly` on an output
 holds every input (nothing new; timed as a whole command). The report ends with every target,
 its measured value and PASS/MISS (`bench_report`).
 
-Then the job-cost corpora (`bench_costs`, `bench_corpora`): `--thumbnails` (64-128 px) and
-`--camera` (4000x3000) images, each a big and a tenth-size job run (marginal CPU per image,
-the launcher's alone too), the bare decode and the naive loop; the photos over `--classes`
-classes; a `--startup_images` command against the bare imports; `--make_test`. Shard hashes and
-every reject go to `decisions.json` in the workdir; `--baseline` compares with an earlier one:
-
-    pixelmill bench preprocess --thumbnails 10000 --camera 50 --classes 21841 --make_test
-    pixelmill bench preprocess --baseline bench_out/decisions.json   # after a change
 """
 from __future__ import annotations
 
