@@ -29,11 +29,13 @@ corpus through `--direct_running_mode=multi_processing --direct_num_workers=2` w
 decoding (shards must be byte-identical), and a `pixelmill nightly` on an output that already
 holds every input (nothing new; timed as a whole command). The report ends with every target,
 its measured value and PASS/MISS (`bench_report`).
+
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import statistics
 import sys
@@ -93,6 +95,21 @@ def _parser() -> argparse.ArgumentParser:
                         help="images for the inspection-step CPU (0: skip; default 300)")
     parser.add_argument("--scale_images", type=int, default=0,
                         help="also one job and one naive pass on this many images (0: skip)")
+    parser.add_argument("--thumbnails", type=int, default=10000,
+                        help="thumbnail corpus, 64-128 px (0: skip; default 10000)")
+    parser.add_argument("--camera", type=int, default=50,
+                        help="camera corpus, 4000x3000 JPEGs (0: skip; default 50)")
+    parser.add_argument("--classes", type=int, default=21841,
+                        help="the photo corpus labelled over this many classes, with --classes "
+                             "(0: skip; default 21841, ImageNet-21k's count)")
+    parser.add_argument("--startup_images", type=int, default=20,
+                        help="start-up check: the whole command on this many photos against "
+                             "the bare imports (0: skip; default 20)")
+    parser.add_argument("--make_test", action="store_true",
+                        help="also time `make test`'s pytest command (target 6)")
+    parser.add_argument("--baseline", default=None,
+                        help="decisions.json of an earlier bench run: shards and verdicts must "
+                             "be the same (target 7)")
     parser.add_argument("--config", default=None, help="job config YAML (default base.yaml)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="SECTION.KEY=VALUE", help="job config override (repeatable)")
@@ -111,7 +128,10 @@ def _check_args(args) -> None:
     if args.memory_images is not None and not 1 <= args.memory_images < args.images:
         raise UsageError(f"--memory_images must be in [1, --images). "
                          f"Received: {args.memory_images} with --images {args.images}")
-    for flag in ("inspect_images", "scale_images"):
+    if args.baseline and not os.path.isfile(args.baseline):
+        raise UsageError(f"--baseline {args.baseline}: no such file.")
+    for flag in ("inspect_images", "scale_images", "thumbnails", "camera", "classes",
+                 "startup_images"):
         if getattr(args, flag) < 0:
             raise UsageError(f"--{flag} must be >= 0. Received: {getattr(args, flag)}")
 
@@ -182,7 +202,8 @@ def _repetitions(args, corpus: Corpus, workdir: str, threads: int, min_variance:
 
 
 def _small_corpus_checks(args, small: Corpus, job_runs, workdir: str):
-    """(MemoryCheck, IdentityCheck, NightlyRun) from runs on the small corpus."""
+    """(MemoryCheck, IdentityCheck, NightlyRun, the small JobRun) from runs on the small
+    corpus."""
     small_run = time_job(small, os.path.join(workdir, "job_out_memory"), args.workers,
                          args.config, args.overrides, os.path.join(workdir, "job_memory.log"))
     memory = MemoryCheck(
@@ -199,7 +220,7 @@ def _small_corpus_checks(args, small: Corpus, job_runs, workdir: str):
         other=f"multi_processing, {workers} workers, {', '.join(extra)}",
         shards=len(small_run.shards), identical=small_run.shards == other.shards)
     nightly = time_nightly(small, workdir, args.workers, args.config, args.overrides)
-    return memory, identity, nightly
+    return memory, identity, nightly, small_run
 
 
 def _scale_check(args, workdir: str, min_variance: float) -> ScaleCheck | None:
@@ -213,6 +234,75 @@ def _scale_check(args, workdir: str, min_variance: float) -> ScaleCheck | None:
     os.remove(os.path.join(workdir, "naive_scale.tfrecord"))
     return ScaleCheck(images=job.images, job_rate=job.rate,
                       naive_rate=len(corpus.items) / seconds)
+
+
+def _other_corpus(workdir: str, name: str, count: int, seed: int) -> Corpus:
+    from runners import bench_corpora
+    generate = {"thumbnails": bench_corpora.generate_thumbnails,
+                "camera": bench_corpora.generate_camera}[name]
+    root = os.path.join(workdir, f"{name}_{count}_seed{seed}")
+    if bench_corpora.cached_corpus(root, {"corpus": name, "images": count, "seed": seed},
+                                   lambda folder: generate(folder, count, seed)):
+        print(f"Generated {count} {name} in {root}", flush=True)
+    from runners.bench_processes import _read_items
+    return Corpus(root, os.path.join(root, "labels.csv"), _read_items(root), seed)
+
+
+def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | None,
+                 workdir: str, threads: int, min_variance: float):
+    from runners.bench_costs import CorpusCost
+    run = time_job(corpus, os.path.join(workdir, f"job_out_{name}"), args.workers, args.config,
+                   args.overrides, os.path.join(workdir, f"job_{name}.log"))
+    small_run = None if small is None else time_job(
+        small, os.path.join(workdir, f"job_out_{name}_small"), args.workers, args.config,
+        args.overrides, os.path.join(workdir, f"job_{name}_small.log"))
+    paths = [path for path, _ in corpus.items]
+    cpu = own_cpu_seconds()
+    decode_rate = len(paths) / time_decode_limit(paths, threads)
+    decode_ms = 1000.0 * (own_cpu_seconds() - cpu) / len(paths)
+    seconds, _ = time_naive_loop(corpus.items, os.path.join(workdir, "naive.tfrecord"),
+                                 min_variance)
+    os.remove(os.path.join(workdir, "naive.tfrecord"))
+    print(f"{name}: job {run.rate:.1f}, decode {decode_rate:.1f}, naive "
+          f"{len(paths) / seconds:.1f} images/s", flush=True)
+    return CorpusCost(name, what, run, small_run, decode_rate, decode_ms, len(paths) / seconds)
+
+
+def _costs(args, workdir: str, photos, source: Corpus, threads: int, min_variance: float):
+    """The issue-22 figures: `photos` (the photo corpus's CorpusCost) and the other corpora,
+    start-up, the test suite, identity against --baseline; writes decisions.json."""
+    from runners import bench_corpora, bench_costs
+    costs = [photos]
+    for name in ("thumbnails", "camera"):
+        count = getattr(args, name)
+        if count:
+            small = (_other_corpus(workdir, name, max(1, count // 10), args.seed)
+                     if args.memory_check and count > 1 else None)
+            what = {"thumbnails": "64-128 px JPEGs", "camera": "4000x3000 JPEGs"}[name]
+            costs.append(_corpus_cost(args, name, what,
+                                      _other_corpus(workdir, name, count, args.seed), small,
+                                      workdir, threads, min_variance))
+    if args.classes and photos.job.images:
+        labels, table = bench_corpora.write_many_classes(
+            [os.path.relpath(path, source.root).replace(os.sep, "/") for path, _ in source.items],
+            os.path.join(workdir, f"classes_{args.classes}"), args.classes)
+        corpus = Corpus(source.root, labels, source.items, source.seed, classes_file=table)
+        run = time_job(corpus, os.path.join(workdir, "job_out_classes"), args.workers,
+                       args.config, args.overrides, os.path.join(workdir, "job_classes.log"))
+        costs.append(bench_costs.CorpusCost(
+            "classes", f"the photos over {args.classes} classes (--classes)", run, None,
+            photos.decode_rate, photos.decode_ms, photos.naive_rate))
+    startup = None
+    if args.startup_images:
+        startup = bench_costs.measure_startup(
+            prepare_corpus(workdir, args.startup_images, args.seed), workdir)
+    tests = bench_costs.time_test_suite(workdir) if args.make_test else None
+    current = {cost.name: bench_costs.decisions(cost.job) for cost in costs}
+    baseline = (bench_costs.compare_decisions(current, bench_costs.load_baseline(args.baseline))
+                if args.baseline else None)  # read before this run's file may replace it
+    with open(os.path.join(workdir, "decisions.json"), "w", encoding="utf-8") as handle:
+        json.dump(current, handle, indent=1, sort_keys=True)
+    return costs, startup, tests, baseline
 
 
 def run(argv=None) -> BenchResult:
@@ -234,9 +324,16 @@ def run(argv=None) -> BenchResult:
                                                     min_variance)
     paths = [path for path, _ in corpus.items]
     inspect = time_inspect(paths, config, args.inspect_images) if args.inspect_images else None
-    memory = identity = nightly = None
+    memory = identity = nightly = small_run = None
     if small is not None:
-        memory, identity, nightly = _small_corpus_checks(args, small, job_runs, workdir)
+        memory, identity, nightly, small_run = _small_corpus_checks(args, small, job_runs,
+                                                                    workdir)
+    from runners.bench_costs import CorpusCost, CostResult
+    middle = sorted(job_runs, key=lambda j: j.seconds)[len(job_runs) // 2]
+    photos = CorpusCost("photos", what, middle, small_run, statistics.median(decode[0]),
+                        statistics.median(decode[1]), statistics.median(naive[0]))
+    costs, startup, tests, baseline = _costs(args, workdir, photos, corpus, threads,
+                                              min_variance)
     workers_text = {"default": "default local run (no runner flags)",
                     "in_memory": "in_memory"}.get(args.workers,
                                                   f"{args.workers} (multi_processing)")
@@ -254,7 +351,8 @@ def run(argv=None) -> BenchResult:
         cores=_cores_used("default"), corpus=what, profile=corpus_profile(corpus),
         inspect=inspect, nightly=nightly, identity=identity,
         scale=_scale_check(args, workdir, min_variance),
-        date=datetime.date.today().isoformat(), load=(load_at_start, os.getloadavg()[0]))
+        date=datetime.date.today().isoformat(), load=(load_at_start, os.getloadavg()[0]),
+        costs=CostResult(tuple(costs), startup, tests, identity, baseline))
 
 
 def main(argv=None) -> int:

@@ -41,6 +41,7 @@ class Corpus:
     labels_csv: str | None
     items: tuple            # ((absolute path, class name), ...) in index order
     seed: int | None        # None for a user's folder
+    classes_file: str | None = None  # the job's --classes, when given
 
 
 def _read_items(root: str) -> tuple:
@@ -230,6 +231,7 @@ class _Finished:
     peak_tree_rss: int      # PSS sum (shared pages once)
     max_process_rss: int
     peak_rss_sum: int       # RSS sum (shared pages once per process)
+    launcher_cpu_seconds: float = 0.0  # the job's own process (sampled; wait4's when larger)
 
 
 def _run_measured(code: str, argv: list, log_path: str) -> _Finished:
@@ -249,9 +251,9 @@ def _run_measured(code: str, argv: list, log_path: str) -> _Finished:
         peak, peak_rss = sampler.stop()
     sampled = sum(cpu for pid, cpu in sampler.cpu_by_pid.items() if pid != process.pid)
     cpu = usage.ru_utime + usage.ru_stime  # the job process and the children it waited for
+    own = sampler.cpu_by_pid.get(process.pid, 0.0)
     return _Finished(stdout, process.returncode, time.perf_counter() - started,
-                     max(cpu, sampler.cpu_by_pid.get(process.pid, 0.0) + sampled), peak,
-                     usage.ru_maxrss * 1024, peak_rss)
+                     max(cpu, own + sampled), peak, usage.ru_maxrss * 1024, peak_rss, own)
 
 
 def _log_tail(log_path: str) -> str:
@@ -276,6 +278,8 @@ class JobRun:
     shards: tuple = ()      # ((path, sha256), ...) of the shard files
     decode_processes: int = 0  # isolating processes per worker the job used
     peak_rss_sum: int = 0   # bytes, sampled: the tree's RSS sum (shared pages per process)
+    launcher_cpu_seconds: float = 0.0  # the job's own process, imports included
+    verdicts: dict = dataclasses.field(default_factory=dict)  # rejected path -> reason
 
     @property
     def rate(self) -> float:
@@ -301,11 +305,13 @@ def _job_child(argv) -> int:
     snapshot = preprocess.run(argv)
     seconds = time.perf_counter() - started
     rejects: dict = {}
+    verdicts: dict = {}
     with open(os.path.join(snapshot.path, layout.REJECTS), encoding="utf-8") as handle:
         for line in handle:
             entry = json.loads(line)
             if entry["kind"] == "image":
                 rejects[entry["reason"]] = rejects.get(entry["reason"], 0) + 1
+                verdicts[entry["path"]] = entry["reason"]
     images = snapshot.accounting["images"]
     shards = sorted((f["path"], f["sha256"]) for f in snapshot.manifest["files"]
                     if ".tfrecord" in f["path"])
@@ -314,7 +320,7 @@ def _job_child(argv) -> int:
     print(_RESULT_PREFIX + json.dumps({
         "seconds": seconds, "discovered": images["discovered"], "accepted": images["accepted"],
         "rejects": dict(sorted(rejects.items())), "shards": shards,
-        "decode_processes": processes}), flush=True)
+        "decode_processes": processes, "verdicts": verdicts}), flush=True)
     return 0
 
 
@@ -322,6 +328,8 @@ def _job_argv(corpus: Corpus, output_dir: str, workers: str, config, overrides) 
     argv = ["--data_root", corpus.root, "--output_dir", output_dir, *workers_flags(workers)]
     if corpus.labels_csv:
         argv += ["--labels", corpus.labels_csv]
+    if corpus.classes_file:
+        argv += ["--classes", corpus.classes_file]
     if config:
         argv += ["--config", config]
     for item in overrides:
@@ -352,7 +360,9 @@ def time_job(corpus: Corpus, output_dir: str, workers: str = "default",
                   max_process_rss=done.max_process_rss, exit_code=done.exit_code,
                   cpu_seconds=done.cpu_seconds,
                   shards=tuple(tuple(s) for s in result["shards"]),
-                  decode_processes=result["decode_processes"], peak_rss_sum=done.peak_rss_sum)
+                  decode_processes=result["decode_processes"], peak_rss_sum=done.peak_rss_sum,
+                  launcher_cpu_seconds=done.launcher_cpu_seconds,
+                  verdicts=result.get("verdicts", {}))
 
 
 @dataclasses.dataclass(frozen=True)

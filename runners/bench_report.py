@@ -115,6 +115,7 @@ class BenchResult:
     scale: ScaleCheck | None = None
     date: str = ""
     load: tuple = ()         # 1-minute load average at the start and at the end
+    costs: object = None     # bench_costs.CostResult: the four corpora, issue 22's targets
 
 
 def _verdict(passed: bool | None) -> str:
@@ -277,4 +278,7 @@ def format_report(result: BenchResult) -> str:
     for number, what, measured, wanted, passed in rows:
         lines.append(f"{number:<3}{what:<{widths[0] + 2}}{measured:<{widths[1] + 2}}"
                      f"{wanted:<{widths[2] + 2}}{_verdict(passed)}")
+    if result.costs is not None:
+        from runners.bench_costs import format_costs
+        lines += ["", format_costs(result.costs)]
     return "\n".join(lines)

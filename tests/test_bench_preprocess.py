@@ -229,7 +229,9 @@ def test_one_tiny_run_prints_the_table_and_the_targets(tmp_path, capsys):
                        "--set", "transform.enabled=false",
                        "--set", "report.thumbnails_per_reason=0",  # no forkserver to start
                        "--no-memory_check",
-                       "--inspect_images", "2"])
+                       "--inspect_images", "2",
+                       "--thumbnails", "3", "--camera", "0", "--classes", "30",
+                       "--startup_images", "0"])
     out = capsys.readouterr().out
     assert code == 0
     assert re.search(r"^job +\d+\.\d +\d+\.\d +\d+\.\d +\(a\)", out, re.M)
@@ -244,5 +246,10 @@ def test_one_tiny_run_prints_the_table_and_the_targets(tmp_path, capsys):
     assert re.search(r"^7 +exit codes \(no segfault\) +job processes exited \[0\] +0 +PASS$",
                      out, re.M)
     assert "naive loop wrote 2 records" in out
+    assert re.search(r"^thumbnails +3 +\d+\.\d", out, re.M)      # the job-cost corpora
+    assert re.search(r"^2 +many-class CPU vs 4 classes +\d\.\d{3}x .* (PASS|MISS)$", out, re.M)
+    assert re.search(r"^4 +thumbnails: end to end vs naive, 3 images .* (PASS|MISS)$", out, re.M)
+    assert re.search(r"^6 +make test +not measured \(--make_test\) .* -$", out, re.M)
+    assert os.path.exists(tmp_path / "decisions.json")
     assert os.listdir(tmp_path / "corpus_2_seed0")  # cached for the next run
     assert not os.path.exists(tmp_path / "job_out")  # job output removed after timing

@@ -87,3 +87,49 @@ def test_a_corrupt_image_is_an_error_in_the_scaled_decode():
     data = _encoded("JPEG", "RGB", 70, 90)
     with pytest.raises(tf.errors.InvalidArgumentError):
         decode_scaled(tf.constant(data[:200]), (16, 16)).numpy()
+
+
+def _encoded_variants() -> list:
+    pixels = photo(3, height=40, width=56)
+    grey = pixels[..., 0]
+    rgba = np.dstack([pixels, np.full(grey.shape, 200, np.uint8)])
+
+    def saved(image: Image.Image, fmt: str, **options) -> bytes:
+        import io
+        buffer = io.BytesIO()
+        image.save(buffer, fmt, **options)
+        return buffer.getvalue()
+
+    return [("jpeg", encode(pixels)), ("grey jpeg", encode(grey)), ("png", encode(pixels, "PNG")),
+            ("grey png", encode(grey, "PNG")), ("rgba png", encode(rgba, "PNG")),
+            ("grey+alpha png", saved(Image.fromarray(rgba).convert("LA"), "PNG")),
+            ("16-bit png", saved(Image.fromarray(grey.astype(np.uint16) * 257), "PNG")),
+            ("palette gif", saved(Image.fromarray(pixels).convert("P"), "GIF")),
+            ("bmp", encode(pixels, "BMP")), ("webp", saved(Image.fromarray(rgba), "WEBP"))]
+
+
+@pytest.mark.parametrize("name, data", _encoded_variants())
+@pytest.mark.parametrize("ratio", [1, 2])
+def test_decode_image_array_gives_decode_image_pixels(name, data, ratio):
+    from transforms.decode import decode_image_array
+    is_jpeg = data[:2] == b"\xff\xd8"
+    for flag, orientation in [(is_jpeg, 1), (None, 1), (is_jpeg, 6), (is_jpeg, 7), (None, 3),
+                              (is_jpeg, 9), (is_jpeg, None)]:
+        expected = decode_image(data, jpeg_ratio=ratio if is_jpeg else 1, is_jpeg=flag,
+                                orientation=orientation).numpy()
+        array = decode_image_array(data, jpeg_ratio=ratio if is_jpeg else 1, is_jpeg=flag,
+                                   orientation=orientation)
+        assert array.dtype == np.uint8 and array.flags.c_contiguous
+        np.testing.assert_array_equal(array, expected)
+
+
+@pytest.mark.parametrize("data", [b"\xff\xd8\xff\xe0 truncated", b"\x89PNG\r\n\x1a\n broken"])
+def test_decode_image_array_raises_what_decode_image_raises(data):
+    from transforms.decode import decode_image_array
+    is_jpeg = data[:2] == b"\xff\xd8"
+    with pytest.raises(tf.errors.InvalidArgumentError) as expected:
+        decode_image(data, jpeg_ratio=2 if is_jpeg else 1, is_jpeg=is_jpeg)
+    with pytest.raises(tf.errors.InvalidArgumentError) as raised:
+        decode_image_array(data, jpeg_ratio=2 if is_jpeg else 1, is_jpeg=is_jpeg, orientation=1)
+    # the op's message is what a reject's detail keeps (the eager op name after it is not)
+    assert raised.value.message.split("[Op:")[0] == expected.value.message.split("[Op:")[0]

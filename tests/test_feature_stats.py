@@ -92,6 +92,14 @@ def test_statistics_do_not_depend_on_how_the_work_was_split():
         assert _combine(parts).SerializeToString(deterministic=True) == whole
 
 
+@pytest.mark.parametrize("batch", [1, 2, 5])
+def test_statistics_do_not_depend_on_how_distinct_values_are_batched(batch, monkeypatch):
+    whole = _combine([range(7)]).SerializeToString(deterministic=True)
+    monkeypatch.setattr("transforms.reporting.feature_stats._KMV_BATCH", batch)
+    assert _combine([range(7)]).SerializeToString(deterministic=True) == whole
+    assert _combine([range(3), range(3, 7)]).SerializeToString(deterministic=True) == whole
+
+
 def test_to_statistics_list_holds_one_named_dataset():
     listed = to_statistics_list("validation", _combine([range(3)]))
     assert [d.name for d in listed.datasets] == ["validation"]

@@ -23,11 +23,13 @@ For the model, `decode_scaled` (uint8, at the DCT scale for `image_size`) and `d
 """
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
-from transforms.orientation import apply_orientation, read_orientation
+from transforms.orientation import apply_orientation, orient_array, read_orientation
 
-__all__ = ["JPEG_RATIOS", "decode_image", "pick_jpeg_ratio", "jpeg_ratio_index", "decode_scaled",
+__all__ = ["JPEG_RATIOS", "decode_image", "decode_image_array", "pick_jpeg_ratio",
+           "jpeg_ratio_index", "decode_scaled",
            "decode_for_model"]
 
 JPEG_RATIOS = (1, 2, 4, 8)  # the DCT scales libjpeg offers
@@ -71,6 +73,26 @@ def _decode_stored(contents: tf.Tensor, jpeg_ratio: int, is_jpeg: bool | None) -
         image = tf.cond(tf.io.is_jpeg(contents), as_jpeg, as_other)
     image.set_shape([None, None, 3])
     return image
+
+
+def decode_image_array(contents: bytes, jpeg_ratio: int = 1, is_jpeg: bool | None = None,
+                       orientation: int | None = None) -> np.ndarray:
+    """`decode_image(...).numpy()`, pixel for pixel and with the same errors: the same decode
+    op, but the channel fix-up and an int `orientation` in numpy instead of eager `tf.cond`,
+    slicing and reversing, whose dispatch costs more than decoding a thumbnail. For eager
+    callers that decode one image per call (the offline inspection)."""
+    if orientation is None or (jpeg_ratio != 1 and is_jpeg is None):
+        return decode_image(contents, jpeg_ratio, is_jpeg, orientation).numpy()
+    if jpeg_ratio != 1 and is_jpeg:
+        image = tf.io.decode_jpeg(contents, channels=3, ratio=jpeg_ratio).numpy()
+    else:
+        image = tf.io.decode_image(contents, channels=0, dtype=tf.uint8,
+                                   expand_animations=False).numpy()
+        if image.shape[-1] < 3:
+            image = np.repeat(image[..., :1], 3, axis=-1)
+        elif image.shape[-1] > 3:
+            image = image[..., :3]
+    return np.ascontiguousarray(orient_array(image, orientation))
 
 
 def _to_rgb(image: tf.Tensor) -> tf.Tensor:

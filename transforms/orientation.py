@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from transforms.offline.exif import EXIF_HEAD, ORIENTATION_TAG
 
-__all__ = ["read_orientation", "apply_orientation"]
+__all__ = ["orient_array", "read_orientation", "apply_orientation"]
 
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -131,6 +131,19 @@ _TRANSFORMS = (
     lambda image: tf.reverse(_transpose(image), [0, 1]),    # 7: transverse
     lambda image: tf.reverse(_transpose(image), [0]),       # 8: a quarter turn counter-clockwise
 )
+
+
+# The same turns on a numpy array [H, W, C] (views; the caller copies if it needs contiguity).
+_ARRAY_TRANSFORMS = (
+    lambda a: a, lambda a: a[:, ::-1], lambda a: a[::-1, ::-1], lambda a: a[::-1],
+    lambda a: a.transpose(1, 0, 2), lambda a: a.transpose(1, 0, 2)[:, ::-1],
+    lambda a: a.transpose(1, 0, 2)[::-1, ::-1], lambda a: a.transpose(1, 0, 2)[::-1],
+)
+
+
+def orient_array(image, orientation: int):
+    """`apply_orientation` for a numpy array and a Python int (outside 1..8: unchanged)."""
+    return _ARRAY_TRANSFORMS[orientation - 1](image) if 1 <= orientation <= 8 else image
 
 
 def apply_orientation(image: tf.Tensor, orientation) -> tf.Tensor:

@@ -89,9 +89,9 @@ class InspectImageFn(beam.DoFn):
     def setup(self):
         import tensorflow as tf  # imported in the worker (or the isolating subprocess)
 
-        from transforms.decode import decode_image, pick_jpeg_ratio
+        from transforms.decode import decode_image_array, pick_jpeg_ratio
         self._tf = tf
-        self._decode_image = decode_image
+        self._decode_image = decode_image_array
         self._pick_jpeg_ratio = pick_jpeg_ratio
         self._tally = _Tally(self._config.limits)
 
@@ -137,7 +137,7 @@ class InspectImageFn(beam.DoFn):
         ratio = self._pick_jpeg_ratio(header.width, header.height, analysis_size, side="long")
         try:
             image = self._decode_image(data, jpeg_ratio=ratio, is_jpeg=header.format == "jpeg",
-                                       orientation=header.orientation if upright else 1).numpy()
+                                       orientation=header.orientation if upright else 1)
         except self._tf.errors.InvalidArgumentError as exc:
             return record.rejected("decode_error", _decoder_message(exc))
         rule = size_reject(width, height, limits)

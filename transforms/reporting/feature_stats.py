@@ -45,6 +45,7 @@ _EPS = 0.01                      # TFDV's quantiles sketch error
 _MAX_ELEMENTS = 1 << 32
 _KMV_BUCKETS = 1024
 _MISRA_GRIES_BUCKETS = 1000      # TFDV's rank histogram size
+_KMV_BATCH = 4096   # values a feature holds before they go into its KMV sketch in one call
 _TOP_VALUES = 20
 _HISTOGRAM_BUCKETS = 10
 _CURVE_POINTS = 1000             # quantiles the STANDARD histogram is read from
@@ -155,6 +156,9 @@ class _Feature:
         numeric = kind != "bytes_list"
         self.quantiles = _Quantiles() if numeric else None
         self.kmv = None if numeric else sketches.KmvSketch(_KMV_BUCKETS)
+        # KMV keeps the smallest hashes of the distinct values: the same sketch whatever the
+        # batches, so values wait here and enter it thousands at a time (one Arrow array each)
+        self.kmv_pending: list = []
         self.top = None if numeric else sketches.MisraGriesSketch(_MISRA_GRIES_BUCKETS)
 
     def add(self, values: tuple) -> None:
@@ -192,9 +196,19 @@ class _Feature:
         self.lengths = [min(self.lengths[0], min(lengths)), max(self.lengths[1], max(lengths)),
                         self.lengths[2] + sum(lengths)]
         self.invalid_utf8 += sum(1 for _, _, utf8 in digests if not utf8)
-        self.kmv.AddValues(pa.array(strings + [digest for _, digest, _ in digests], pa.binary()))
+        self.kmv_pending += strings
+        self.kmv_pending += [digest for _, digest, _ in digests]
+        if len(self.kmv_pending) >= _KMV_BATCH:
+            self.distinct()
         if strings:
             self.top.AddValues(pa.array(strings, pa.binary()))
+
+    def distinct(self):
+        """The KMV sketch of every value added so far (pending values go in first)."""
+        if self.kmv_pending:
+            self.kmv.AddValues(pa.array(self.kmv_pending, pa.binary()))
+            self.kmv_pending = []
+        return self.kmv
 
     def merge(self, other: "_Feature") -> None:
         self.present += other.present
@@ -216,7 +230,7 @@ class _Feature:
         if self.quantiles is not None:
             self.quantiles.merge(other.quantiles)
         else:
-            self.kmv.Merge(other.kmv)
+            self.distinct().Merge(other.distinct())
             self.top.Merge(other.top)
 
 
@@ -382,7 +396,7 @@ def _numeric_proto(numeric, feature: _Feature, examples: int) -> None:
 def _string_proto(strings, feature: _Feature, examples: int) -> None:
     _common_proto(strings.common_stats, feature, examples)
     total_values = feature.num_values[2]
-    strings.unique = feature.kmv.Estimate()
+    strings.unique = feature.distinct().Estimate()
     strings.avg_length = feature.lengths[2] / total_values if total_values else 0.0
     ranked = feature.top.Estimate().to_pylist()
     for entry in ranked[:_TOP_VALUES]:
@@ -397,7 +411,7 @@ def _string_proto(strings, feature: _Feature, examples: int) -> None:
 def _bytes_proto(byte_stats, feature: _Feature, examples: int) -> None:
     _common_proto(byte_stats.common_stats, feature, examples)
     total_values = feature.num_values[2]
-    byte_stats.unique = feature.kmv.Estimate()
+    byte_stats.unique = feature.distinct().Estimate()
     if total_values:
         byte_stats.avg_num_bytes = feature.lengths[2] / total_values
         byte_stats.min_num_bytes = feature.lengths[0]

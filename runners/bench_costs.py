@@ -1,0 +1,273 @@
+"""The offline job's cost on four corpora, for `pixelmill bench preprocess`: each timed against
+the naive loop and the bare tf.data decode of the same files, with the launcher's and the
+decoders' CPU per image split, plus start-up against the bare imports, and every target of the
+job-cost issue (22) with its measured value and PASS/MISS.
+
+Marginal CPU per image is (CPU of the big run - CPU of the small run) / (images big - small):
+start-up, graph construction, TFT and publishing are fixed costs and cancel out. The launcher
+is the job's own process; the decoders are its other processes (the forkserver's children).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+
+__all__ = ["CorpusCost", "Startup", "TestSuite", "CostResult", "COST_TARGETS", "cost_targets",
+           "format_costs", "measure_startup", "time_test_suite", "decisions", "compare_decisions"]
+
+# The targets of issue 22, in one place: the verdicts and the tests read them here.
+COST_TARGETS = {
+    "classes_cpu": 1.05,             # 2: many-class run CPU / the 4-class run
+    "marginal_factor": 2.0,          # 3: marginal CPU <= factor x bare decode + slack
+    "marginal_slack_ms": 0.3,
+    "launcher_ms": 0.3,              # 3: launcher alone per image
+    "vs_naive": {                    # 4: corpus -> ((at least images, ratio), ...)
+        "photos": ((20000, 3.0), (0, 2.0)),
+        "thumbnails": ((50000, 2.0), (0, 1.0)),
+        "camera": ((0, 3.0),),
+    },
+    "startup": 1.5,                  # 5: 20-image command / bare imports
+    "test_suite_s": 180.0,           # 6: make test
+}
+_BARE_IMPORTS = "import tensorflow, apache_beam, tensorflow_transform.beam"
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusCost:
+    """One corpus: its big job run and small job run (`bench_processes.JobRun`), the bare
+    decode and the naive loop on the big corpus."""
+    name: str                # photos, thumbnails, camera, classes
+    what: str                # a line about the corpus
+    job: object              # JobRun, big corpus
+    small: object            # JobRun on a prefix-sized corpus (None: not run)
+    decode_rate: float       # images/s, tf.data read + decode_image
+    decode_ms: float         # CPU ms per image of that decode
+    naive_rate: float        # images/s of the naive loop
+
+    @property
+    def images(self) -> int:
+        return self.job.images
+
+    def _marginal(self, attribute: str) -> float | None:
+        if self.small is None or self.job.images <= self.small.images:
+            return None
+        extra = getattr(self.job, attribute) - getattr(self.small, attribute)
+        return 1000.0 * extra / (self.job.images - self.small.images)
+
+    @property
+    def marginal_ms(self) -> float | None:
+        """Marginal CPU ms per image, launcher and decoders together."""
+        return self._marginal("cpu_seconds")
+
+    @property
+    def launcher_ms(self) -> float | None:
+        """Marginal CPU ms per image of the launcher process alone."""
+        return self._marginal("launcher_cpu_seconds")
+
+    @property
+    def vs_naive(self) -> float:
+        return self.job.rate / self.naive_rate
+
+
+@dataclasses.dataclass(frozen=True)
+class Startup:
+    """A 20-image `pixelmill preprocess` (whole command, default flags) and the bare imports,
+    each a fresh process, wall seconds."""
+    images: int
+    command_s: float
+    imports_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.command_s / self.imports_s
+
+
+@dataclasses.dataclass(frozen=True)
+class TestSuite:
+    """`make test`'s command, timed."""
+    seconds: float
+    exit_code: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CostResult:
+    corpora: tuple                   # CorpusCost, in the order run
+    startup: Startup | None = None
+    tests: TestSuite | None = None
+    identity: object = None          # bench_report.IdentityCheck (runners and workers)
+    baseline: tuple | None = None    # (files compared, differences) against --baseline
+
+
+def _run_wall(argv: list, log_path: str) -> tuple[float, int]:
+    from runners.bench_processes import _REPO_ROOT
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_REPO_ROOT, env.get("PYTHONPATH")]))
+    started = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as log:
+        code = subprocess.call(argv, cwd=_REPO_ROOT, env=env, stdout=log, stderr=log)
+    return time.perf_counter() - started, code
+
+
+def measure_startup(corpus, workdir: str) -> Startup:
+    """Times the bare imports, then `pixelmill preprocess` on `corpus` (default flags)."""
+    import shutil
+    imports_s, code = _run_wall([sys.executable, "-c", _BARE_IMPORTS],
+                                os.path.join(workdir, "startup_imports.log"))
+    if code:
+        raise RuntimeError(f"`python -c '{_BARE_IMPORTS}'` failed (exit code {code})")
+    output = os.path.join(workdir, "startup_out")
+    shutil.rmtree(output, ignore_errors=True)
+    argv = [sys.executable, "-m", "runners.cli", "preprocess", "--data_root", corpus.root,
+            "--output_dir", output]
+    if corpus.labels_csv:
+        argv += ["--labels", corpus.labels_csv]
+    log = os.path.join(workdir, "startup_job.log")
+    command_s, code = _run_wall(argv, log)
+    shutil.rmtree(output, ignore_errors=True)
+    if code:
+        raise RuntimeError(f"pixelmill preprocess on {corpus.root} failed (exit code {code}); "
+                           f"log {log}")
+    return Startup(len(corpus.items), command_s, imports_s)
+
+
+def time_test_suite(workdir: str) -> TestSuite:
+    """Runs `make test`'s pytest command (`pytest -n 2 -q tests`) and times it."""
+    seconds, code = _run_wall([sys.executable, "-m", "pytest", "-n", "2", "-q", "tests"],
+                              os.path.join(workdir, "make_test.log"))
+    return TestSuite(seconds, code)
+
+
+def decisions(job) -> dict:
+    """What target 7 compares: the shard hashes and every file's verdict of a JobRun."""
+    return {"shards": [list(shard) for shard in job.shards],
+            "verdicts": dict(sorted(job.verdicts.items()))}
+
+
+def compare_decisions(current: dict, baseline: dict) -> tuple[int, list]:
+    """(entries compared, differences as lines) between two `decisions` maps of corpora."""
+    compared, differences = 0, []
+    for corpus in sorted(set(current) & set(baseline)):
+        now, before = current[corpus], baseline[corpus]
+        compared += len(before["shards"]) + len(before["verdicts"])
+        if now["shards"] != before["shards"]:
+            differences.append(f"{corpus}: shards differ")
+        for path in sorted(set(now["verdicts"]) | set(before["verdicts"])):
+            if now["verdicts"].get(path) != before["verdicts"].get(path):
+                differences.append(f"{corpus}: {path}: {before['verdicts'].get(path)} -> "
+                                   f"{now['verdicts'].get(path)}")
+    return compared, differences
+
+
+def load_baseline(path: str) -> dict:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+# ------------------------------------------------------------------------------ targets
+
+def _naive_target(cost: CorpusCost) -> float | None:
+    for at_least, ratio in COST_TARGETS["vs_naive"].get(cost.name, ()):
+        if cost.images >= at_least:
+            return ratio
+    return None
+
+
+def _classes_row(result: CostResult) -> tuple | None:
+    by_name = {cost.name: cost for cost in result.corpora}
+    if "classes" not in by_name or "photos" not in by_name:
+        return None
+    many, few = by_name["classes"].job, by_name["photos"].job
+    ratio = many.cpu_seconds / few.cpu_seconds
+    return ("2", "many-class CPU vs 4 classes",
+            f"{ratio:.3f}x ({many.cpu_seconds:.1f} vs {few.cpu_seconds:.1f} s CPU, "
+            f"{by_name['classes'].what})",
+            f"<= {COST_TARGETS['classes_cpu']:.2f}x", ratio <= COST_TARGETS["classes_cpu"])
+
+
+def _cpu_rows(cost: CorpusCost) -> list:
+    marginal, launcher = cost.marginal_ms, cost.launcher_ms
+    limit = COST_TARGETS["marginal_factor"] * cost.decode_ms + COST_TARGETS["marginal_slack_ms"]
+    if marginal is None:
+        return [("3", f"{cost.name}: marginal CPU per image", "not measured (no small run)",
+                 f"<= {limit:.2f} ms", None)]
+    noise = "; below the noise of the fixed cost: time more images"
+    return [("3", f"{cost.name}: marginal CPU per image",
+             f"{marginal:.2f} ms (bare decode {cost.decode_ms:.2f} ms)"
+             + (noise if marginal <= 0 else ""),
+             f"<= {limit:.2f} ms", marginal <= limit if marginal > 0 else None),
+            ("3", f"{cost.name}: launcher CPU per image",
+             f"{launcher:.2f} ms" + (noise if launcher <= 0 else ""),
+             f"<= {COST_TARGETS['launcher_ms']} ms",
+             launcher <= COST_TARGETS["launcher_ms"] if launcher > 0 else None)]
+
+
+def cost_targets(result: CostResult) -> list[tuple]:
+    """(target number, what, measured, wanted, True/False/None) for targets 2-7."""
+    rows = [row for row in (_classes_row(result),) if row]
+    for cost in result.corpora:
+        if cost.small is not None or cost.name != "classes":  # classes: target 2 only
+            rows += _cpu_rows(cost)
+        wanted = _naive_target(cost)
+        if wanted is not None:
+            rows.append(("4", f"{cost.name}: end to end vs naive, {cost.images} images",
+                         f"{cost.vs_naive:.2f}x ({cost.job.rate:.0f} vs {cost.naive_rate:.0f} "
+                         f"images/s)", f">= {wanted:.0f}x", cost.vs_naive >= wanted))
+    startup = result.startup
+    rows.append(("5", "start-up, 20-image command vs bare imports",
+                 "not measured" if startup is None else
+                 f"{startup.ratio:.2f}x ({startup.command_s:.1f} vs {startup.imports_s:.1f} s)",
+                 f"<= {COST_TARGETS['startup']}x",
+                 None if startup is None else startup.ratio <= COST_TARGETS["startup"]))
+    tests = result.tests
+    rows.append(("6", "make test", "not measured (--make_test)" if tests is None else
+                 f"{tests.seconds:.0f} s, exit code {tests.exit_code}",
+                 f"<= {COST_TARGETS['test_suite_s']:.0f} s",
+                 None if tests is None else (tests.exit_code == 0 and tests.seconds
+                                             <= COST_TARGETS["test_suite_s"])))
+    identity = result.identity
+    rows.append(("7", "shards across runners and workers", "not checked" if identity is None
+                 else f"{'identical' if identity.identical else 'DIFFERENT'} "
+                      f"({identity.shards} shards; default run vs {identity.other})",
+                 "byte-identical", None if identity is None else identity.identical))
+    baseline = result.baseline
+    rows.append(("7", "shards and verdicts vs --baseline",
+                 "not checked (--baseline FILE)" if baseline is None else
+                 f"{len(baseline[1])} differences in {baseline[0]} shards and files"
+                 + (f": {'; '.join(baseline[1][:3])}" if baseline[1] else ""),
+                 "none", None if baseline is None else not baseline[1]))
+    return rows
+
+
+def _corpus_lines(result: CostResult) -> list[str]:
+    lines = [f"{'corpus':<12}{'images':>8}{'job/s':>9}{'naive/s':>9}{'decode/s':>10}"
+             f"{'decode ms':>11}{'job ms':>9}{'launcher ms':>13}   what",
+             f"{'':-<12}{'':->8}{'':->9}{'':->9}{'':->10}{'':->11}{'':->9}{'':->13}   "
+             f"{'':-<30}"]
+    for cost in result.corpora:
+        marginal = "-" if cost.marginal_ms is None else f"{cost.marginal_ms:.2f}"
+        launcher = "-" if cost.launcher_ms is None else f"{cost.launcher_ms:.2f}"
+        lines.append(f"{cost.name:<12}{cost.images:>8}{cost.job.rate:>9.1f}"
+                     f"{cost.naive_rate:>9.1f}{cost.decode_rate:>10.1f}{cost.decode_ms:>11.2f}"
+                     f"{marginal:>9}{launcher:>13}   {cost.what}")
+    lines.append("(job ms, launcher ms: marginal CPU per image, big run less small run; "
+                 "decode ms: CPU per image of the bare tf.data decode)")
+    return lines
+
+
+def format_costs(result: CostResult) -> str:
+    """The corpora's table and targets 2-7 of issue 22 with PASS/MISS."""
+    rows = cost_targets(result)
+    widths = [max(len(row[i]) for row in rows) for i in (1, 2, 3)]
+    lines = _corpus_lines(result) + ["",
+                                     f"{'#':<3}{'target (issue 22)':<{widths[0] + 2}}"
+                                     f"{'measured':<{widths[1] + 2}}"
+                                     f"{'wanted':<{widths[2] + 2}}verdict"]
+    for number, what, measured, wanted, passed in rows:
+        verdict = "-" if passed is None else ("PASS" if passed else "MISS")
+        lines.append(f"{number:<3}{what:<{widths[0] + 2}}{measured:<{widths[1] + 2}}"
+                     f"{wanted:<{widths[2] + 2}}{verdict}")
+    return "\n".join(lines)

@@ -1,0 +1,142 @@
+"""`pixelmill bench preprocess`, the job-cost part: marginal CPU from two runs, each target's
+verdict, the decisions comparison (target 7), and the corpora it generates."""
+from __future__ import annotations
+
+import csv
+import os
+
+import pytest
+from PIL import Image
+
+from runners import bench_corpora as corpora
+from runners import bench_costs as costs
+from runners.bench_processes import JobRun
+from runners.bench_report import IdentityCheck
+
+
+def _run(images, seconds=10.0, cpu=20.0, launcher=5.0, shards=(("a", "1"),), verdicts=None):
+    return JobRun(images=images, accepted=images, rejects={}, seconds=seconds,
+                  wall_seconds=seconds + 3.0, peak_tree_rss=0, max_process_rss=0,
+                  cpu_seconds=cpu, launcher_cpu_seconds=launcher, shards=shards,
+                  verdicts=verdicts or {})
+
+
+def _cost(name="photos", images=1000, small_images=100, cpu=(12.0, 3.0), launcher=(4.0, 3.1),
+          decode_ms=3.0, job_seconds=10.0, naive_rate=40.0):
+    small = None if small_images is None else _run(small_images, cpu=cpu[1], launcher=launcher[1])
+    return costs.CorpusCost(name, "test corpus", _run(images, job_seconds, cpu[0], launcher[0]),
+                            small, decode_rate=500.0, decode_ms=decode_ms, naive_rate=naive_rate)
+
+
+def _verdicts(result) -> dict:
+    return {what: passed for _, what, _, _, passed in costs.cost_targets(result)}
+
+
+def test_marginal_cpu_takes_the_small_run_out():
+    cost = _cost(cpu=(12.0, 3.0), launcher=(4.0, 3.1))
+    assert cost.marginal_ms == pytest.approx(10.0)      # 9 s / 900 images
+    assert cost.launcher_ms == pytest.approx(1.0)
+    assert _cost(small_images=None).marginal_ms is None
+
+
+def test_cpu_targets_compare_with_twice_the_decode_plus_slack():
+    verdicts = _verdicts(costs.CostResult((_cost(cpu=(6.0, 0.87), launcher=(1.0, 0.73),
+                                                 decode_ms=2.7),)))
+    assert verdicts["photos: marginal CPU per image"] is True      # 5.7 <= 5.7
+    assert verdicts["photos: launcher CPU per image"] is True      # 0.3 <= 0.3
+    verdicts = _verdicts(costs.CostResult((_cost(cpu=(12.0, 3.0), decode_ms=2.7),)))
+    assert verdicts["photos: marginal CPU per image"] is False     # 10 > 5.7
+    assert verdicts["photos: launcher CPU per image"] is False
+
+
+def test_end_to_end_target_depends_on_corpus_and_size():
+    photos = _cost(job_seconds=10.0, naive_rate=40.0)              # 100 / 40 = 2.5x
+    big = _cost(images=20000, job_seconds=200.0, naive_rate=40.0)  # 2.5x < 3x at 20,000
+    thumbs = _cost("thumbnails", job_seconds=10.0, naive_rate=90.0)  # 1.1x
+    verdicts = _verdicts(costs.CostResult((photos, big, thumbs)))
+    assert verdicts["photos: end to end vs naive, 1000 images"] is True
+    assert verdicts["photos: end to end vs naive, 20000 images"] is False
+    assert verdicts["thumbnails: end to end vs naive, 1000 images"] is True
+
+
+def test_many_classes_within_five_percent_of_four():
+    photos = _cost(cpu=(100.0, 3.0))
+    many = _cost("classes", small_images=None, cpu=(104.0, 0.0))
+    rows = costs.cost_targets(costs.CostResult((photos, many)))
+    assert [row[4] for row in rows if row[1] == "many-class CPU vs 4 classes"] == [True]
+    assert not any(row[1].startswith("classes:") for row in rows)  # target 2 only
+    slower = _cost("classes", small_images=None, cpu=(106.0, 0.0))
+    assert _verdicts(costs.CostResult((photos, slower)))["many-class CPU vs 4 classes"] is False
+
+
+def test_startup_tests_and_identity_rows():
+    result = costs.CostResult((), startup=costs.Startup(20, 15.0, 10.0),
+                              tests=costs.TestSuite(170.0, 0),
+                              identity=IdentityCheck("multi_processing", 3, True),
+                              baseline=(10, []))
+    verdicts = _verdicts(result)
+    assert verdicts["start-up, 20-image command vs bare imports"] is True
+    assert verdicts["make test"] is True
+    assert verdicts["shards across runners and workers"] is True
+    assert verdicts["shards and verdicts vs --baseline"] is True
+    assert _verdicts(costs.CostResult(()))["make test"] is None
+    text = costs.format_costs(result)
+    assert "1.50x (15.0 vs 10.0 s)" in text and text.splitlines()[-1].endswith("PASS")
+
+
+def test_decisions_compare_shards_and_every_verdict():
+    before = {"photos": costs.decisions(_run(3, verdicts={"a.jpg": "blurry"}))}
+    same = {"photos": costs.decisions(_run(3, verdicts={"a.jpg": "blurry"}))}
+    assert costs.compare_decisions(same, before) == (2, [])
+    moved = {"photos": costs.decisions(_run(3, shards=(("a", "2"),),
+                                            verdicts={"b.jpg": "too_dark"}))}
+    compared, differences = costs.compare_decisions(moved, before)
+    assert differences == ["photos: shards differ", "photos: a.jpg: blurry -> None",
+                           "photos: b.jpg: None -> too_dark"]
+
+
+def test_thumbnails_are_small_jpegs_with_labels(tmp_path):
+    corpora.generate_thumbnails(str(tmp_path), 6, seed=1)
+    with open(tmp_path / "labels.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 6
+    for row in rows:
+        with Image.open(tmp_path / row["path"]) as image:
+            assert image.format == "JPEG" and all(64 <= side <= 128 for side in image.size)
+
+
+def test_camera_images_have_the_configured_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpora, "_CAMERA_SIZE", (300, 400))
+    corpora.generate_camera(str(tmp_path), 2, seed=1)
+    with Image.open(tmp_path / "cat" / "camera_0000.jpg") as image:
+        assert image.size == (400, 300)
+
+
+def test_many_classes_labels_every_path_and_lists_every_class(tmp_path):
+    labels, table = corpora.write_many_classes(["a/1.jpg", "b/2.jpg", "c/3.jpg"],
+                                               str(tmp_path), 2)
+    with open(labels, newline="", encoding="utf-8") as handle:
+        assert [(r["path"], r["label"]) for r in csv.DictReader(handle)] == [
+            ("a/1.jpg", "class_00000"), ("b/2.jpg", "class_00001"), ("c/3.jpg", "class_00000")]
+    with open(table, encoding="utf-8") as handle:
+        assert handle.read().split() == ["class_00000", "class_00001"]
+
+
+def test_a_cached_corpus_is_generated_once(tmp_path):
+    calls = []
+    spec = {"corpus": "thumbnails", "images": 1}
+    root = str(tmp_path / "c")
+    assert corpora.cached_corpus(root, spec, lambda folder: calls.append(os.makedirs(folder)))
+    assert not corpora.cached_corpus(root, spec, lambda folder: calls.append(folder))
+    assert corpora.cached_corpus(root, dict(spec, images=2), lambda f: calls.append(
+        os.makedirs(f)))
+    assert len(calls) == 2
+
+
+def test_a_negative_marginal_is_noise_without_a_verdict():
+    cost = _cost(images=20, small_images=2, cpu=(60.0, 61.0), launcher=(30.0, 30.5))
+    rows = {what: (measured, passed) for _, what, measured, _, passed
+            in costs.cost_targets(costs.CostResult((cost,)))}
+    measured, passed = rows["photos: launcher CPU per image"]
+    assert passed is None and "below the noise of the fixed cost" in measured
+    assert rows["photos: marginal CPU per image"][1] is None
