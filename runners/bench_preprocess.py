@@ -4,34 +4,14 @@ every target of the throughput issue with PASS/MISS, in one run on the same core
     pixelmill bench preprocess                          # 2000 images, 3 repetitions
     pixelmill bench preprocess --corpus ~/photos        # any folder (class subfolders)
     pixelmill bench preprocess --images 500 --repetitions 2 --no-memory_check
-    pixelmill bench preprocess --scale_images 20000     # also the 20,000-image ratio
 
-The corpus is generated once and cached in `--workdir` (`runners.demo_data.generate_corpus`:
-photo-like JPEGs of 320..1024 px, quality 75-95, a fifth progressive, 5% PNGs, four class
-folders), or is `--corpus DIR`. On the same files and cores, each repetition times, interleaved
-(a, b, c, a, b, c, ...) so that load from other processes hits all three alike:
-
-  (a) job     the whole offline job (`runners.preprocess.run`: discover, read, sha256, header,
-              decode, quality, labels, dedup, split, shards, TFT, index, stats, report,
-              publish) in a fresh Python process, as a library user calls it, with `--workers`
-              (default: no runner flags, the default local run); the clock runs around `run()`.
-  (b) decode  the decode limit: tf.data reads every file and runs `tf.io.decode_image` with
-              `num_parallel_calls` = the cores the job uses, in a private thread pool.
-  (c) naive   the single-process tutorial loop: read, PIL decode, variance check, Example with
-              the original bytes, one TFRecord file.
-
-CPU ms per image is user + system of all threads and processes (the job: its whole process
-tree, start-up included): far less disturbed by other processes than wall time. Then, once:
-the inspection step alone (`bench_loops.time_inspect`, inline and through an isolating child),
-the job on `--memory_images` (default images / 10), whose peak memory against the big runs
-gives the growth and whose time gives the marginal rate and the fixed cost, the same small
-corpus through `--direct_running_mode=multi_processing --direct_num_workers=2` with inline
-decoding (shards must be byte-identical), and a `pixelmill nightly` on an output that already
-holds every input (nothing new; timed as a whole command). The report ends with every target,
-its measured value and PASS/MISS (`bench_report`).
-
-"""
-from __future__ import annotations
+Each repetition times, interleaved so that load from other processes hits all alike: (a) the
+whole job in a fresh process as a library user calls it, (b) the decode limit (tf.data and
+`tf.io.decode_image` on the job's cores), (c) the single-process tutorial loop. CPU ms per
+image is user + system of the whole process tree, far less disturbed than wall time. The
+corpora, every measurement and the flags are described in docs/benchmarks.md; the report ends
+with every target, its measured value and PASS/MISS (`bench_report`).
+"""from __future__ import annotations
 
 import argparse
 import datetime

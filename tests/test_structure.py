@@ -18,8 +18,6 @@ MAX_FUNCTION_LINES = 80
 FUNCTION_EXCEPTIONS = {"transforms.online.geometry"}
 MAX_DOCSTRING_LINES = 25
 # Being shortened in a parallel change (issue 23 item 5); drop them from here once it lands.
-DOCSTRING_PENDING = {"transforms.offline.image_header", "transforms.offline.tft_analysis",
-                     "runners.bench_preprocess"}
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -104,7 +102,7 @@ def _long_docstrings(tree: ast.AST) -> list[tuple[str, int]]:
     return long
 
 
-@pytest.mark.parametrize("name", sorted(set(MODULES) - DOCSTRING_PENDING))
+@pytest.mark.parametrize("name", sorted(MODULES))
 def test_docstrings_are_short(name):
     long = _long_docstrings(ast.parse(MODULES[name].read_text()))
     assert not long, f"{MODULES[name]}: docstrings over {MAX_DOCSTRING_LINES} lines: {long}"

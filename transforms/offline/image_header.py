@@ -1,32 +1,20 @@
 """Image header sniffing: the real format from magic bytes and the stored size, without decoding.
 
-The offline job must know an image's dimensions before it decodes anything, so that a 50 KB
-file declaring 60000x60000 is rejected as `too_large` and never reaches a decoder. This module
-reads only the bytes that carry the size (a few dozen for PNG, BMP and WebP; the marker chain up
-to the first SOF for JPEG; every block for GIF) and never allocates pixels.
+The job must know an image's dimensions before it decodes anything, so that a 50 KB file
+declaring 60000x60000 is `too_large` and never reaches a decoder. Only the bytes that carry the
+size are read (a few dozen for PNG, BMP and WebP; the JPEG marker chain up to the first SOF;
+every GIF block); no pixels are allocated. The format comes from the magic bytes TensorFlow's
+`decode_image` dispatches on, never from the file name.
 
-The format comes from the magic bytes, never from the file name: a PNG named `.jpg` is a PNG,
-and a text file named `.jpg` is `UnknownFormat`. The magic bytes are the ones TensorFlow's
-`decode_image` dispatches on, so the format named here is the decoder that will run.
-
-Sizes are as stored; `orientation` is the EXIF orientation (JPEG APP1, PNG eXIf; see
-`transforms.offline.exif`) and `displayed_size` what a viewer shows. For GIF
-the size is TensorFlow's canvas, the largest frame width by the largest frame height (the
-logical screen and the frame offsets play no part; measured on TF 2.21: a 38x32 screen whose
-one frame is 27x32 decodes to 27x32), so a huge frame cannot hide behind a small screen.
-
-`jpeg_scans` counts a JPEG's scans from its markers, for `limits.max_jpeg_scans` (the job's
-inspection and the report's thumbnails both check it before decoding).
-
-`total_pixels` is the decoding work over all frames, for `limits.max_total_pixels`: giflib
-decompresses every GIF frame (at its own size) even when only the first is kept, so it is the
-sum of the frames' areas; an animated PNG counts `acTL` frames times the canvas. An animated
-WebP is a `HeaderError`: TensorFlow 2.21's WebP decoder corrupts the heap on one
-(`free(): corrupted unsorted chunks`), so it must never reach it.
+Sizes are as stored; `orientation` is the EXIF orientation (`transforms.offline.exif`) and
+`displayed_size` what a viewer shows. A GIF's size is TensorFlow's canvas (largest frame width
+by largest frame height), so a huge frame cannot hide behind a small screen. `jpeg_scans`
+counts a JPEG's scans (`limits.max_jpeg_scans`); `total_pixels` is the decoding work over all
+frames (`limits.max_total_pixels`: giflib decompresses every frame). An animated WebP is a
+`HeaderError`: TensorFlow 2.21's WebP decoder corrupts the heap on one.
 
 Pure Python (`struct` only), so it runs anywhere the pipeline does, before TensorFlow loads.
-"""
-from __future__ import annotations
+"""from __future__ import annotations
 
 import dataclasses
 import struct

@@ -1,55 +1,20 @@
 """TensorFlow Transform analysis of the accepted images, and the exported transform.
 
-The offline job runs `AnalyzeAndWriteTransform` over its accepted records. TFT's analyzers find,
-over the whole dataset:
+`AnalyzeAndWriteTransform` runs TFT's analyzers over the accepted records: the label
+vocabulary with frequencies (class weights, `tft_summary`), the exact per-channel pixel mean
+and std weighted by pixel count (from each record's measured moments: no image is decoded a
+second time, no pixel is shipped through TFT), and width/height quantiles. `transform_fn/` is
+written next to the shards; its `preprocessing_fn` maps `image/encoded` to the model's input
+with the training reader's own decoder (upright, resized, normalized) and `image/class/text`
+to the id in the job's append-only class table (asset `pixelmill_class_table`, never a
+frequency-ordered vocabulary whose ids would move between runs; -1 outside it).
 
-* the label vocabulary with frequencies (`tft.vocabulary(..., store_frequency=True)`, the asset
-  `class_frequencies`), from which `tft_summary` derives class weights;
-* the exact per-channel pixel mean and std of pixel/255, weighted by pixel count:
-  `mean_c = tft.sum(sum_c) / tft.sum(w*h)`, `std_c = sqrt(tft.sum(sqsum_c) / tft.sum(w*h) -
-  mean_c**2)`, accumulated in float64. The per-image sums are `w * h * mean_c` and
-  `w * h * sqmean_c`, where the means were measured on the job's small analysis copy
-  (`ImageRecord.moments`) and `w * h` is the ORIGINAL pixel count, so big images weigh what
-  their pixels weigh, yet no image is decoded a second time and no pixel is shipped through
-  TFT;
-* width and height quantiles (`tft.quantiles`).
-
-`transform_fn/` and `transformed_metadata/` are written next to the shards. Its
-`preprocessing_fn` maps what a client has at serving time to what the model consumes:
-
-    image/encoded    (JPEG/PNG/... bytes) -> image  float32 [H, W, 3]:
-                     `transforms.decode.decode_for_model` (the shared decoder, DCT-scaled for
-                     large JPEGs, bilinear resize to `image_size`, /255: the very function the
-                     training reader calls; upright: the EXIF orientation is read from the
-                     bytes in the graph), then (x - mean) / std with the analyzed numbers
-    image/class/text (class name)         -> label  int64: the id in the run's class table,
-                                             -1 for a name outside it
-
-The class table is NOT a frequency-ordered TFT vocabulary (its ids would move between runs): it
-is the job's own append-only table (`transforms.offline.classes`), written as the asset
-`pixelmill_class_table` (one name per line, id = line index) and applied with
-`tft.apply_vocabulary`. Inside the job that table is a singleton PCollection computed from the
-data, unknown when the graph is built; a `tft.experimental.ptransform_analyzer` turns it into
-the asset during analysis, so the ids in the transform are the very ids written into the
-shards, in the same Beam job, with no second pass. A plain list works too (tests, frozen
-tables, re-analysis of an older snapshot's `index.parquet`).
-
-Analysis-only raw features (`analysis/*`): pixel count, channel sums and sums of squares,
-width and height. They exist to feed the analyzers; no output that a model consumes depends on
-them. At serving time a client feeds only `image/encoded` (and `image/class/text` when it has
-labels): TFT's TF2 loader supplies placeholder values for unfed raw features and returns only
-the outputs computable from the fed ones, so nothing has to invent analysis values. During
-analysis the job feeds `image/encoded` as empty bytes: TFT runs only the part of the graph that
-feeds analyzers, never the decoder (the shards keep the original bytes; nothing is transformed
-offline).
-
-The analyzed constants are also outputs, `stats/*` (the same value in every row), so that
-`tft_summary` and `read_normalization` read back exactly the numbers the graph normalizes with:
-stats.json and the training reader cannot drift from the serving graph. A channel with zero
-variance (or an empty dataset) is divided by 1; `tft_summary` then reports the mean/std of an
-empty dataset as null.
-"""
-from __future__ import annotations
+The analyzed constants are outputs too (`stats/*`), so stats.json, the training reader and the
+serving graph read the same numbers. Analysis-only raw features (`analysis/*`) feed the
+analyzers and nothing a model consumes; a serving client feeds only `image/encoded`.
+Design notes (the formulas, how the class table becomes an asset in the same job, what is fed
+during analysis): docs/architecture.md, "TFT analysis".
+"""from __future__ import annotations
 
 import collections
 import contextlib
