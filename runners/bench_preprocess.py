@@ -11,7 +11,8 @@ whole job in a fresh process as a library user calls it, (b) the decode limit (t
 image is user + system of the whole process tree, far less disturbed than wall time. The
 corpora, every measurement and the flags are described in docs/benchmarks.md; the report ends
 with every target, its measured value and PASS/MISS (`bench_report`).
-"""from __future__ import annotations
+"""
+from __future__ import annotations
 
 import argparse
 import datetime

@@ -14,7 +14,8 @@ frames (`limits.max_total_pixels`: giflib decompresses every frame). An animated
 `HeaderError`: TensorFlow 2.21's WebP decoder corrupts the heap on one.
 
 Pure Python (`struct` only), so it runs anywhere the pipeline does, before TensorFlow loads.
-"""from __future__ import annotations
+"""
+from __future__ import annotations
 
 import dataclasses
 import struct

@@ -14,7 +14,8 @@ serving graph read the same numbers. Analysis-only raw features (`analysis/*`) f
 analyzers and nothing a model consumes; a serving client feeds only `image/encoded`.
 Design notes (the formulas, how the class table becomes an asset in the same job, what is fed
 during analysis): docs/architecture.md, "TFT analysis".
-"""from __future__ import annotations
+"""
+from __future__ import annotations
 
 import collections
 import contextlib
