@@ -10,8 +10,8 @@ setuptools.setup(
     version="0.1.0",
     description="Validated, quality-filtered, deduplicated, sharded TFRecords from raw images",
     python_requires=">=3.11,<3.12",
-    packages=setuptools.find_packages(include=["pipelines", "transforms", "transforms.*", "runners",
-                                                "configs"]),
+    packages=setuptools.find_packages(include=["pipelines", "transforms", "transforms.*",
+                                                "runners", "runners.*", "configs"]),
     package_data={"configs": ["*.yaml"]},
     install_requires=[
         "tensorflow==2.21.0",

@@ -1,5 +1,5 @@
 """The typed outputs (and inputs) of the preprocessing graph's composites
-(`pipelines.preprocess`): named PCollections instead of dicts and positional tuples; Beam tags
+(`pipelines.preprocess_graph`): named PCollections instead of dicts and positional tuples; Beam tags
 a NamedTuple's PCollections by field name."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The hand-off between the graph and the publisher: the `_work/` files of a staged run.
 
-`pipelines/preprocess.py` writes them with the `write_*` transforms; `pipelines/snapshot.py`
+`pipelines/preprocess_graph.py` writes them with the `write_*` transforms; `pipelines/snapshot.py`
 reads them back with `read_staged`. The file names are `transforms.snapshot_layout`'s; the
 count keys of `counts.json` (`<section>.<name>`, `reasons.<kind>.<reason>`,
 `retired.<reason>`, `other_files.<extension>`) are built and parsed only here.

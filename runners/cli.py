@@ -55,8 +55,8 @@ SUBCOMMANDS = {
                     "`bench scale`"),
 }
 _PATCHED = ("preprocess", "nightly", "demo")  # the commands that build a Beam graph
-_BENCHES = {"preprocess": "runners.bench_preprocess", "train": "runners.bench_train",
-            "quality": "runners.bench_quality", "scale": "runners.bench_scale"}
+_BENCHES = {"preprocess": "runners.bench.bench_preprocess", "train": "runners.bench.bench_train",
+            "quality": "runners.bench.bench_quality", "scale": "runners.bench.bench_scale"}
 
 
 def _usage() -> str:

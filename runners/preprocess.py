@@ -161,7 +161,7 @@ def translate_flags(argv) -> list[str]:
 def execute(job: PreprocessJob, options: PipelineOptions) -> None:
     """Builds and runs the graph; everything lands in `job.staging_dir`. Raises on failure."""
     job = prepare_job(job, options)  # first: the decoders' forkserver imports alongside us
-    from pipelines.preprocess import build_preprocess  # TensorFlow: only for a run that works
+    from pipelines.preprocess_graph import build_preprocess  # TensorFlow: only for a run that works
     pipeline = beam.Pipeline(runner=runner_for(options), options=options)
     build_preprocess(pipeline, job)
     state = pipeline.run().wait_until_finish()

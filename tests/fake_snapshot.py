@@ -3,7 +3,7 @@
 `write_synthetic_snapshot` writes seeded JPEG records with `transforms.codec` into the folder
 layout that `transforms.snapshot_layout` owns (folder, shard and file names, commit order), so
 a reader test needs neither Beam nor TFT and takes a fraction of a second. The pictures are the
-train benchmark's (`runners.bench_train.synthetic_image`). Same arguments, same bytes.
+train benchmark's (`runners.bench.bench_train.synthetic_image`). Same arguments, same bytes.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import tensorflow as tf
 from PIL import Image
 
 from configs.schema import SPLITS
-from runners.bench_train import synthetic_image
+from runners.bench.bench_train import synthetic_image
 from transforms import codec
 from transforms import snapshot_layout as layout
 

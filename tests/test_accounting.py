@@ -6,7 +6,7 @@ import json
 import apache_beam as beam
 
 from pipelines.phase_outputs import Counted, Inputs, Inspected
-from pipelines.preprocess import Accounting
+from pipelines.preprocess_graph import Accounting
 from tests.beamutil import fn_api_pipeline
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
 

@@ -8,10 +8,10 @@ import os
 import pytest
 from PIL import Image
 
-from runners import bench_corpora as corpora
-from runners import bench_costs as costs
-from runners.bench_processes import JobRun
-from runners.bench_report import IdentityCheck
+from runners.bench import bench_corpora as corpora
+from runners.bench import bench_costs as costs
+from runners.bench.bench_processes import JobRun
+from runners.bench.bench_report import IdentityCheck
 
 
 def _run(images, seconds=10.0, cpu=20.0, launcher=5.0, shards=(("a", "1"),), verdicts=None):

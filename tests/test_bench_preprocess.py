@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from runners import bench_loops as loops
-from runners import bench_preprocess as bench
-from runners import bench_processes as processes
-from runners import bench_report as report
+from runners.bench import bench_loops as loops
+from runners.bench import bench_preprocess as bench
+from runners.bench import bench_processes as processes
+from runners.bench import bench_report as report
 from runners.errors import UsageError
 
 _MB = 2**20

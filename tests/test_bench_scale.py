@@ -11,8 +11,8 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from runners import bench_scale
-from runners.scale_sim import MAX_HAMMING, STEPS, ScaleCorpus
+from runners.bench import bench_scale
+from runners.bench.scale_sim import MAX_HAMMING, STEPS, ScaleCorpus
 
 
 def test_corpus_is_a_pure_function_of_the_index_with_copies_and_hot_clusters():

@@ -5,7 +5,7 @@ import numpy as np
 
 from configs.schema import load_config
 from pipelines import training_input
-from runners.bench_train import write_corpus
+from runners.bench.bench_train import write_corpus
 
 
 def test_corpus_is_a_snapshot_the_reader_reads(tmp_path):

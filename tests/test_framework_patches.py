@@ -166,7 +166,7 @@ import apache_beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import core, userstate
 before = (PipelineOptions.view_as, userstate.get_dofn_specs, core.get_function_args_defaults)
-import runners.preprocess, pipelines.preprocess
+import runners.preprocess, pipelines.preprocess_graph
 after = (PipelineOptions.view_as, userstate.get_dofn_specs, core.get_function_args_defaults)
 print(before == after)
 """

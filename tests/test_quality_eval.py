@@ -1,12 +1,12 @@
-"""Tests for the labelled evaluation of `pixelmill bench quality` (runners.quality_eval and
-runners.bench_quality): the set it writes, how outcomes are scored, targets and flags."""
+"""Tests for the labelled evaluation of `pixelmill bench quality` (runners.bench.quality_eval and
+runners.bench.bench_quality): the set it writes, how outcomes are scored, targets and flags."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from runners import bench_quality, quality_eval
+from runners.bench import bench_quality, quality_eval
 from runners.errors import UsageError
 from tests.imageutil import encode, photo, write_bytes
 

@@ -2,7 +2,7 @@
 reason (dark, washed out, flat, blurred with and without its original), a byte copy is always
 `duplicate` (also of a blurry image: exact dedup sees the quality rejects), a recompression is
 a `near_duplicate`. The cases are made by the evaluation's own variant makers
-(`runners.quality_eval.VARIANTS`), one job run for the module."""
+(`runners.bench.quality_eval.VARIANTS`), one job run for the module."""
 from __future__ import annotations
 
 import io
@@ -10,7 +10,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from runners import quality_eval
+from runners.bench import quality_eval
 from tests.imageutil import encode, photo, write_bytes
 from tests.jobutil import rejects, run_job
 from tests.tiers import slow_fixture

@@ -75,7 +75,7 @@ def test_building_the_job_graph_is_seen(suite):
     suite.makepyfile(
         "import types\nfrom tests.tiers import _watch_module\n"
         "def test_job():\n"
-        "    module = types.ModuleType('pipelines.preprocess')\n"
+        "    module = types.ModuleType('pipelines.preprocess_graph')\n"
         "    module.build_preprocess = lambda pipeline, job: 'built'\n"
         "    _watch_module(module)\n"
         "    assert module.build_preprocess(None, None) == 'built'\n")

@@ -75,7 +75,7 @@ def _counting(function, event: str):
 
 def _watch_module(module) -> None:
     """Wraps what makes the job graph or a TFT analysis in a freshly imported module."""
-    if module.__name__ == "pipelines.preprocess":
+    if module.__name__ == "pipelines.preprocess_graph":
         module.build_preprocess = _counting(module.build_preprocess, "builds the whole job")
     elif module.__name__ == "tensorflow_transform.beam.impl":
         module.AnalyzeDataset.expand = _counting(module.AnalyzeDataset.expand,
@@ -86,7 +86,7 @@ class _WatchOnImport(importlib.abc.MetaPathFinder):
     """Watches the job's graph builder and TFT's analysis when they are first imported, so a
     test process that never needs them never imports them."""
 
-    NAMES = ("pipelines.preprocess", "tensorflow_transform.beam.impl")
+    NAMES = ("pipelines.preprocess_graph", "tensorflow_transform.beam.impl")
 
     def find_spec(self, fullname, path, target=None):
         if fullname not in self.NAMES:

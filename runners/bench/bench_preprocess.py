@@ -21,8 +21,13 @@ import os
 import statistics
 import sys
 
-from runners.bench_loops import own_cpu_seconds, time_decode_limit, time_inspect, time_naive_loop
-from runners.bench_processes import (
+from runners.bench.bench_loops import (
+    own_cpu_seconds,
+    time_decode_limit,
+    time_inspect,
+    time_naive_loop,
+)
+from runners.bench.bench_processes import (
     Corpus,
     JobRun,
     corpus_profile,
@@ -32,7 +37,7 @@ from runners.bench_processes import (
     time_nightly,
     tree_rss_bytes,
 )
-from runners.bench_report import (
+from runners.bench.bench_report import (
     TARGETS,
     BenchResult,
     IdentityCheck,
@@ -218,20 +223,20 @@ def _scale_check(args, workdir: str, min_variance: float) -> ScaleCheck | None:
 
 
 def _other_corpus(workdir: str, name: str, count: int, seed: int) -> Corpus:
-    from runners import bench_corpora
+    from runners.bench import bench_corpora
     generate = {"thumbnails": bench_corpora.generate_thumbnails,
                 "camera": bench_corpora.generate_camera}[name]
     root = os.path.join(workdir, f"{name}_{count}_seed{seed}")
     if bench_corpora.cached_corpus(root, {"corpus": name, "images": count, "seed": seed},
                                    lambda folder: generate(folder, count, seed)):
         print(f"Generated {count} {name} in {root}", flush=True)
-    from runners.bench_processes import _read_items
+    from runners.bench.bench_processes import _read_items
     return Corpus(root, os.path.join(root, "labels.csv"), _read_items(root), seed)
 
 
 def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | None,
                  workdir: str, threads: int, min_variance: float):
-    from runners.bench_costs import CorpusCost
+    from runners.bench.bench_costs import CorpusCost
     run = time_job(corpus, os.path.join(workdir, f"job_out_{name}"), args.workers, args.config,
                    args.overrides, os.path.join(workdir, f"job_{name}.log"))
     small_run = None if small is None else time_job(
@@ -252,7 +257,7 @@ def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | Non
 def _costs(args, workdir: str, photos, source: Corpus, threads: int, min_variance: float):
     """The issue-22 figures: `photos` (the photo corpus's CorpusCost) and the other corpora,
     start-up, the test suite, identity against --baseline; writes decisions.json."""
-    from runners import bench_corpora, bench_costs
+    from runners.bench import bench_corpora, bench_costs
     costs = [photos]
     for name in ("thumbnails", "camera"):
         count = getattr(args, name)
@@ -309,7 +314,7 @@ def run(argv=None) -> BenchResult:
     if small is not None:
         memory, identity, nightly, small_run = _small_corpus_checks(args, small, job_runs,
                                                                     workdir)
-    from runners.bench_costs import CorpusCost, CostResult
+    from runners.bench.bench_costs import CorpusCost, CostResult
     middle = sorted(job_runs, key=lambda j: j.seconds)[len(job_runs) // 2]
     photos = CorpusCost("photos", what, middle, small_run, statistics.median(decode[0]),
                         statistics.median(decode[1]), statistics.median(naive[0]))

@@ -26,7 +26,7 @@ _CORPUS_MARKER = "corpus.json"
 _RESULT_PREFIX = "BENCH_JOB_RESULT "
 _SAMPLE_INTERVAL_S = 0.1
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_JOB_CODE = ("import sys; from runners.bench_processes import _job_child; "
+_JOB_CODE = ("import sys; from runners.bench.bench_processes import _job_child; "
              "sys.exit(_job_child(sys.argv[1:]))")
 _NIGHTLY_CODE = "import sys; from runners.cli import console_main; console_main(sys.argv[1:])"
 _IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")

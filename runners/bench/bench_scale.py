@@ -4,7 +4,7 @@
     pixelmill bench scale --sizes 10000,100000   # quicker
     pixelmill bench scale --with_10m             # adds 10M images (long: tens of minutes)
 
-No image bytes: `runners.scale_sim` makes a metadata-only corpus (synthetic paths, sizes,
+No image bytes: `runners.bench.scale_sim` makes a metadata-only corpus (synthetic paths, sizes,
 sha256s and perceptual hashes with exact copies, near-duplicate clusters and hot clusters) and
 runs the job's planning, class table, exact and near dedup, split, shard assignment,
 accounting and rejects-ledger steps on it, each step alone in a fresh Python process on the
@@ -48,7 +48,7 @@ TIME_GROWTH_TARGET = 1.5        # whole path time per image, largest vs smallest
 PEAK_MEMORY_TARGET = 2 * 1024 ** 3
 _RESULT_PREFIX = "BENCH_SCALE_RESULT "
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_CHILD_CODE = ("import sys; from runners.bench_scale import _child; "
+_CHILD_CODE = ("import sys; from runners.bench.bench_scale import _child; "
                "sys.exit(_child(sys.argv[1]))")
 
 
@@ -114,7 +114,7 @@ def _child(spec_json: str) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from runners.beam_runner import runner_for
-    from runners.scale_sim import STEPS, ScaleCorpus
+    from runners.bench.scale_sim import STEPS, ScaleCorpus
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     spec = json.loads(spec_json)
     options = PipelineOptions([])
@@ -255,7 +255,7 @@ def check_nightly(workdir: str, rows: int, snapshots: int, seed: int = 0) -> str
     (besides tonight's listing and the index rows the job joins against), as a target line."""
     import time
 
-    from runners.scale_sim import ScaleCorpus, write_archive
+    from runners.bench.scale_sim import ScaleCorpus, write_archive
     from transforms.reporting.history import read_history
     folders = write_archive(os.path.join(workdir, "archive"), ScaleCorpus(rows, seed=seed),
                             snapshots)
@@ -362,7 +362,7 @@ def _parse(argv) -> argparse.Namespace:
         raise UsageError(f"--sizes must name at least one positive size. Received: "
                          f"--sizes={args.sizes!r}")
     args.sizes = sizes + ([10_000_000] if args.with_10m and 10_000_000 not in sizes else [])
-    from runners.scale_sim import STEPS
+    from runners.bench.scale_sim import STEPS
     args.steps = [s for s in args.steps.split(",") if s]
     unknown = [s for s in args.steps if s not in STEPS]
     if unknown or not args.steps:

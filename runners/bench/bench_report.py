@@ -279,6 +279,6 @@ def format_report(result: BenchResult) -> str:
         lines.append(f"{number:<3}{what:<{widths[0] + 2}}{measured:<{widths[1] + 2}}"
                      f"{wanted:<{widths[2] + 2}}{_verdict(passed)}")
     if result.costs is not None:
-        from runners.bench_costs import format_costs
+        from runners.bench.bench_costs import format_costs
         lines += ["", format_costs(result.costs)]
     return "\n".join(lines)

@@ -171,7 +171,7 @@ def step_plan(pipeline, corpus, _workdir):
 
 def step_classes(pipeline, corpus, _workdir):
     """AssignClasses: the class table (distinct labels, bounded) and a class id per record."""
-    from pipelines.preprocess import AssignClasses  # imports TensorFlow: only when needed
+    from pipelines.preprocess_graph import AssignClasses  # imports TensorFlow: only when needed
     _table, with_ids, rejected = _records(pipeline, corpus) | AssignClasses((), False)
     _count(with_ids, "WithIds")
     _count(rejected, "Unknown")
@@ -218,7 +218,7 @@ def step_shards(pipeline, corpus, _workdir):
 def step_accounting(pipeline, corpus, workdir):
     """Accounting: every count through combiners into counts.json."""
     from pipelines.phase_outputs import Counted, Inputs, Inspected
-    from pipelines.preprocess import Accounting  # imports TensorFlow: only when needed
+    from pipelines.preprocess_graph import Accounting  # imports TensorFlow: only when needed
     records = _records(pipeline, corpus, accepted_only=False)
     rejects = records | "Rejects" >> beam.FlatMap(lambda r: [r.reject] if r.reject else [])
     empty = pipeline | "Nothing" >> beam.Create([])

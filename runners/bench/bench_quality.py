@@ -6,7 +6,7 @@
     pixelmill bench quality --set quality.blur_fine_min=0.1 --workdir /tmp/eval
 
 From a folder of good photos (`--images`; by default the benchmark's photo-like corpus,
-`runners.demo_data.generate_corpus`) it builds a labelled set (`runners.quality_eval`): every
+`runners.demo_data.generate_corpus`) it builds a labelled set (`runners.bench.quality_eval`): every
 photo, fitted to `--size` px (default 512, so that a blur sigma means the same for every photo;
 0 keeps the stored size), and `len(VARIANTS)` variants of it, each with the outcome it should
 get: mild blur, brightness x0.5, noise, resize down and up, rotation by 90 and grayscale
@@ -31,7 +31,7 @@ import shutil
 import sys
 import tempfile
 
-from runners import quality_eval
+from runners.bench import quality_eval
 from runners.errors import UsageError
 from transforms import snapshot_layout as layout
 

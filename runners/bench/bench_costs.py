@@ -103,7 +103,7 @@ class CostResult:
 
 
 def _run_wall(argv: list, log_path: str) -> tuple[float, int]:
-    from runners.bench_processes import _REPO_ROOT
+    from runners.bench.bench_processes import _REPO_ROOT
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [_REPO_ROOT, env.get("PYTHONPATH")]))
     started = time.perf_counter()

@@ -11,7 +11,7 @@ lowest path, the one dedup keeps). Each file carries what the job should make of
 
 `evaluate` scores outcomes (the job's, or cleanvision's mapped to the same reasons) per rule
 (true/false positives and negatives, precision, recall), per variant, lists every wrong reason
-and checks `TARGETS`. numpy and Pillow only: the job itself runs in `runners.bench_quality`.
+and checks `TARGETS`. numpy and Pillow only: the job itself runs in `runners.bench.bench_quality`.
 """
 from __future__ import annotations
 
