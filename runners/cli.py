@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     if command in ("preprocess", "nightly") and wants_help(rest):  # without Beam's import
         print(command_help(command, module_name), end="")
         return 0
-    if command in _PATCHED:  # Beam speed-ups for the command's own process only
+    if command in _PATCHED and not wants_help(rest):  # Beam speed-ups for the command's run
         from runners import framework_patches
         framework_patches.enable()
     module = importlib.import_module(module_name)
