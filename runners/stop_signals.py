@@ -102,6 +102,18 @@ def end_children(timeout_s: float = 5.0) -> None:
         for child in forked + _children_of(pid):
             with contextlib.suppress(OSError):
                 os.kill(child, signal.SIGKILL)
+        _forget_forkserver(server)
+
+
+def _forget_forkserver(server) -> None:
+    """Leaves the reaped forkserver's state as multiprocessing leaves a dead one's, so a pool
+    started later in this process (a library user, a test) starts a new server instead of
+    waiting on a pid that is gone."""
+    with contextlib.suppress(OSError, TypeError):
+        os.close(server._forkserver_alive_fd)
+    server._forkserver_alive_fd = None
+    server._forkserver_address = None
+    server._forkserver_pid = None
 
 
 def _children_of(pid: int) -> list[int]:

@@ -84,3 +84,21 @@ def test_a_signal_keeps_its_kind_through_beams_step_annotation():
     assert isinstance(annotated, BaseException) and not isinstance(annotated, Exception)
     assert (annotated.exit_code, annotated.name) == (130, "SIGINT")
     assert Stopped.by(15).exit_code == 143
+
+
+def _square(x):
+    return x * x
+
+
+def test_a_pool_started_after_end_children_gets_a_new_forkserver():
+    """`end_children` reaps the forkserver; a later pool in the same process (a library user,
+    the next test) must start a new one, not wait on the reaped pid (ECHILD)."""
+    import multiprocessing
+
+    from runners import stop_signals
+    context = multiprocessing.get_context("forkserver")
+    with context.Pool(1) as pool:
+        assert pool.map(_square, [2]) == [4]
+    stop_signals.end_children()
+    with context.Pool(1) as pool:
+        assert pool.map(_square, [3]) == [9]
