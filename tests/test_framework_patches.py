@@ -177,3 +177,47 @@ def test_importing_the_job_patches_nothing():
     done = subprocess.run([sys.executable, "-c", _UNTOUCHED], capture_output=True, text=True,
                           timeout=600, check=True)
     assert done.stdout.strip().splitlines()[-1] == "True"
+
+
+def _graph_shape(tmp_path) -> list:
+    """The job's pipeline proto as structure: every transform's name, URN, inputs, outputs
+    with their coders (URNs, recursively) and parts. The serialized proto itself differs
+    between two builds in one process (pickled payloads), so the structure is compared."""
+    from pipelines.preprocess_graph import build_preprocess
+    from runners import preprocess
+    images = tmp_path / "img" / "cat"
+    images.mkdir(parents=True, exist_ok=True)
+    (images / "a.jpg").write_bytes(b"not decoded: the graph is only built")
+    options, job_options, _, out = preprocess.parse_options(
+        ["--data_root", str(tmp_path / "img"), "--output_dir", str(tmp_path / "out"),
+         "--run_id", "r1"], "preprocess")
+    job, _ = preprocess.resolve_job(job_options, f"{out}/.staging/r1")
+    pipeline = beam.Pipeline(options=options)
+    build_preprocess(pipeline, job)
+    components = pipeline.to_runner_api().components
+
+    def coder(coder_id):
+        spec = components.coders[coder_id]
+        return spec.spec.urn, tuple(coder(part) for part in spec.component_coder_ids)
+    made_by = {pid: f"{t.unique_name}.{tag}" for t in components.transforms.values()
+               for tag, pid in t.outputs.items()}
+    return [(t.unique_name, t.spec.urn,
+             sorted((tag, made_by.get(pid, "?")) for tag, pid in t.inputs.items()),
+             sorted((tag, coder(components.pcollections[pid].coder_id))
+                    for tag, pid in t.outputs.items()),
+             sorted(components.transforms[part].unique_name for part in t.subtransforms))
+            for t in sorted(components.transforms.values(), key=lambda t: t.unique_name)]
+
+
+@pytest.mark.slow
+def test_the_job_graph_is_the_same_with_and_without_the_patches(tmp_path):
+    was_on = framework_patches.enabled()
+    framework_patches.disable()
+    try:
+        plain = _graph_shape(tmp_path)
+        assert framework_patches.enable()
+        patched = _graph_shape(tmp_path)
+    finally:
+        if not was_on:
+            framework_patches.disable()
+    assert len(plain) > 500 and patched == plain

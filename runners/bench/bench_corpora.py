@@ -96,7 +96,7 @@ def write_many_classes(paths, directory: str, n_classes: int) -> tuple[str, str]
     labels = os.path.join(directory, "labels.csv")
     demo_data._write_csv(labels, ["path", "label"],
                          [[path, names[index % n_classes]] for index, path in enumerate(paths)])
-    table = os.path.join(directory, "classes.txt")
+    table = os.path.join(directory, "class_table.txt")
     with open(table, "w", encoding="utf-8") as handle:
         handle.write("".join(name + "\n" for name in names))
     return labels, table
