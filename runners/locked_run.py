@@ -106,7 +106,11 @@ def locked_run(output_dir: str, run_id: str, stale_after_s: float = 12 * 3600):
 def locked_maintenance(output_dir: str, work):
     """`work(run_id)` under the output folder's lock, for commands that change committed
     snapshots (`forget`, `compact`): a UsageError when there is none, leftovers of dead runs
-    cleaned first, as for a run."""
+    cleaned first, as for a run. They rewrite files through `tf.io.gfile`, which has no
+    `s3://` in TensorFlow 2.21: an `s3://` folder is one clear line, not a stack trace."""
+    if output_dir.startswith("s3://"):
+        raise UsageError(f"--output_dir {output_dir}: forget and compact work on local and gs:// "
+                         f"folders; for s3://, run them on a local copy and sync it back.")
     if not layout.committed_snapshots(output_dir):
         raise UsageError(f"--output_dir {output_dir}: no committed snapshot.")
     run_id = layout.new_run_id()

@@ -49,6 +49,10 @@ def main(argv=None) -> int:
     from apache_beam.io.filesystems import FileSystems
 
     from pipelines.verify_snapshot import verify_output
+    if args.output_dir.startswith("s3://"):
+        raise UsageError(f"OUT {args.output_dir}: verify reads local and gs:// folders; for "
+                         f"s3://, verify a local copy (the reader's cache_dir checks each "
+                         f"shard's sha256 as it copies).")
     if not FileSystems.exists(args.output_dir):
         raise UsageError(f"OUT {args.output_dir}: no such folder")
     try:
