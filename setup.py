@@ -28,7 +28,7 @@ setuptools.setup(
         # the local S3 server the s3:// tests start on 127.0.0.1 (tests/s3util.py).
         "test": ["pytest>=8", "pytest-xdist>=3", "tensorflow-datasets>=4.9.10,<4.10",
                  "ruff==0.17.6", "moto[server]>=5.1,<6"],
-        # The nightly DAG in runners/airflow_dag.py; not needed to run pixelmill itself.
+        # The nightly DAG in runners/jobs/airflow_dag.py; not needed to run pixelmill itself.
         "airflow": ["apache-airflow>=2.9"],
     },
     entry_points={"console_scripts": ["pixelmill = runners.cli:console_main"]},

@@ -1,5 +1,5 @@
 """What one run of the offline job works on (`PreprocessJob`), apart from the graph that does
-the work: the runners resolve it, and nightly's quick look (`runners.nightly_precheck`) reads
+the work: the runners resolve it, and nightly's quick look (`runners.jobs.nightly_precheck`) reads
 it, without importing TensorFlow or building a pipeline."""
 from __future__ import annotations
 

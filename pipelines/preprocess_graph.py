@@ -14,7 +14,7 @@ It reads as the data flow in the README, one named composite per phase:
     WriteLedgers      rejects.jsonl, index.parquet, the index summary for stats
     Accounting        every count, combined per key, for the job's own accounting check
 
-The graph only composes steps from `transforms/`; `runners/preprocess.py` parses options and
+The graph only composes steps from `transforms/`; `runners/jobs/preprocess.py` parses options and
 `pipelines/snapshot.py` checks the accounting and publishes what this graph staged.
 """
 from __future__ import annotations

@@ -239,7 +239,7 @@ def _is_shard_file(rel: str) -> bool:
 
 def publish_candidate(job: PreprocessJob, output_dir: str, run_id: str, inputs: dict,
                       why: dict, extra_stats: dict | None = None, reject_keys=None) -> str:
-    """Publishes a refused run (`runners.guard`) as a failed candidate and returns its folder,
+    """Publishes a refused run (`runners.jobs.guard`) as a failed candidate and returns its folder,
     `candidates/<run_id>/`: its ledgers, stats and report as a snapshot would have them, no
     shards, and `candidate.json` (`why`, the inputs and the accounting). Nothing is committed:
     LATEST, classes.txt and the live view stay; the staging folder is removed."""

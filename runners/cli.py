@@ -17,7 +17,7 @@ nearest flag as a suggestion.
 Exit codes: 0 done; 1 the run failed (the error is printed; nothing was published); 2 bad
 flags, config or inputs, found before any work (one line, no traceback); 75 another run holds
 the output folder's lock; 4 `preprocess` or `nightly` refused a run that would lose the last
-good data (`runners.guard`: nothing published, --accept_shrink publishes it); `nightly` adds 3
+good data (`runners.jobs.guard`: nothing published, --accept_shrink publishes it); `nightly` adds 3
 (drift with --fail_on_drift); `verify` exits 1 when a file is broken; 143 / 130 stopped by
 SIGTERM / SIGINT (cleaned up: `runners.stop_signals`). Never a signal: the process ends with
 `runners.exit_safety.exit_now` whatever happened (see `console_main`). `--help` and `--version`
@@ -33,7 +33,7 @@ from configs.checks import ConfigError
 from runners import console, exit_safety, stop_signals
 from runners.errors import LockHeld, UsageError
 from runners.flags import command_help, wants_help
-from runners.guard import EXIT_REFUSED, ShrinkRefused
+from runners.jobs.guard import EXIT_REFUSED, ShrinkRefused
 
 __all__ = ["main", "console_main", "SUBCOMMANDS", "EXIT_FAILED", "EXIT_USAGE", "EXIT_LOCKED",
            "EXIT_REFUSED"]
@@ -41,16 +41,17 @@ __all__ = ["main", "console_main", "SUBCOMMANDS", "EXIT_FAILED", "EXIT_USAGE", "
 EXIT_FAILED = 1   # the run failed; the error is printed, nothing was published
 EXIT_USAGE = 2    # bad flags, config or inputs, found before any work: one line
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another run holds the output folder
-# EXIT_REFUSED = 4 (runners.guard): the run would lose the last good data; nothing published
+# EXIT_REFUSED = 4 (runners.jobs.guard): the run would lose the last good data; nothing published
 
 SUBCOMMANDS = {
-    "preprocess": ("runners.preprocess", "raw images + CSV labels -> committed TFRecord snapshot"),
-    "nightly": ("runners.nightly", "incremental rerun: only new data, cross-run dedup, drift"),
-    "forget": ("runners.forget", "retire named images from every read, remove their bytes"),
-    "compact": ("runners.compact", "write the live set as one base snapshot (for any reader)"),
-    "demo": ("runners.demo", "generate demo data, run the job on it, print the summary"),
-    "preview": ("runners.preview", "PNG grid of augmented training samples with boxes"),
-    "verify": ("runners.verify", "check committed snapshots: framing, CRCs, sha256s, indexes"),
+    "preprocess": ("runners.jobs.preprocess",
+                   "raw images + CSV labels -> committed TFRecord snapshot"),
+    "nightly": ("runners.jobs.nightly", "incremental rerun: only new data, cross-run dedup, drift"),
+    "forget": ("runners.jobs.forget", "retire named images from every read, remove their bytes"),
+    "compact": ("runners.jobs.compact", "write the live set as one base snapshot (for any reader)"),
+    "demo": ("runners.demo.command", "generate demo data, run the job on it, print the summary"),
+    "preview": ("runners.jobs.preview", "PNG grid of augmented training samples with boxes"),
+    "verify": ("runners.jobs.verify", "check committed snapshots: framing, CRCs, sha256s, indexes"),
     "bench": (None, "benchmarks: `bench preprocess`, `bench train`, `bench quality` or "
                     "`bench scale`"),
 }

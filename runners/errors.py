@@ -10,5 +10,5 @@ class UsageError(ValueError):
 
 
 class LockHeld(RuntimeError):
-    """Another run holds the output folder's lock (`runners.run_lock`); the message says
+    """Another run holds the output folder's lock (`runners.locking.run_lock`); the message says
     which. Defined here, light to import, for the command line's exit 75."""

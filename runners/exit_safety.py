@@ -5,7 +5,7 @@ After a job that ran TensorFlow Transform, objects that outlive the job (TFT's
 reachable until the interpreter tears down) still hold protobuf containers. CPython clears
 modules before the last garbage collection, and deallocating a upb repeated-field container
 then asks for its module's state, which is gone: SIGSEGV (exit 139) after a run that had
-succeeded, in any script that calls `runners.preprocess.run` and exits normally (gdb:
+succeeded, in any script that calls `runners.jobs.preprocess.run` and exits normally (gdb:
 `PyUpb_RepeatedContainer_Dealloc -> PyUpb_FieldDescriptor_GetDef -> PyModule_GetState(NULL)`).
 
 This module is the one owner of that fix. A process that controls its own end (the

@@ -1,5 +1,5 @@
 """Speed-ups that patch Apache Beam's construction internals: only the `pixelmill` command
-turns them on (`runners.cli.main`), never a library import or `runners.preprocess.execute`.
+turns them on (`runners.cli.main`), never a library import or `runners.jobs.preprocess.execute`.
 
 Beam 2.77 recomputes the same answers many times while it builds, serializes and sets up a
 graph: `PipelineOptions.view_as(cls)` re-parses every flag, `userstate.get_dofn_specs(dofn)` and

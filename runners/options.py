@@ -1,7 +1,7 @@
 """pixelmill's Beam job options (`PipelineOptions` subclasses), in their own module.
 
 Beam registers every `PipelineOptions` subclass globally and adds all their flags to one
-parser; defining a subclass twice (as happens when `python -m runners.preprocess` runs a
+parser; defining a subclass twice (as happens when `python -m runners.jobs.preprocess` runs a
 module as `__main__` that is imported again under its own name) is a flag conflict. Defined
 here, they exist once whatever the entry point.
 """

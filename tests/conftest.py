@@ -144,8 +144,8 @@ def train_snapshot(tmp_path_factory):
 
 @shared_fixture(scope="session")
 def demo(tmp_path_factory):
-    """The demo dataset (runners.demo_data, seed 3, 5 good images per class)."""
-    from runners.demo_data import generate_demo
+    """The demo dataset (runners.demo.data, seed 3, 5 good images per class)."""
+    from runners.demo.data import generate_demo
     return generate_demo(str(tmp_path_factory.mktemp("demo")), seed=3, images_per_class=5)
 
 

@@ -1,6 +1,6 @@
 """Photo-like test images as arrays, encoded bytes and files: the one helper every test uses.
 
-The pixels come from `runners.demo_data.photo_like` (sharp, neither dark nor bright, high
+The pixels come from `runners.demo.data.photo_like` (sharp, neither dark nor bright, high
 entropy, perceptual hashes far apart between seeds), so an image made here passes the quality
 rules unless a test makes it fail on purpose. Same arguments, same bytes.
 """
@@ -12,7 +12,7 @@ import os
 import numpy as np
 from PIL import Image
 
-from runners.demo_data import photo_like
+from runners.demo.data import photo_like
 
 __all__ = ["photo", "encode", "photo_bytes", "write_bytes", "write_image", "write_photo"]
 

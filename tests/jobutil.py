@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 
-from runners import preprocess
+from runners.jobs import preprocess
 
 
 def job_argv(data_root, output_dir, labels=(), classes=None, boxes=(), sets=(), extra=(),

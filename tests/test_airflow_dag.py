@@ -14,7 +14,7 @@ import jinja2
 import pytest
 
 DAG_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "runners", "airflow_dag.py")
+                        "runners", "jobs", "airflow_dag.py")
 
 
 class _FakeDag:

@@ -42,7 +42,7 @@ def staged(tmp_path_factory):
     """`prev`: an output folder with one committed snapshot of three images (LATEST names
     it); `staging`: the job run on all six images into that output's staging folder and not
     published (a template: copy it); `job`, `inputs` for `publish_snapshot`."""
-    from runners import preprocess
+    from runners.jobs import preprocess
     base = tmp_path_factory.mktemp("atomic")
     root = write_folder_images(base / "images")
     first = base / "first"
@@ -171,7 +171,7 @@ def _check_after_failure(staged, out: str) -> bool:
 
 def _next_run_publishes(staged, tmp_path, out: str) -> None:
     """What a next run does: cleans up under the lock, then publishes the same staged data."""
-    from runners.locked_run import clean_unfinished
+    from runners.locking.locked_run import clean_unfinished
     clean_unfinished(out)
     committed = [s.run_id for s in layout.committed_snapshots(out, BEAM_FILES)]
     assert not [name for name in os.listdir(out) if ".tmp-" in name]

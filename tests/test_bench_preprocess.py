@@ -172,7 +172,7 @@ def fake_generator(monkeypatch):
         with open(os.path.join(directory, "labels.csv"), "w", encoding="utf-8") as handle:
             handle.write("path,label\n" + "".join(rows))
 
-    monkeypatch.setattr("runners.demo_data.generate_corpus", generate)
+    monkeypatch.setattr("runners.demo.data.generate_corpus", generate)
     return calls
 
 

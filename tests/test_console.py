@@ -52,7 +52,7 @@ def _console_lines(verbose: bool) -> list[str]:
         console.configure_logging(verbose)
     finally:
         sys.stderr = saved
-    logging.getLogger("runners.locked_run").warning("run x failed")
+    logging.getLogger("runners.locking.locked_run").warning("run x failed")
     logging.getLogger("transforms.offline.dedup").info("compared")
     logging.getLogger("apache_beam.transforms.util").info("BatchElements statistics: ...")
     logging.getLogger("absl").warning("You are passing instance dicts and DatasetMetadata")
@@ -158,7 +158,7 @@ def test_without_a_terminal_each_phase_is_one_log_line():
 
 
 def _fail(monkeypatch, tmp_path, capsys, *flags):
-    import runners.preprocess as preprocess
+    import runners.jobs.preprocess as preprocess
 
     def disk_full(argv):
         raise OSError(errno.ENOSPC, "No space left on device")

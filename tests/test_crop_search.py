@@ -13,7 +13,8 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
-from runners import nightly, quality_eval
+from runners.bench import quality_eval
+from runners.jobs import nightly
 from tests.beamutil import fn_api_pipeline
 from tests.imageutil import encode, photo, write_bytes
 from tests.jobutil import index_rows, rejects, run_job

@@ -1,4 +1,4 @@
-"""Tests for runners.demo_data: the demo dataset's files and its promised outcomes, checked
+"""Tests for runners.demo.data: the demo dataset's files and its promised outcomes, checked
 against the rules that can be applied directly (TF decode, quality verdict, sizes, hashes), and
 the benchmark corpus."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import tensorflow as tf
 from PIL import Image
 
 from configs.schema import DedupConfig, LimitsConfig, QualityConfig
-from runners import demo_data
+from runners.demo import data as demo_data
 from tests.tiers import shared_fixture
 from transforms.decode import decode_image, pick_jpeg_ratio
 from transforms.offline import quality

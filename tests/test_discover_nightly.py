@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 
-from runners.summary import format_summary
+from runners.jobs.summary import format_summary
 from tests.imageutil import photo_bytes
 from tests.test_nightly_precheck import QUICK, Folder
 from tests.tiers import slow_fixture

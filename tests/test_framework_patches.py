@@ -166,7 +166,7 @@ import apache_beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import core, userstate
 before = (PipelineOptions.view_as, userstate.get_dofn_specs, core.get_function_args_defaults)
-import runners.preprocess, pipelines.preprocess_graph
+import runners.jobs.preprocess, pipelines.preprocess_graph
 after = (PipelineOptions.view_as, userstate.get_dofn_specs, core.get_function_args_defaults)
 print(before == after)
 """
@@ -184,7 +184,7 @@ def _graph_shape(tmp_path) -> list:
     with their coders (URNs, recursively) and parts. The serialized proto itself differs
     between two builds in one process (pickled payloads), so the structure is compared."""
     from pipelines.preprocess_graph import build_preprocess
-    from runners import preprocess
+    from runners.jobs import preprocess
     images = tmp_path / "img" / "cat"
     images.mkdir(parents=True, exist_ok=True)
     (images / "a.jpg").write_bytes(b"not decoded: the graph is only built")

@@ -1,4 +1,4 @@
-"""Guard the last good data (`runners.guard`): a run that would lose most of the live set, or
+"""Guard the last good data (`runners.jobs.guard`): a run that would lose most of the live set, or
 whose labels match no image, is refused (exit 4), publishes its ledger and report as a
 candidate, and leaves LATEST and the live view as they were; `--accept_shrink` publishes it."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from runners import cli
 from runners.errors import UsageError
-from runners.guard import EXIT_REFUSED, check_max_shrink, decide, live_after
+from runners.jobs.guard import EXIT_REFUSED, check_max_shrink, decide, live_after
 from tests.imageutil import encode, photo
 from tests.jobutil import nightly_argv
 from tests.tiers import slow_fixture

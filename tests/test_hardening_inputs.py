@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from configs.schema import Config, LabelsConfig
-from runners.demo_data import photo_like
+from runners.demo.data import photo_like
 from tests.imageutil import photo_bytes
 from tests.jobutil import copy_output, index_rows, read_records, rejects, run_job
 from transforms import codec

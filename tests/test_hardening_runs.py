@@ -114,8 +114,8 @@ def test_a_failed_run_exits_1_with_the_error_and_without_interpreter_teardown(mo
 
 
 def test_a_run_that_raises_is_exit_1_with_the_error(tmp_path, monkeypatch, capsys):
-    from runners import cli, preprocess
-
+    from runners import cli
+    from runners.jobs import preprocess
     def broken(job, options):
         raise RuntimeError("a worker died")
 
@@ -132,7 +132,7 @@ def test_a_run_that_raises_is_exit_1_with_the_error(tmp_path, monkeypatch, capsy
 # Case 11: the run lock.
 
 def _write_lock(out, owner: dict, age_s: float = 0.0):
-    from runners.run_lock import LOCK_NAME
+    from runners.locking.run_lock import LOCK_NAME
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_NAME
     path.write_bytes(json.dumps(owner).encode() if isinstance(owner, dict) else owner)
@@ -149,7 +149,7 @@ def _dead_pid() -> int:
 
 
 def test_two_runs_that_judged_a_lock_stale_cannot_both_take_it_over(tmp_path):
-    from runners.run_lock import LockHeld, RunLock
+    from runners.locking.run_lock import LockHeld, RunLock
     out = tmp_path / "out"
     _write_lock(out, {"run_id": "dead", "pid": 1, "host": "elsewhere"}, age_s=7200)
     first, second = RunLock(str(out), "A", stale_after_s=3600), RunLock(str(out), "B",
@@ -165,7 +165,7 @@ def test_two_runs_that_judged_a_lock_stale_cannot_both_take_it_over(tmp_path):
 
 
 def test_a_pid_not_visible_from_here_proves_nothing(tmp_path):
-    from runners.run_lock import LockHeld, RunLock, machine_identity
+    from runners.locking.run_lock import LockHeld, RunLock, machine_identity
     out = tmp_path / "out"
     other_container = {**machine_identity(), "pid_ns": -1, "pid": _dead_pid(),
                        "run_id": "other"}
@@ -178,7 +178,7 @@ def test_a_pid_not_visible_from_here_proves_nothing(tmp_path):
 
 
 def test_a_live_run_keeps_its_lock_by_its_heartbeat(tmp_path):
-    from runners.run_lock import LockHeld, RunLock
+    from runners.locking.run_lock import LockHeld, RunLock
     out = tmp_path / "out"
     with RunLock(str(out), "long", stale_after_s=0.6, heartbeat_s=0.1) as lock:
         time.sleep(1.5)  # longer than the stale time
@@ -190,7 +190,7 @@ def test_a_live_run_keeps_its_lock_by_its_heartbeat(tmp_path):
 
 @pytest.mark.parametrize("content", [b"", b"{not json", b"[1, 2]"])
 def test_an_unreadable_lock_is_taken_over_after_the_stale_time(tmp_path, content):
-    from runners.run_lock import LockHeld, RunLock
+    from runners.locking.run_lock import LockHeld, RunLock
     out = tmp_path / "out"
     _write_lock(out, content, age_s=10)
     with pytest.raises(LockHeld, match="unreadable lock"):
@@ -201,7 +201,7 @@ def test_an_unreadable_lock_is_taken_over_after_the_stale_time(tmp_path, content
 
 
 def test_a_run_whose_lock_was_taken_over_does_not_publish(tmp_path):
-    from runners.run_lock import LockLost, RunLock
+    from runners.locking.run_lock import LockLost, RunLock
     out = tmp_path / "out"
     with RunLock(str(out), "mine") as lock:
         _write_lock(out, {"run_id": "usurper"})
@@ -211,8 +211,8 @@ def test_a_run_whose_lock_was_taken_over_does_not_publish(tmp_path):
 
 
 def test_a_lock_that_blocks_night_after_night_becomes_an_error(tmp_path, capsys):
-    from runners import nightly
-    from runners.run_lock import machine_identity
+    from runners.jobs import nightly
+    from runners.locking.run_lock import machine_identity
     out = tmp_path / "out"
     root = junk_folder(tmp_path / "images")
     _write_lock(out, {**machine_identity(), "pid": os.getpid(), "run_id": "stuck"})
@@ -248,7 +248,8 @@ def test_preprocess_removes_what_killed_runs_left(tmp_path):
 
 
 def test_a_failed_run_removes_its_own_staging_and_uncommitted_snapshot(tmp_path, monkeypatch):
-    from runners import cli, preprocess
+    from runners import cli
+    from runners.jobs import preprocess
     out = tmp_path / "out"
 
     def half_done(job, options):
@@ -294,7 +295,7 @@ def test_a_committed_run_id_is_never_overwritten(folder_snapshot, tmp_path, caps
 
 @pytest.mark.slow
 def test_nightly_publishes_nothing_when_only_known_rejects_come_back(tmp_path):
-    from runners import nightly
+    from runners.jobs import nightly
     root = good_folder(tmp_path / "images")
     outside = tmp_path / "outside.jpg"
     outside.write_bytes((root / "cat" / "0.jpg").read_bytes())
@@ -341,7 +342,7 @@ def two_tft_runs(script_job, tmp_path_factory):
     tests compare these two: bytes that agree across processes and across retries at once
     leave neither free to move them (a run without replay in this process, a third TFT job,
     would only tell which of the two moved them when a test fails)."""
-    from runners import preprocess
+    from runners.jobs import preprocess
     assert script_job.returncode == 0, script_job.stderr[-3000:]
     out = tmp_path_factory.mktemp("tft_runs") / "out"
     preprocess.run(["--data_root", script_job.root, "--output_dir", str(out), "--run_id", "R2",

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from runners import nightly
+from runners.jobs import nightly
 from tests.imageutil import photo_bytes
 from tests.jobutil import index_rows
 from transforms.offline.image_record import ImageRecord

@@ -10,7 +10,7 @@ import pytest
 from configs.schema import load_config
 from pipelines import reader_records, training_input
 from pipelines.reader_spec import ReaderSpec
-from runners import nightly
+from runners.jobs import nightly
 from tests.imageutil import encode, photo
 from tests.jobutil import index_rows, nightly_argv
 from tests.tiers import slow_fixture
@@ -160,7 +160,7 @@ def test_make_dataset_batches_count_the_live_labels(two_nights):
 
 
 def test_the_summary_and_report_show_the_night_s_changes(two_nights):
-    from runners.summary import format_summary
+    from runners.jobs.summary import format_summary
     _, _, second, _ = two_nights
     assert ("live set: 9 before + 3 added - 5 retired = 7  (retired: 3 deleted, 1 relabeled, "
             "1 replaced)") in format_summary(second.snapshot)
@@ -235,7 +235,7 @@ def _all_shard_bytes(out) -> bytes:
 @slow_fixture(scope="module")
 def forgotten(two_nights, tmp_path_factory):
     """The two nights' output, `cat/0.jpg` forgotten, then a nightly while the file stays."""
-    from runners import forget
+    from runners.jobs import forget
     world = _copy(two_nights[0], tmp_path_factory.mktemp("forget") / "w")
     sha = two_nights[3]["cat/0.jpg"][1]
     code = forget.main(["--output_dir", str(world.out), "--path", "cat/0.jpg"])
@@ -273,7 +273,7 @@ def test_allow_forgotten_brings_it_back(forgotten, tmp_path):
 
 @slow_fixture(scope="module")
 def compacted(two_nights, tmp_path_factory):
-    from runners import compact
+    from runners.jobs import compact
     world = _copy(two_nights[0], tmp_path_factory.mktemp("compact") / "w")
     before = live_records(world.out)
     code = compact.main(["--output_dir", str(world.out)])
@@ -304,7 +304,7 @@ def test_after_compact_tfds_and_the_index_reader_see_exactly_the_live_set(compac
 
 
 def test_compact_twice_has_nothing_to_do(compacted, capsys):
-    from runners import compact
+    from runners.jobs import compact
     world = compacted[0]
     assert compact.main(["--output_dir", str(world.out)]) == 0
     assert "nothing to do" in capsys.readouterr().out
@@ -323,7 +323,7 @@ def test_a_night_after_compact_plans_against_the_new_base(compacted, tmp_path):
 
 def test_forget_reads_paths_and_sha256s_from_a_file_and_refuses_bad_ones(tmp_path):
     from runners.errors import UsageError
-    from runners.forget import parse_names
+    from runners.jobs.forget import parse_names
     listing = tmp_path / "takedown.txt"
     listing.write_text("cat/1.jpg\n\n" + "AB" * 32 + "\n")
     assert parse_names(["dog/0.jpg"], [], str(listing)) == (["dog/0.jpg", "cat/1.jpg"],

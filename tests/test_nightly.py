@@ -14,7 +14,8 @@ import tensorflow as tf
 from PIL import Image
 
 from pipelines import snapshot as snapshot_module
-from runners import nightly, run_lock
+from runners.jobs import nightly
+from runners.locking import run_lock
 from tests.imageutil import encode, photo
 from tests.jobutil import index_rows
 from tests.tiers import slow_fixture

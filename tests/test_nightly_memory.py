@@ -9,7 +9,7 @@ import os
 import pytest
 from apache_beam.io.filesystems import FileSystems
 
-from runners import nightly
+from runners.jobs import nightly
 from tests.imageutil import write_photo
 from transforms import snapshot_layout as layout
 from transforms.reporting import history

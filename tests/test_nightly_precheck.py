@@ -1,4 +1,4 @@
-"""Nightly's quick look (`runners.nightly_precheck`): it says "nothing new" only when the job
+"""Nightly's quick look (`runners.jobs.nightly_precheck`): it says "nothing new" only when the job
 would, and any news (a new or changed file, new labels, a new reject) runs the job."""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from runners import nightly
-from runners.nightly_precheck import quick_look
-from runners.preprocess import parse_options, resolve_job
+from runners.jobs import nightly
+from runners.jobs.nightly_precheck import quick_look
+from runners.jobs.preprocess import parse_options, resolve_job
 from tests.imageutil import photo_bytes
 from tests.tiers import slow_fixture
 from transforms import snapshot_layout as layout
@@ -193,7 +193,7 @@ def test_no_history_runs_the_job(tmp_path):
 
 @pytest.mark.slow
 def test_the_nightly_command_imports_no_tensorflow_until_it_runs_the_job():
-    code = ("import sys, runners.cli, runners.nightly; "
+    code = ("import sys, runners.cli, runners.jobs.nightly; "
             "print(sorted(m for m in ('tensorflow', 'tensorflow_transform') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=os.path.dirname(os.path.dirname(__file__)))

@@ -7,7 +7,7 @@ from PIL import Image
 
 from configs.schema import load_config
 from pipelines.training_input import make_dataset
-from runners import preview
+from runners.jobs import preview
 from tests.fake_snapshot import write_synthetic_snapshot
 from tests.tiers import shared_fixture
 

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from configs.schema import QualityConfig
-from runners.demo_data import photo_like
+from runners.demo.data import photo_like
 from transforms.codec import QUALITY_METRICS
 from transforms.offline import quality
 

@@ -192,7 +192,7 @@ def test_report_shows_the_files_that_are_no_images_per_extension():
 
 
 def test_the_run_summary_shows_the_files_that_are_no_images_per_extension():
-    from runners.summary import format_summary
+    from runners.jobs.summary import format_summary
     from transforms.snapshot_layout import Snapshot
     stats = dict(_stats(), other_files={"txt": 12, "json": 3})
     accounting = dict(stats["accounting"], images=dict(stats["accounting"]["images"]))

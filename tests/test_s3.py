@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from botocore.exceptions import ClientError
 
-from runners import preprocess, run_lock
 from runners.errors import LockHeld, UsageError
+from runners.jobs import preprocess
+from runners.locking import run_lock
 from transforms import s3_storage
 from transforms.snapshot_layout import GFILE
 

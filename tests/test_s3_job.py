@@ -9,7 +9,7 @@ import pytest
 
 from configs.schema import load_config
 from pipelines.training_input import make_dataset
-from runners import nightly
+from runners.jobs import nightly
 from tests.imageutil import photo_bytes, write_bytes
 from tests.jobutil import run_job
 from transforms import snapshot_layout as layout

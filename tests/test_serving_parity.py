@@ -23,7 +23,7 @@ from PIL import Image
 from configs.schema import load_config
 from pipelines.serving import PREDICTIONS, SERVING_INPUT, build_serving_model
 from pipelines.training_input import make_dataset
-from runners.demo_data import photo_like
+from runners.demo.data import photo_like
 from tests.tiers import shared_fixture, slow_fixture
 from transforms import codec
 from transforms.offline import tft_analysis as ta

@@ -15,8 +15,8 @@ from configs.schema import ConfigError, load_config
 from runners import cli, version
 from runners.errors import UsageError
 from runners.flags import command_help
-from runners.locked_run import clean_unfinished
-from runners.run_lock import RunLock
+from runners.locking.locked_run import clean_unfinished
+from runners.locking.run_lock import RunLock
 
 _REPO = __file__.rsplit("/tests/", 1)[0]
 

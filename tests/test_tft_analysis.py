@@ -17,7 +17,7 @@ import tensorflow_transform as tft
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from PIL import Image
 
-from runners.demo_data import photo_like
+from runners.demo.data import photo_like
 from tests.tiers import slow_fixture
 from transforms import codec
 from transforms.decode import decode_for_model, decode_image, pick_jpeg_ratio

@@ -12,8 +12,8 @@ import types
 
 import pytest
 
-from runners import verify
 from runners.errors import UsageError
+from runners.jobs import verify
 from tests.conftest import write_folder_images
 from tests.jobutil import run_job
 from tests.tiers import slow_fixture

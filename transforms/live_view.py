@@ -143,7 +143,7 @@ def _retired_any(snapshot: Snapshot, storage: Storage) -> bool:
 
 def live_count(view: LiveView, storage: Storage = GFILE) -> int:
     """How many records the view reads: per snapshot, its manifest's accepted images less its
-    removed records. What a run would shrink (`runners.guard`)."""
+    removed records. What a run would shrink (`runners.jobs.guard`)."""
     total = 0
     for snapshot in view.snapshots:
         accepted = int(read_manifest(snapshot, storage).get("accounting", {})

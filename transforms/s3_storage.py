@@ -1,6 +1,6 @@
 """Amazon S3 (and S3-compatible servers) through boto3, for what Beam's S3 file system does not
 cover: the training reader's small files and shard downloads (`tf.io.gfile` has no `s3://` in
-TensorFlow 2.21) the run lock's conditional writes (`runners.s3_lock`), and empty objects (`create_file`).
+TensorFlow 2.21) the run lock's conditional writes (`runners.locking.s3_lock`), and empty objects (`create_file`).
 
 Settings are Beam's S3 option names (`s3_endpoint_url`, `s3_region_name`, `s3_access_key_id`,
 ...); whatever is None comes from the standard AWS chain (environment such as AWS_REGION and

@@ -62,9 +62,9 @@ FORGOTTEN = "forgotten.jsonl"    # OUTPUT/forgotten.jsonl: records `pixelmill fo
 TRANSFORM_FN = "transform_fn"    # TFT's exported transform, next to the shards
 STAGING = ".staging"             # OUTPUT/.staging/<run_id>/
 WORK_DIR = "_work"               # job-internal summaries inside the staging folder
-CANDIDATES = "candidates"        # OUTPUT/candidates/<run_id>/: refused runs (runners.guard)
+CANDIDATES = "candidates"        # OUTPUT/candidates/<run_id>/: refused runs (runners.jobs.guard)
 CANDIDATE = "candidate.json"     # why it was refused, with its counts
-LOCK = ".lock"                   # OUTPUT/.lock: the run holding the folder (runners.run_lock)
+LOCK = ".lock"                   # OUTPUT/.lock: the run holding the folder (runners.locking.run_lock)
 LOCK_BLOCKED = ".lock_blocked"   # OUTPUT/.lock_blocked: a run that found the lock held
 # Inside `_work/` (`pipelines.staged_run` writes and reads them): the graph -> publisher hand-off.
 WORK_SHARDS = "shards.json"

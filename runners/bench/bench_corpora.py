@@ -20,14 +20,14 @@ _QUALITY = (75, 95)
 
 
 def _canvases(rng, count: int, size: int) -> list:
-    from runners import demo_data
+    from runners.demo import data as demo_data
     return [demo_data._photo_canvas(rng, size, np.concatenate(
         [demo_data._class_colours(k), demo_data._class_colours(k + count)]))
             for k in range(count)]
 
 
 def _write_labelled(directory: str, rows: list) -> None:
-    from runners import demo_data
+    from runners.demo import data as demo_data
     os.makedirs(directory, exist_ok=True)
     demo_data._write_csv(os.path.join(directory, "labels.csv"), ["path", "label"], rows)
 
@@ -38,7 +38,7 @@ def generate_thumbnails(directory: str, n_images: int, seed: int = 0) -> None:
     folders, plus `labels.csv`."""
     from PIL import Image
 
-    from runners import demo_data
+    from runners.demo import data as demo_data
     rng = np.random.default_rng(seed)
     classes = demo_data.DEMO_CLASSES
     bases = _canvases(rng, len(classes), 1280)
@@ -63,7 +63,7 @@ def generate_camera(directory: str, n_images: int, seed: int = 0) -> None:
     """`n_images` 4000x3000 JPEGs (quality 85..95), each a mosaic of photo-like canvases (not
     an upscaled one, which the blur rule would reject), in four class folders, plus
     `labels.csv`."""
-    from runners import demo_data
+    from runners.demo import data as demo_data
     rng = np.random.default_rng(seed)
     classes = demo_data.DEMO_CLASSES
     tiles = _canvases(rng, 6, 1024)
@@ -90,7 +90,7 @@ def write_many_classes(paths, directory: str, n_classes: int) -> tuple[str, str]
     """A labelling of `paths` (relative to their data root) over `n_classes` classes:
     `directory` gets `labels.csv` (image i labelled `class_<i mod n>`) and `classes.txt` (all
     `n_classes` names, for `--classes`). Returns their paths."""
-    from runners import demo_data
+    from runners.demo import data as demo_data
     os.makedirs(directory, exist_ok=True)
     names = [f"class_{index:05d}" for index in range(n_classes)]
     labels = os.path.join(directory, "labels.csv")

@@ -54,7 +54,7 @@ def prepare_corpus(workdir: str, n_images: int, seed: int = 0) -> Corpus:
     """The generated photo-like corpus of `n_images` for `seed` under `workdir`, generated only
     when no complete one is cached there (the marker file is written last, so an interrupted
     generation is redone)."""
-    from runners.demo_data import generate_corpus
+    from runners.demo.data import generate_corpus
     if isinstance(n_images, bool) or not isinstance(n_images, int) or n_images < 1:
         raise UsageError(f"--images must be an integer >= 1. Received: {n_images!r}")
     root = os.path.abspath(os.path.join(workdir, f"corpus_{n_images}_seed{seed}"))
@@ -269,7 +269,7 @@ class JobRun:
     images: int             # discovered
     accepted: int
     rejects: dict           # reason -> count
-    seconds: float          # around `runners.preprocess.run()` inside the child
+    seconds: float          # around `runners.jobs.preprocess.run()` inside the child
     wall_seconds: float     # the child process, interpreter start and imports included
     peak_tree_rss: int      # bytes, sampled: the tree's PSS sum (a shared page counts once)
     max_process_rss: int    # bytes, largest single process (wait4 ru_maxrss)
@@ -299,8 +299,8 @@ def workers_flags(workers: str) -> list[str]:
 def _job_child(argv) -> int:
     """Runs in the child process: the job as a library user runs it, timed; one result line
     on stdout; then a normal interpreter exit (what target 7 checks)."""
-    from runners import preprocess
     from runners.beam_runner import decode_processes
+    from runners.jobs import preprocess
     started = time.perf_counter()
     snapshot = preprocess.run(argv)
     seconds = time.perf_counter() - started

@@ -6,7 +6,7 @@
     pixelmill bench quality --set quality.blur_fine_min=0.1 --workdir /tmp/eval
 
 From a folder of good photos (`--images`; by default the benchmark's photo-like corpus,
-`runners.demo_data.generate_corpus`) it builds a labelled set (`runners.bench.quality_eval`): every
+`runners.demo.data.generate_corpus`) it builds a labelled set (`runners.bench.quality_eval`): every
 photo, fitted to `--size` px (default 512, so that a blur sigma means the same for every photo;
 0 keeps the stored size), and `len(VARIANTS)` variants of it, each with the outcome it should
 get: mild blur, brightness x0.5, noise, resize down and up, rotation by 90 and grayscale
@@ -14,7 +14,7 @@ get: mild blur, brightness x0.5, noise, resize down and up, rotation by 90 and g
 85% toward white (`too_bright`), a flat fill (`low_information`), a byte copy (`duplicate`),
 a JPEG q30 recompression and a 92% centre crop (`near_duplicate`).
 
-It then runs the offline job itself (`runners.preprocess.run`, in this process, with
+It then runs the offline job itself (`runners.jobs.preprocess.run`, in this process, with
 `decode.isolation=inline`, `transform.enabled=false` and `dedup.crop_tolerant=true`; `--set`
 overrides them) and prints per rule true/false positives and negatives, precision and
 recall, a table per variant, every wrong reason, and PASS/MISS per target (`TARGETS`).
@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 def job_outcomes(set_dir: str, output_dir: str, sets=(), config: str | None = None) -> dict:
     """Runs the offline job on the labelled set; {path: (outcome, detail)}, outcome "accepted"
     or the reject reason."""
-    from runners import preprocess
+    from runners.jobs import preprocess
     argv = ["--data_root", set_dir, "--output_dir", output_dir]
     if config:
         argv += ["--config", config]
@@ -136,7 +136,7 @@ def _photos(args, workdir: str) -> tuple[list, str]:
     if args.images is None:
         count = args.photos or _DEFAULT_PHOTOS
         corpus = os.path.join(workdir, "corpus")
-        from runners.demo_data import generate_corpus
+        from runners.demo.data import generate_corpus
         paths = generate_corpus(corpus, count, seed=_CORPUS_SEED)
         return sorted(paths), f"{count} photo-like corpus images (seed {_CORPUS_SEED})"
     paths = quality_eval.find_photos(args.images)

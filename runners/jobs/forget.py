@@ -58,7 +58,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     paths, shas = parse_names(args.path, args.sha256, args.from_file)
     from pipelines.compaction import forget  # TensorFlow: after the flags are checked
-    from runners.locked_run import locked_maintenance
+    from runners.locking.locked_run import locked_maintenance
     result = locked_maintenance(args.output_dir, lambda _run_id: forget(
         args.output_dir, paths, shas, detail="pixelmill forget"))
     for line in result["lines"]:

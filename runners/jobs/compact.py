@@ -23,7 +23,7 @@ def main(argv=None) -> int:
     parser.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
     from pipelines.compaction import compact  # TensorFlow: after the flags are parsed
-    from runners.locked_run import locked_maintenance
+    from runners.locking.locked_run import locked_maintenance
     snapshot = locked_maintenance(args.output_dir, lambda run_id: compact(args.output_dir,
                                                                           run_id))
     if snapshot is None:

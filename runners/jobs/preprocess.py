@@ -33,8 +33,8 @@ from pipelines.beam_files import BEAM_FILES, check_buckets, set_options
 from pipelines.job import PreprocessJob
 from runners.beam_runner import prepare_job, runner_for
 from runners.errors import UsageError
-from runners.guard import check_max_shrink, guarded_publish
-from runners.locked_run import check_run_id, locked_run
+from runners.jobs.guard import check_max_shrink, guarded_publish
+from runners.locking.locked_run import check_run_id, locked_run
 from runners.options import PreprocessOptions, print_help, wants_help
 from runners.progress_report import reporting
 from runners.strict_flags import check_flags
@@ -192,8 +192,8 @@ def parse_options(argv, command: str = "preprocess"
 def run(argv=None) -> layout.Snapshot:
     """Runs the job over every input and commits the snapshot; raises on any failure
     (nothing published, its own staging removed), and `guard.ShrinkRefused` when the new
-    base would lose the last good data (`runners.guard`). Holds the output folder's lock
-    while it runs, and first removes what killed runs left (`runners.locked_run`)."""
+    base would lose the last good data (`runners.jobs.guard`). Holds the output folder's lock
+    while it runs, and first removes what killed runs left (`runners.locking.locked_run`)."""
     options, job_options, run_id, output_dir = parse_options(argv)
     job, inputs = resolve_job(job_options, layout.staging_dir(output_dir, run_id))
     with locked_run(output_dir, run_id) as lock:
@@ -209,7 +209,7 @@ def run(argv=None) -> layout.Snapshot:
 
 def main(argv=None) -> int:
     """Command-line entry: runs the job and prints the summary; exit code 0 on success."""
-    from runners.summary import format_summary
+    from runners.jobs.summary import format_summary
     if wants_help(argv):
         print_help("preprocess")
         return 0

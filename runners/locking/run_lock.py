@@ -1,7 +1,8 @@
 """One run at a time per output folder: an exclusive lock file, `OUTPUT/.lock`, with a heartbeat.
 
-Taking it is an atomic create-if-absent on a local disk, GCS and S3 (`runners.s3_lock`), best
-effort elsewhere; the file says who holds it (host, pid, run_id, since, boot id, pid namespace).
+Taking it is an atomic create-if-absent on a local disk, GCS and S3
+(`runners.locking.s3_lock`), best effort elsewhere; the file says who holds it (host, pid,
+run_id, since, boot id, pid namespace).
 A thread refreshes its heartbeat every `heartbeat_s`; a run whose lock was taken over finds out
 there (`LockLost` from `RunLock.check`, which the runners call before publishing).
 
@@ -237,7 +238,7 @@ def _store_for(path: str):
     if path.startswith("gs://"):
         return _GcsStore(path)
     if path.startswith("s3://"):
-        from runners.s3_lock import S3LockStore
+        from runners.locking.s3_lock import S3LockStore
         return S3LockStore(path)
     if "://" in path:
         return _BestEffortStore(path)

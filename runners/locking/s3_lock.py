@@ -1,4 +1,5 @@
-"""The run lock's store on Amazon S3 (`runners.run_lock`): compare-and-swap without a rename.
+"""The run lock's store on Amazon S3 (`runners.locking.run_lock`): compare-and-swap without a
+rename.
 
 S3's conditional writes make every step atomic: PutObject with `If-None-Match: *` creates the
 lock only when there is none; `If-Match: <ETag>` replaces (heartbeat, takeover) or deletes
@@ -17,14 +18,15 @@ _LOST = ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey", "412",
 
 
 class Observed(NamedTuple):
-    """One read of the lock, as `runners.run_lock` compares it: bytes, ETag, LastModified."""
+    """One read of the lock, as `runners.locking.run_lock` compares it: bytes, ETag,
+    LastModified."""
     data: bytes
     token: str
     updated: float
 
 
 class S3LockStore:
-    """`runners.run_lock`'s store protocol (create, read, delete_if, refresh) plus
+    """`runners.locking.run_lock`'s store protocol (create, read, delete_if, refresh) plus
     `take_over`, on one `s3://` object."""
 
     def __init__(self, path: str):

@@ -17,7 +17,7 @@ already hold (same kind, path, reason and content): a file that is rejected agai
 Exit codes: 0 published or nothing new; 1 the run failed, or the lock turned away
 `--lock_blocked_max` runs in a row (a stuck lock is an error, not a skip); 2 bad
 flags/config; 3 drift with --fail_on_drift; 4 refused: the night would lose the last good data
-(`runners.guard`; nothing published, --accept_shrink publishes it); 75 another run holds the
+(`runners.jobs.guard`; nothing published, --accept_shrink publishes it); 75 another run holds the
 output folder's lock.
 """
 from __future__ import annotations
@@ -29,13 +29,13 @@ import sys
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.beam_files import BEAM_FILES
-from runners.guard import guarded_publish
-from runners.locked_run import locked_run
-from runners.nightly_precheck import quick_look
+from runners.jobs.guard import guarded_publish
+from runners.jobs.nightly_precheck import quick_look
+from runners.jobs.preprocess import execute, parse_options, resolve_job
+from runners.locking.locked_run import locked_run
+from runners.locking.run_lock import LOCK_NAME, LockHeld, note_blocked
 from runners.options import NightlyOptions, print_help, wants_help
-from runners.preprocess import execute, parse_options, resolve_job
 from runners.progress_report import reporting
-from runners.run_lock import LOCK_NAME, LockHeld, note_blocked
 from transforms import snapshot_layout as layout
 from transforms.live_view import live_count, live_view, read_manifest, removal_keys
 from transforms.reporting.drift import check_drift, cumulative_stats
@@ -162,7 +162,7 @@ def _night(job, options, nightly, inputs, output_dir: str, run_id: str, lock,
 
 def main(argv=None) -> int:
     """Command-line entry: prints the summary and the drift verdict; returns the exit code."""
-    from runners.summary import format_summary
+    from runners.jobs.summary import format_summary
     if wants_help(argv):
         print_help("nightly")
         return 0

@@ -3,7 +3,8 @@ input the job must catch), run the preprocessing job on it with the default loca
 print what happened.
 
     pixelmill demo --workdir demo_out
-    pixelmill demo --workdir demo_out -- --direct_running_mode=multi_processing --direct_num_workers=2
+    pixelmill demo --workdir demo_out -- --direct_running_mode=multi_processing \
+        --direct_num_workers=2
 """
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ def run(argv=None) -> int:
     parser.add_argument("--images_per_class", type=count_at_least(1), default=12)
     args, beam_args = parser.parse_known_args(argv)
     beam_args = [a for a in beam_args if a != "--"]
-    from runners import preprocess  # Beam and TensorFlow: after the flags are parsed
-    from runners.demo_data import generate_demo
+    from runners.demo.data import generate_demo
+    from runners.jobs import preprocess  # Beam and TensorFlow: after the flags are parsed
+    from runners.jobs.summary import format_summary
     from runners.progress_report import reporting
-    from runners.summary import format_summary
     workdir = os.path.abspath(args.workdir)
     demo = generate_demo(workdir, seed=args.seed,
                          images_per_class=args.images_per_class)

@@ -25,7 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from pipelines.beam_files import TEMPORARY_GLOB, remove_tree
 from runners.errors import UsageError
-from runners.run_lock import RunLock, clear_blocked
+from runners.locking.run_lock import RunLock, clear_blocked
 from transforms import snapshot_layout as layout
 
 __all__ = ["locked_run", "locked_maintenance", "check_run_id", "clean_unfinished",
