@@ -5,8 +5,6 @@ boxes and reflects otherwise; an explicit reflect, wrap or nearest with boxes is
 with one warning. The check is the one a detection user would make: a bright square on a dark
 background, its box, a strong random geometry, and no bright pixel outside every moved box.
 """
-import contextlib
-import logging
 
 import numpy as np
 import pytest
@@ -14,6 +12,7 @@ import tensorflow as tf
 
 from configs.online import GeometryConfig, MixConfig, OnlineConfig, PixelConfig
 from configs.schema import load_config
+from tests.logutil import captured_warnings
 from transforms.online import augment
 from transforms.online.geometry import warp_images
 from transforms.online.seeds import step_seed
@@ -82,19 +81,8 @@ def _run(config: OnlineConfig, source: bool) -> tuple[np.ndarray, int]:
     return np.concatenate(unboxed), visible
 
 
-@contextlib.contextmanager
 def _warnings():
-    """The geometry module's warning lines (a handler of its own: independent of pytest's
-    logging plugin)."""
-    lines = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: lines.append(record.getMessage())
-    logger = logging.getLogger("transforms.online.geometry")
-    logger.addHandler(handler)
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
+    return captured_warnings("transforms.online.geometry")
 
 
 def test_auto_is_the_default_fill_mode_and_resolves_by_boxes():

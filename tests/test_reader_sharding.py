@@ -4,10 +4,8 @@ With fewer shard files than input pipelines (a small dataset written as one shar
 replica reads every file in the epoch's order and keeps every n-th live record: disjoint and
 complete across replicas for every epoch, reproducible from the seed, with one log line.
 """
-import contextlib
 import hashlib
 import json
-import logging
 import os
 
 import pytest
@@ -16,6 +14,7 @@ import tensorflow as tf
 from configs.schema import load_config
 from pipelines import training_input
 from tests.fake_snapshot import write_synthetic_snapshot
+from tests.logutil import captured_warnings
 
 RECORDS, EPOCHS, SEED = 11, 3, 5
 FORGOTTEN = ("train/class_0/000003.jpg", "train/class_1/000007.jpg")
@@ -64,17 +63,8 @@ def _epochs(root, config, pipelines, replica, seed=SEED, epoch=0, **kwargs) -> l
             for images, _ in dataset]
 
 
-@contextlib.contextmanager
 def _warnings():
-    lines = []
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: lines.append(record.getMessage())
-    logger = logging.getLogger("pipelines.training_input")
-    logger.addHandler(handler)
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
+    return captured_warnings("pipelines.training_input")
 
 
 @pytest.mark.parametrize("pipelines", [2, 3])
