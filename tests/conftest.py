@@ -177,7 +177,7 @@ def script_job(tmp_path_factory):
     out = base / "out"
     script.write_text(
         "import json, sys\n"
-        "from runners import preprocess\n"
+        "from runners.jobs import preprocess\n"
         f"snap = preprocess.run(['--data_root', {root!r}, '--output_dir', {str(out)!r}])\n"
         "print(json.dumps(snap.accounting['images']))\n"
         "sys.stdout.flush()\n")

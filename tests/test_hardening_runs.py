@@ -80,7 +80,7 @@ def test_a_usage_error_is_found_before_tensorflow_is_imported(tmp_path):
     blocker = tmp_path / "blocker"
     blocker.write_text("x")
     code = ("import sys\n"
-            "from runners import preprocess\n"
+            "from runners.jobs import preprocess\n"
             "from runners.errors import UsageError\n"
             "try:\n"
             f"    preprocess.run(['--data_root', {str(tmp_path)!r}, '--output_dir', "

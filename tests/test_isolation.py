@@ -121,3 +121,28 @@ def test_the_launcher_starts_the_forkserver_early_when_it_will_need_it(
                                 f"report.thumbnails_per_reason={thumbnails}"))
     job = types.SimpleNamespace(config=config)
     assert needs_forkserver(job, PipelineOptions(runner_flags)) is expected
+
+
+class _Environment:
+    """Returns a child's view of one environment variable."""
+
+    def setup(self):
+        pass
+
+    def run(self, name):
+        return os.environ.get(name, "-")
+
+
+def test_children_see_the_parents_cloud_variables_of_now_not_the_forkservers(monkeypatch):
+    """Credentials set after the forkserver started (a scheduler's, a test fixture's) still
+    reach the decoders that read s3:// and gs:// inputs; a variable unset since is unset."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "set-before")
+    isolation.ChildPool(_Environment(), 1, 5.0).close()  # the forkserver runs from here on
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "set-after")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    pool = isolation.ChildPool(_Environment(), 1, 5.0)
+    try:
+        assert _run_all(pool, ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]) == {
+            "AWS_ACCESS_KEY_ID": "set-after", "AWS_SECRET_ACCESS_KEY": "-"}
+    finally:
+        pool.close()

@@ -125,7 +125,7 @@ def _real_flags(command: str) -> set:
 
 @pytest.mark.parametrize("command", ["preprocess", "nightly"])
 def test_the_light_help_lists_every_option_the_real_parser_has(command):
-    text = command_help(command, f"runners.{command}")
+    text = command_help(command, f"runners.jobs.{command}")
     flags = _real_flags(command)
     assert "--fail_on_drift" in flags or command == "preprocess"
     for flag in flags:

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import multiprocessing
 import multiprocessing.connection
+import os
 import sys
 import time
 
@@ -53,8 +54,21 @@ def _filesystem_options():
     return FileSystems._pipeline_options or RuntimeValueProvider.runtime_options
 
 
-def _child_main(connection, worker, filesystem_options=None) -> None:
+_CLOUD_ENVIRONMENT = ("AWS_", "GOOGLE_", "CLOUDSDK_")
+
+
+def _cloud_environment() -> dict:
+    """This process's cloud credential and endpoint variables. A child forked by a forkserver
+    inherits the server's environment, from when it started, not the parent's now."""
+    return {k: v for k, v in os.environ.items() if k.startswith(_CLOUD_ENVIRONMENT)}
+
+
+def _child_main(connection, worker, filesystem_options=None, environment=None) -> None:
     """The child's loop: setup once, then results one by one for each batch received."""
+    if environment is not None:  # the parent's cloud variables, exactly
+        for name in [k for k in os.environ if k.startswith(_CLOUD_ENVIRONMENT)]:
+            del os.environ[name]
+        os.environ.update(environment)
     if filesystem_options is not None:
         from apache_beam.io.filesystems import FileSystems
         FileSystems.set_options(filesystem_options)
@@ -114,7 +128,8 @@ class _Child:
         self.connection, child_end = context.Pipe()
         with main_script_hidden():
             self.process = context.Process(target=_child_main,
-                                           args=(child_end, worker, filesystem_options),
+                                           args=(child_end, worker, filesystem_options,
+                                                 _cloud_environment()),
                                            daemon=True)
             self.process.start()
         child_end.close()
