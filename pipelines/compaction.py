@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import tensorflow as tf
 
+from pipelines import beam_files
 from transforms import codec
 from transforms import snapshot_layout as layout
 from transforms.live_view import LiveView, is_base, live_view, read_retirements
@@ -44,14 +45,10 @@ _COPIED = ("transform_fn", "transformed_metadata")
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    """`data` at `path` through a temporary name in the same folder and a rename, so a
-    reader sees the old file or the new one, never a part."""
-    temporary = f"{path}.tmp-{hashlib.sha256(data).hexdigest()[:8]}"
+    """`beam_files.write_atomically` (a temporary name, fsync, a rename), its folder made
+    first: compaction and forget write into folders that may not exist yet."""
     tf.io.gfile.makedirs(path.rsplit("/", 1)[0])
-    with tf.io.gfile.GFile(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    beam_files.write_atomically(path, data)
 
 
 def _records(shard: str) -> Iterable[bytes]:
