@@ -23,7 +23,7 @@ import datetime
 import gzip
 import hashlib
 import json
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -241,8 +241,10 @@ def _copy_transform(view: LiveView, staging: str) -> list[dict]:
 
 # ----------------------------------------------------------------------------- forget
 
-class ForgetResult(dict):
-    """`lines`: the audit lines written; `scrubbed`: shard paths rewritten."""
+class ForgetResult(NamedTuple):
+    """What `forget` did: the audit lines it wrote and the shard files it rewrote."""
+    lines: list
+    scrubbed: list
 
 
 def _index_matches(snapshot: Snapshot, paths: set, shas: set) -> list[dict]:

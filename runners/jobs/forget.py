@@ -61,12 +61,12 @@ def main(argv=None) -> int:
     from runners.locking.locked_run import locked_maintenance
     result = locked_maintenance(args.output_dir, lambda _run_id: forget(
         args.output_dir, paths, shas, detail="pixelmill forget"))
-    for line in result["lines"]:
+    for line in result.lines:
         where = f"snapshot {line['snapshot']}" if line["snapshot"] else "no record (yet)"
         print(f"forgotten: {line['path'] or line['sha256']}  ({where})")
-    print(f"pixelmill forget: {len(result['lines'])} audit lines in "
+    print(f"pixelmill forget: {len(result.lines)} audit lines in "
           f"{layout.join(args.output_dir, layout.FORGOTTEN)}; "
-          f"{len(result['scrubbed'])} shards rewritten")
+          f"{len(result.scrubbed)} shards rewritten")
     return 0
 
 
