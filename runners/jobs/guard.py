@@ -89,9 +89,9 @@ def guarded_publish(job, output_dir: str, run_id: str, inputs: dict, before: int
     """(committed Snapshot, None), or (None, ShrinkRefused) once the refused run's ledger and
     report are in `candidates/<run_id>/`: the caller raises it after leaving the lock, so a
     refusal is not logged as a failed run. `publish_kwargs` go to `publish_snapshot`."""
-    from pipelines.snapshot import publish_candidate, publish_snapshot, staged_stats
+    from pipelines.snapshot import publish_candidate, publish_snapshot, staged_accounting
     progress.enter("publishing")
-    accounting, _ = staged_stats(job)
+    accounting = staged_accounting(job)
     labels = accounting["label_rows"]
     verdict = decide(before, live_after(accounting, base=not job.archive), labels["total"],
                      labels["matched"], max_shrink, accept_shrink)
