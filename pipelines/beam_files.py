@@ -11,6 +11,7 @@ import secrets
 from apache_beam.io.filesystems import FileSystems
 
 from transforms import s3_storage
+from transforms.file_reads import read_bytes
 from transforms.s3_storage import create_file
 
 __all__ = ["BeamStorage", "BEAM_FILES", "read_json", "remove_tree", "write_atomically",
@@ -30,8 +31,7 @@ class BeamStorage:
         return FileSystems.exists(path)
 
     def read_text(self, path: str) -> str:
-        with FileSystems.open(path, compression_type="uncompressed") as handle:
-            return handle.read().decode("utf-8")
+        return read_bytes(path).decode("utf-8")
 
     def mtime(self, path: str) -> float:
         return FileSystems.last_updated(path)
@@ -61,8 +61,7 @@ def check_buckets(paths) -> None:
 
 
 def read_json(path: str):
-    with FileSystems.open(path, compression_type="uncompressed") as handle:
-        return json.loads(handle.read().decode("utf-8"))
+    return json.loads(read_bytes(path).decode("utf-8"))
 
 
 def remove_tree(path: str) -> None:

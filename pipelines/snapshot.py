@@ -34,6 +34,7 @@ from pipelines.beam_files import (
 from pipelines.job import PreprocessJob
 from pipelines.staged_run import BOX_ROWS, IMAGES, LABEL_ROWS, LIVE, Counts, read_staged
 from transforms import snapshot_layout as layout
+from transforms.file_reads import read_bytes
 from transforms.offline import classes, file_kinds, quality_rules
 from transforms.offline.rejects import REASONS
 from transforms.offline.tft_analysis import tft_summary
@@ -192,9 +193,8 @@ def staged_stats(job: PreprocessJob) -> tuple[dict, dict]:
 
 def staged_rejects(job: PreprocessJob) -> list[dict]:
     """The staged rejects ledger, parsed."""
-    with FileSystems.open(FileSystems.join(job.staging_dir, layout.REJECTS),
-                          compression_type="uncompressed") as handle:
-        return [json.loads(line) for line in handle.read().decode("utf-8").splitlines() if line]
+    text = read_bytes(FileSystems.join(job.staging_dir, layout.REJECTS)).decode("utf-8")
+    return [json.loads(line) for line in text.splitlines() if line]
 
 
 def discard_staging(job: PreprocessJob) -> None:

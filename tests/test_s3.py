@@ -35,6 +35,34 @@ def test_storage_reads_globs_and_times(local_s3):
         GFILE.read_text(f"{url}/out/missing")
 
 
+def test_file_reads_go_through_one_client_with_beams_settings(local_s3, monkeypatch):
+    """`file_reads.read_bytes` on s3:// gives Beam's bytes and errors, and creates no boto3
+    client per read (Beam's file system makes one per open: ~110 ms of CPU each)."""
+    import botocore.session
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms.file_reads import read_bytes
+    url = local_s3.bucket("pm-reads")
+    for key, body in (("a.bin", bytes(range(256)) * 3), ("empty", b"")):
+        local_s3.client.put_object(Bucket="pm-reads", Key=key, Body=body)
+    monkeypatch.setattr(FileSystems, "_pipeline_options", None)  # undone at the end
+    FileSystems.set_options(PipelineOptions(local_s3.flags))
+    with FileSystems.open(f"{url}/a.bin", compression_type="uncompressed") as handle:
+        beams = handle.read()
+    assert read_bytes(f"{url}/a.bin") == beams == bytes(range(256)) * 3
+    created = []
+    original = botocore.session.Session.create_client
+    monkeypatch.setattr(botocore.session.Session, "create_client",
+                        lambda self, *a, **k: created.append(a) or original(self, *a, **k))
+    assert [read_bytes(f"{url}/a.bin", limit) for limit in (0, 1, 5, 10_000)] == [
+        b"", b"\x00", bytes(range(5)), beams]
+    assert read_bytes(f"{url}/empty") == read_bytes(f"{url}/empty", 10) == b""
+    with pytest.raises(FileNotFoundError, match="pm-reads/missing: no such object"):
+        read_bytes(f"{url}/missing")
+    assert created == []
+
+
 def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -1,6 +1,8 @@
 """Amazon S3 (and S3-compatible servers) through boto3, for what Beam's S3 file system does not
 cover: the training reader's small files and shard downloads (`tf.io.gfile` has no `s3://` in
-TensorFlow 2.21) the run lock's conditional writes (`runners.locking.s3_lock`), and empty objects (`create_file`).
+TensorFlow 2.21), the run lock's conditional writes (`runners.locking.s3_lock`), empty objects
+(`create_file`), and reads through one shared client (`read_object`: Beam makes a client per
+open).
 
 Settings are Beam's S3 option names (`s3_endpoint_url`, `s3_region_name`, `s3_access_key_id`,
 ...); whatever is None comes from the standard AWS chain (environment such as AWS_REGION and
@@ -15,7 +17,7 @@ import functools
 import re
 
 __all__ = ["S3Error", "S3Storage", "S3_FILES", "is_s3", "split_url", "set_options", "client",
-           "describe_error", "check_bucket", "create_file"]
+           "describe_error", "check_bucket", "create_file", "read_object"]
 
 _SETTINGS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token", "s3_endpoint_url",
              "s3_region_name", "s3_api_version", "s3_verify", "s3_disable_ssl")
@@ -102,6 +104,27 @@ class _EmptySafeWriter:
         if exc_type is None or self._handle is not None:  # as Beam's own handle does
             self.close()
         return False
+
+
+def read_object(url: str, limit: int | None = None) -> bytes:
+    """The object's bytes (its first `limit` bytes when given) through the shared client with
+    the settings of Beam's FileSystems in this process (`transforms.file_reads`). Errors leave
+    as Beam's do, as OSError naming `url` (FileNotFoundError for a missing object)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    bucket, key = split_url(url)
+    extra = {} if limit is None else {"Range": f"bytes=0-{max(limit, 1) - 1}"}
+    try:
+        data = _beam_client().get_object(Bucket=bucket, Key=key, **extra)["Body"].read()
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code")
+        if code == "InvalidRange":  # an empty object has no first byte
+            return b""
+        if code in ("404", "NoSuchKey"):
+            raise FileNotFoundError(f"{url}: no such object") from exc
+        raise OSError(describe_error(exc, url) or f"{url}: {exc}") from exc
+    except BotoCoreError as exc:
+        raise OSError(describe_error(exc, url) or f"{url}: {exc}") from exc
+    return data if limit is None else data[:limit]
 
 
 def create_file(path: str, compression_type: str = "auto"):

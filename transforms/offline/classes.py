@@ -23,6 +23,8 @@ from typing import Iterable, Mapping, Sequence
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.file_reads import read_bytes
+
 __all__ = ["AssignClassIdFn", "parse_class_table", "read_class_table", "write_class_table", "class_table_bytes",
            "apply_renames", "extend_class_table", "class_name_problem"]
 
@@ -63,8 +65,7 @@ def read_class_table(path: str) -> list[str]:
     """The table at `path`, or [] when the file does not exist (first run)."""
     if not FileSystems.exists(path):
         return []
-    with FileSystems.open(path, compression_type="uncompressed") as handle:
-        return parse_class_table(handle.read().decode("utf-8"), path)
+    return parse_class_table(read_bytes(path).decode("utf-8"), path)
 
 
 def class_table_bytes(path: str, names: Sequence[str]) -> bytes:

@@ -23,6 +23,7 @@ from apache_beam.io.filesystem import FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from transforms.file_reads import read_bytes
 from transforms.offline import file_kinds, paths, progress
 from transforms.offline.image_record import ImageRecord
 
@@ -71,8 +72,7 @@ def _refusal(metadata, max_file_bytes: int | None) -> tuple[str, str] | None:
 def _head(uri: str) -> tuple[bytes | None, str]:
     """(the first bytes of a file, or None and why they could not be read)."""
     try:
-        with FileSystems.open(uri, compression_type="uncompressed") as handle:
-            return handle.read(file_kinds.HEAD_BYTES), ""
+        return read_bytes(uri, file_kinds.HEAD_BYTES), ""
     except (OSError, ValueError) as exc:  # Beam wraps remote errors in IOError (OSError)
         return None, getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
 

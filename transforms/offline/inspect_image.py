@@ -12,11 +12,11 @@ import dataclasses
 import hashlib
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
 from configs.schema import Config
+from transforms.file_reads import read_bytes
 from transforms.offline import image_header, isolation, progress, quality
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.rejects import REASONS
@@ -102,8 +102,7 @@ class InspectImageFn(beam.DoFn):
 
     def _inspect(self, record: ImageRecord) -> ImageRecord:
         try:
-            with FileSystems.open(record.uri, compression_type="uncompressed") as handle:
-                data = handle.read()
+            data = read_bytes(record.uri)
         except OSError as exc:
             return record.rejected("unreadable", f"{type(exc).__name__}: {exc}")
         record = dataclasses.replace(record, sha256=hashlib.sha256(data).hexdigest(),

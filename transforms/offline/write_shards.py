@@ -22,6 +22,7 @@ from apache_beam.metrics import Metrics
 
 from configs.schema import OutputConfig
 from transforms import codec
+from transforms.file_reads import read_bytes
 from transforms.offline import progress, splits
 from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.index_table import record_row
@@ -105,9 +106,7 @@ class _WriteShardFn(beam.DoFn):
                 size += len(chunk)
 
             for record in records:
-                with FileSystems.open(record.uri,
-                                      compression_type=CompressionTypes.UNCOMPRESSED) as source:
-                    data = source.read()
+                data = read_bytes(record.uri)
                 if hashlib.sha256(data).hexdigest() != record.sha256:
                     raise RuntimeError(
                         f"{record.uri} changed while the job ran (sha256 differs from the one "

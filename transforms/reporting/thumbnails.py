@@ -10,7 +10,7 @@ the header checks (`limits.max_pixels`, `limits.max_jpeg_scans`).
 """
 from __future__ import annotations
 
-from apache_beam.io.filesystems import FileSystems
+from transforms.file_reads import read_bytes
 
 __all__ = ["thumbnail_png", "thumbnails_png"]
 
@@ -29,8 +29,7 @@ def thumbnail_png(path: str, max_side: int = 96, max_bytes: int = _MAX_BYTES,
     from transforms.decode import decode_image
     from transforms.offline.image_header import HeaderError, jpeg_scans, read_header
     try:
-        with FileSystems.open(path, compression_type="uncompressed") as handle:
-            data = handle.read(max_bytes + 1)
+        data = read_bytes(path, max_bytes + 1)
     except OSError:
         return None
     if len(data) > max_bytes:
