@@ -200,9 +200,9 @@ class IsolatedInspectFn(beam.DoFn):
     """InspectImageFn in `processes` child processes (`isolation.ChildPool`) with a per-file
     timeout: a file on which a child dies is retried once in a fresh child and then rejected
     as `decoder_crash`; a file that takes longer than `decode.timeout_s` is rejected at once
-    (not retried: it would hang again). Elements are buffered (at most a few per child) so the
-    children always have work and several images travel per round trip; results leave in the
-    order they complete, in their own element's window."""
+    (not retried: it would hang again). Elements are buffered (two of the pool's batches per
+    child) so the children always have work and a batch of images travels per message;
+    results leave in the order they complete, in their own element's window."""
 
     def __init__(self, inspect_fn: InspectImageFn, timeout_s: float, processes: int):
         self._inspect_fn = inspect_fn  # pickled into each child
