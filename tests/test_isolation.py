@@ -11,8 +11,9 @@ from transforms.offline import isolation
 
 
 class _Worker:
-    """Squares numbers; item "crash", "crash_once", "hang" and "raise" misbehave. Attempts are
-    counted in files under `folder` (the children share no memory)."""
+    """Squares numbers; item "crash", "crash_once", "hang" and "raise" misbehave, ("slow", n)
+    takes 0.6 s to give n, bytes come back as they are. Attempts are counted in files under
+    `folder` (the children share no memory)."""
 
     def __init__(self, folder: str):
         self._folder = folder
@@ -21,7 +22,8 @@ class _Worker:
         self._pid = os.getpid()
 
     def _attempt(self, item) -> int:
-        path = os.path.join(self._folder, str(item))
+        path = os.path.join(self._folder, f"{len(item)}-bytes" if isinstance(item, bytes)
+                            else str(item))
         with open(path, "a", encoding="utf-8") as handle:
             handle.write("x")
         return os.path.getsize(path)
@@ -36,6 +38,11 @@ class _Worker:
             raise ValueError("bad item")
         if item == "crash_once":
             return "recovered"
+        if isinstance(item, tuple):
+            time.sleep(0.6)
+            return item[1]
+        if isinstance(item, bytes):
+            return item
         return item * item
 
 
@@ -77,6 +84,28 @@ def test_an_item_that_crashes_twice_fails_alone(pool, tmp_path):
     assert failure.kind == "crash" and "died" in failure.detail and "twice" in failure.detail
     assert results == {1: 1, 2: 4, 3: 9, 4: 16}
     assert (tmp_path / "crash").read_text() == "xx"
+
+
+def test_a_crash_blames_only_the_item_running_not_those_done_before_it_in_its_batch(
+        pool, tmp_path):
+    """Results travel in batches; the ones lost with the child are recomputed, not failed."""
+    results = _run_all(pool(processes=1), [1, 2, "crash", 3])
+    assert results.pop("crash").kind == "crash"
+    assert results == {1: 1, 2: 4, 3: 9}
+    assert (tmp_path / "crash").read_text() == "xx"
+
+
+def test_a_timeout_counts_from_the_items_start_not_its_batchs(pool):
+    items = [("slow", n) for n in range(4)]  # 2.4 s in one batch, 0.6 s each
+    assert _run_all(pool(processes=1, timeout_s=1.5), items) == {
+        item: item[1] for item in items}
+
+
+def test_batches_and_results_larger_than_a_pipe_do_not_block_either_side(pool):
+    items = [bytes([n]) * 300_000 for n in range(40)]
+    started = time.monotonic()
+    assert _run_all(pool(processes=2, timeout_s=20.0), items) == {item: item for item in items}
+    assert time.monotonic() - started < 20
 
 
 def test_a_hang_times_out_once_and_is_not_retried(pool, tmp_path):

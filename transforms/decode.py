@@ -83,6 +83,9 @@ def decode_image_array(contents: bytes, jpeg_ratio: int = 1, is_jpeg: bool | Non
     callers that decode one image per call (the offline inspection)."""
     if orientation is None or (jpeg_ratio != 1 and is_jpeg is None):
         return decode_image(contents, jpeg_ratio, is_jpeg, orientation).numpy()
+    # A string tensor, as decode_image makes: given Python bytes, the DecodeImage op misses
+    # TensorFlow's eager fast path and pays for its slow one (~0.03 ms a call).
+    contents = tf.constant(contents, tf.string)
     if jpeg_ratio != 1 and is_jpeg:
         image = tf.io.decode_jpeg(contents, channels=3, ratio=jpeg_ratio).numpy()
     else:

@@ -17,7 +17,7 @@ import functools
 
 import numpy as np
 
-__all__ = ["area_taps", "reduce_rows", "reduce_columns", "area_sums", "fitted_size"]
+__all__ = ["area_taps", "area_matrix", "reduce_rows", "reduce_columns", "area_sums", "fitted_size"]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -38,6 +38,21 @@ def area_taps(n: int, target: int) -> tuple[np.ndarray, np.ndarray]:
     indices.setflags(write=False)
     weights.setflags(write=False)
     return indices, weights
+
+
+@functools.lru_cache(maxsize=1024)
+def area_matrix(n: int, target: int) -> np.ndarray:
+    """float64 [target, n], read-only: row i holds cell i's weights (`area_taps` scattered), so
+    `area_matrix(n, target) @ x` is `reduce_rows(x, target, ...)` as floats: exact whatever the
+    product's summation order while max(|x|) * n * (x's other side) < 2**53, as every term and
+    partial sum is then an integer float64 holds. For small images one BLAS call beats the taps."""
+    indices, weights = area_taps(n, target)
+    matrix = np.zeros((target, n))
+    cells = np.arange(target)
+    for tap in range(indices.shape[0]):
+        np.add.at(matrix, (cells, indices[tap]), weights[tap])
+    matrix.setflags(write=False)
+    return matrix
 
 
 def reduce_rows(values: np.ndarray, target: int, dtype) -> np.ndarray:

@@ -2,13 +2,15 @@
 so that native code crashing or hanging on one item costs only that item.
 
 `ChildPool(worker, processes, timeout_s)` starts `processes` children from a forkserver; each
-calls `worker.setup()` once, then `worker.run(item)` for every item it is sent and sends each
-result back as soon as it has it. Items go to a child several at a time (one message per
-batch) and each child keeps a few queued, so no child waits for the parent and the parent
-never waits for one item at a time. `put(key, item)` queues an item; `poll(wait)` returns
-`(key, result)` pairs as they complete, in any order; a result is the worker's return value,
-or a `Failure` when the item crashed its child twice (each time in a fresh child), timed out
-(not retried: a hang would hang again, and cost the timeout again), or raised in the worker.
+calls `worker.setup()` once, then `worker.run(item)` for every item it is sent. Items travel
+in batches, one message each way per batch, and each child holds two batches, so no child waits
+for the parent and the parent never handles one item at a time. Which item a child is running
+and since when it keeps in a few numbers shared with the parent (`_Progress`): a crash blames
+that item alone and a timeout counts from its start, as if results came back one by one.
+`put(key, item)` queues an item; `poll(wait)` returns `(key, result)` pairs as they complete,
+in any order; a result is the worker's return value, or a `Failure` when the item crashed its
+child twice (each time in a fresh child), timed out (not retried: a hang would hang again, and
+cost the timeout again), or raised in the worker.
 
 Children come from a forkserver, never from fork() of the caller: a Beam worker runs gRPC and
 TensorFlow threads, and a child fork()ed while one of them holds an abseil mutex aborts
@@ -21,9 +23,12 @@ import collections
 import contextlib
 import dataclasses
 import multiprocessing
-import multiprocessing.connection
 import os
+import pickle
+import queue
+import selectors
 import sys
+import threading
 import time
 
 __all__ = ["ChildPool", "Failure", "main_script_hidden", "start_forkserver", "QUEUED_PER_CHILD",
@@ -33,7 +38,8 @@ __all__ = ["ChildPool", "Failure", "main_script_hidden", "start_forkserver", "QU
 # in inspect_image (which imports TensorFlow), so the launcher can start the forkserver before
 # its own TensorFlow import and the two imports run side by side.
 DECODER_PRELOAD = ("tensorflow", "transforms.offline.inspect_image")
-QUEUED_PER_CHILD = 4   # items a child holds: it never waits for the parent between items
+QUEUED_PER_CHILD = 16  # items a child holds: two batches, so it never waits for the parent
+_BATCH = QUEUED_PER_CHILD // 2  # items per message; a message each way costs ~0.1 ms of CPU
 _READY = "ready"
 _START_TIMEOUT_S = 300.0  # a child's setup (imports, first decode) on a very busy machine
 
@@ -63,8 +69,32 @@ def _cloud_environment() -> dict:
     return {k: v for k, v in os.environ.items() if k.startswith(_CLOUD_ENVIRONMENT)}
 
 
-def _child_main(connection, worker, filesystem_options=None, environment=None) -> None:
-    """The child's loop: setup once, then results one by one for each batch received."""
+class _Progress:
+    """A child's progress through the items it was sent, in memory shared with the parent:
+    items started, items finished, and when the last one started or finished (time.monotonic,
+    one clock for every process). The child writes the time before the count, the parent
+    reads the counts before the time, so a count it sees never comes with an older time."""
+
+    def __init__(self, context):
+        self._values = context.RawArray("d", 3)  # started, finished, changed
+
+    def start(self) -> None:
+        self._values[2] = time.monotonic()
+        self._values[0] += 1
+
+    def finish(self) -> None:
+        self._values[2] = time.monotonic()
+        self._values[1] += 1
+
+    def read(self) -> tuple[int, int, float]:
+        """(started, finished, changed)."""
+        started, finished = int(self._values[0]), int(self._values[1])
+        return started, finished, self._values[2]
+
+
+def _child_main(connection, worker, progress, filesystem_options=None,
+                environment=None) -> None:
+    """The child's loop: setup once, then for each batch received one message of results."""
     if environment is not None:  # the parent's cloud variables, exactly
         for name in [k for k in os.environ if k.startswith(_CLOUD_ENVIRONMENT)]:
             del os.environ[name]
@@ -74,19 +104,40 @@ def _child_main(connection, worker, filesystem_options=None, environment=None) -
         FileSystems.set_options(filesystem_options)
     worker.setup()
     connection.send(_READY)
+    # Results leave from a thread of their own, so this one is always back in recv() soon:
+    # a parent blocked sending a big batch never waits on a child blocked sending results.
+    outbox: queue.SimpleQueue = queue.SimpleQueue()
+    sender = threading.Thread(target=_send_all, args=(connection, outbox), daemon=True)
+    sender.start()
     while True:
         try:
             batch = connection.recv()
         except (EOFError, OSError):  # the parent is gone
-            return
+            batch = None
         if batch is None:
+            outbox.put(None)
+            sender.join()
             return
+        results = []
         for key, item in batch:
+            progress.start()
             try:
                 result = worker.run(item)
             except Exception as exc:  # noqa: BLE001 - reported as this item's Failure
                 result = Failure("error", f"{type(exc).__name__}: {str(exc)[:500]}")
-            connection.send((key, result))
+            # pickled while it is the running item: a result that cannot be sent crashes it
+            results.append((key, pickle.dumps(result, pickle.HIGHEST_PROTOCOL)))
+            progress.finish()
+        outbox.put(results)
+
+
+def _send_all(connection, outbox) -> None:
+    """Sends each message of `outbox` until None (or until the parent is gone)."""
+    while (message := outbox.get()) is not None:
+        try:
+            connection.send(message)
+        except OSError:
+            return
 
 
 @contextlib.contextmanager
@@ -122,26 +173,37 @@ def start_forkserver(preload) -> None:
 
 
 class _Child:
-    """One child process, the items it holds (oldest first) and when its current item began."""
+    """One child process, the items it holds (oldest first: the order it runs them), how many
+    results it returned and when the parent last sent it work or heard from it."""
 
     def __init__(self, context, worker, filesystem_options=None):
         self.connection, child_end = context.Pipe()
+        self.progress = _Progress(context)
         with main_script_hidden():
             self.process = context.Process(target=_child_main,
-                                           args=(child_end, worker, filesystem_options,
-                                                 _cloud_environment()),
+                                           args=(child_end, worker, self.progress,
+                                                 filesystem_options, _cloud_environment()),
                                            daemon=True)
             self.process.start()
         child_end.close()
         self.ready = False
         self.held: collections.deque = collections.deque()
+        self.returned = 0
         self.started = self.since = time.monotonic()
 
     def send(self, batch: list) -> None:
         if not self.held:
             self.since = time.monotonic()
         self.held.extend(batch)
-        self.connection.send(batch)
+        with contextlib.suppress(OSError):  # a dead child: its end of file tells `poll`
+            self.connection.send(batch)
+
+    def current(self) -> tuple[int, float]:
+        """(position in `held` of the item running, or else of the next to run; when it
+        started, or when the child last finished an item or heard from the parent)."""
+        started, finished, changed = self.progress.read()
+        position = started - self.returned - (1 if started > finished else 0)
+        return min(position, len(self.held) - 1), max(changed, self.since)
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
@@ -165,11 +227,14 @@ class ChildPool:
         self._context.set_forkserver_preload(list(preload))
         self._queue: collections.deque = collections.deque()
         self._crashes: collections.Counter = collections.Counter()
+        self._selector = selectors.DefaultSelector()  # every child's end, registered once
         self._children = [self._start() for _ in range(processes)]
         self._failed_starts = 0
 
     def _start(self) -> _Child:
-        return _Child(self._context, self._worker, self._filesystem_options)
+        child = _Child(self._context, self._worker, self._filesystem_options)
+        self._selector.register(child.connection, selectors.EVENT_READ, child)
+        return child
 
     @property
     def in_flight(self) -> int:
@@ -181,19 +246,27 @@ class ChildPool:
 
     def _dispatch(self) -> None:
         for child in self._children:
-            if not self._queue or not child.ready:
-                continue
-            room = QUEUED_PER_CHILD - len(child.held)
-            if room >= QUEUED_PER_CHILD // 2:
-                batch = [self._queue.popleft() for _ in range(min(room, len(self._queue)))]
-                child.send(batch)
+            while self._queue and child.ready and \
+                    QUEUED_PER_CHILD - len(child.held) >= _BATCH:
+                child.send([self._queue.popleft()
+                            for _ in range(min(_BATCH, len(self._queue)))])
 
     def _replace(self, index: int) -> None:
         """Stops child `index` and starts a fresh one; what it held goes back to the queue."""
         child = self._children[index]
+        self._selector.unregister(child.connection)
         child.stop()
         self._queue.extendleft(reversed(child.held))
         self._children[index] = self._start()
+
+    def _take_current(self, index: int):
+        """Removes and returns the (key, item) child `index` was running (or was to run next);
+        the items it held before it finished, but their results died with the child."""
+        child = self._children[index]
+        position, _since = child.current()
+        key_item = child.held[position]
+        del child.held[position]
+        return key_item
 
     def _child_died(self, index: int) -> list:
         child = self._children[index]
@@ -204,7 +277,10 @@ class ChildPool:
                                    f"first item (exit code {child.process.exitcode}).")
             self._replace(index)
             return []
-        key, item = child.held.popleft()
+        if not child.held:  # died idle: nothing was lost
+            self._replace(index)
+            return []
+        key, item = self._take_current(index)
         child.process.join(5)
         self._crashes[key] += 1
         self._replace(index)
@@ -220,14 +296,17 @@ class ChildPool:
             message = child.connection.recv()
         except (EOFError, OSError):
             return self._child_died(index)
-        if message == _READY:
+        if isinstance(message, str):  # _READY
             child.ready = True
             return []
-        key, result = message
-        child.held.popleft()
         child.since = time.monotonic()
-        self._crashes.pop(key, None)
-        return [(key, result)]
+        child.returned += len(message)
+        done = []
+        for key, result in message:  # in the order sent
+            child.held.popleft()
+            self._crashes.pop(key, None)
+            done.append((key, pickle.loads(result)))
+        return done
 
     def _expire(self, now: float) -> list:
         done = []
@@ -235,8 +314,8 @@ class ChildPool:
             if not child.ready and now - child.started > _START_TIMEOUT_S:
                 raise RuntimeError(f"An isolating child process did not start within "
                                    f"{_START_TIMEOUT_S:g} s.")
-            if child.held and now - child.since > self._timeout_s:
-                key, _item = child.held.popleft()
+            if child.held and now - child.current()[1] > self._timeout_s:
+                key, _item = self._take_current(index)
                 self._replace(index)
                 done.append((key, Failure(
                     "timeout", f"no result within decode.timeout_s={self._timeout_s:g}")))
@@ -247,16 +326,16 @@ class ChildPool:
         that are done; with `wait`, blocks until at least one is (when any is in flight)."""
         while True:
             self._dispatch()
-            busy = {child.connection: index for index, child in enumerate(self._children)
-                    if child.held or not child.ready}
-            now = time.monotonic()
-            deadlines = [child.since + self._timeout_s for child in self._children
-                         if child.held]
-            timeout = max(0.0, min(deadlines, default=now + 1.0) - now) if wait else 0.0
-            ready = multiprocessing.connection.wait(list(busy), timeout)
+            timeout = 0.0
+            if wait and self.in_flight:
+                now = time.monotonic()
+                deadlines = [child.current()[1] + self._timeout_s
+                             for child in self._children if child.held]
+                timeout = max(0.0, min(deadlines, default=now + 1.0) - now)
             done = []
-            for connection in ready:
-                done += self._receive(busy[connection])
+            for selected, _events in self._selector.select(timeout):
+                if selected.data in self._children:  # not replaced while handling this round
+                    done += self._receive(self._children.index(selected.data))
             done += self._expire(time.monotonic())
             if done or not wait or not self.in_flight:
                 return done
@@ -268,8 +347,10 @@ class ChildPool:
     def close(self) -> None:
         """Stops every child (items still held are dropped)."""
         for child in self._children:
+            self._selector.unregister(child.connection)
             with contextlib.suppress(OSError, ValueError):
                 child.connection.send(None)
             child.stop()
         self._children = []
         self._queue.clear()
+        self._selector.close()

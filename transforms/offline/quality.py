@@ -159,8 +159,8 @@ def _order_statistics(luma_1000: np.ndarray, levels: np.ndarray, counts: np.ndar
     are sorted."""
     ends = np.cumsum(counts)
     by_level: dict[int, list] = {}
-    for rank in ranks:
-        by_level.setdefault(int(np.searchsorted(ends, rank, side="right")), []).append(rank)
+    for rank, level in zip(ranks, np.searchsorted(ends, ranks, side="right").tolist()):
+        by_level.setdefault(level, []).append(rank)
     flat_luma, flat_levels = luma_1000.ravel(), levels.ravel()
     values = {}
     for level, level_ranks in by_level.items():
@@ -170,20 +170,28 @@ def _order_statistics(luma_1000: np.ndarray, levels: np.ndarray, counts: np.ndar
     return values
 
 
-def _percentiles(luma_1000: np.ndarray, levels: np.ndarray, counts: np.ndarray) -> list[float]:
-    """`np.percentile(luma_1000 / 1000.0, [1, 99])` (method "linear"), bit for bit: the same
-    virtual index, neighbours and `_lerp` arithmetic in float64 (tests compare the two)."""
-    last = luma_1000.size - 1
+@functools.lru_cache(maxsize=1024)
+def _percentile_plan(size: int) -> tuple[list, list, list, list]:
+    """np.percentile's neighbours and weights for `_PERCENTILES` of `size` values: previous,
+    following, gamma (lists, one per percentile) and the sorted ranks needed."""
+    last = size - 1
     virtual = last * _PERCENTILES
     previous = np.floor(virtual).astype(np.int64)
     following = previous + 1
     at_end = virtual >= last
     previous[at_end] = following[at_end] = last
-    stats = _order_statistics(luma_1000, levels, counts,
-                              sorted(set(previous.tolist() + following.tolist())))
     gamma = virtual - np.where(at_end, -1, previous)  # numpy's gamma uses index -1 there
+    ranks = sorted(set(previous.tolist() + following.tolist()))
+    return previous.tolist(), following.tolist(), gamma.tolist(), ranks
+
+
+def _percentiles(luma_1000: np.ndarray, levels: np.ndarray, counts: np.ndarray) -> list[float]:
+    """`np.percentile(luma_1000 / 1000.0, [1, 99])` (method "linear"), bit for bit: the same
+    virtual index, neighbours and `_lerp` arithmetic in float64 (tests compare the two)."""
+    previous, following, gammas, ranks = _percentile_plan(luma_1000.size)
+    stats = _order_statistics(luma_1000, levels, counts, ranks)
     result = []
-    for low, high, weight in zip(previous.tolist(), following.tolist(), gamma.tolist()):
+    for low, high, weight in zip(previous, following, gammas):
         a, b = np.float64(stats[low] / 1000.0), np.float64(stats[high] / 1000.0)
         weight = np.float64(weight)
         difference = b - a
@@ -255,17 +263,27 @@ def _center(luma_1000: np.ndarray) -> np.ndarray:
     return luma_1000[top:top + keep_h, left:left + keep_w]
 
 
+# Up to this many luma pixels the hash's area sums are two float64 products with
+# area_matrix (exact: 255000 * pixels < 2**53) instead of the taps: fewer calls on thumbnails;
+# larger, the taps are faster (and BLAS may start threads).
+_MATRIX_RESIZE_PIXELS = 160 * 160
+
+
 def _hash_of_luma(luma_1000: np.ndarray) -> str:
-    sums, divisor = area_resize.area_sums(luma_1000, _HASH_RESIZE, _HASH_RESIZE)
-    luma = sums / (divisor * 1000.0)
+    height, width = luma_1000.shape
+    if height * width <= _MATRIX_RESIZE_PIXELS:
+        sums = (area_resize.area_matrix(height, _HASH_RESIZE) @ luma_1000
+                @ area_resize.area_matrix(width, _HASH_RESIZE).T)
+    else:
+        sums, _ = area_resize.area_sums(luma_1000, _HASH_RESIZE, _HASH_RESIZE)
+    luma = sums / (height * width * 1000.0)  # the same integers either way, so the same floats
     dct = _dct_matrix(_HASH_RESIZE)
     coefficients = (dct @ luma @ dct.T)[:_HASH_LOW, :_HASH_LOW].ravel()
     coefficients = np.round(coefficients, 6)
-    median = np.median(coefficients[1:])
-    value = 0
-    for bit in coefficients > median:
-        value = (value << 1) | int(bit)
-    return f"{value:016x}"
+    # np.median of the 63 (odd) AC terms is the middle one after a partition: the same value
+    middle = (coefficients.size - 1) // 2
+    median = np.partition(coefficients[1:], middle)[middle]
+    return np.packbits(coefficients > median).tobytes().hex()
 
 
 def _hash_value(phash: str, name: str) -> int:
