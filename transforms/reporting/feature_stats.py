@@ -38,7 +38,7 @@ from tfx_bsl import sketches
 
 from transforms.snapshot_layout import feature_stats_name
 
-__all__ = ["record_features", "FeatureStatsFn", "to_statistics_list",
+__all__ = ["record_features", "summarize_features", "FeatureStatsFn", "to_statistics_list",
            "WriteFeatureStatistics"]
 
 _EPS = 0.01                      # TFDV's quantiles sketch error
@@ -64,23 +64,32 @@ def record_features(serialized: bytes) -> tuple:
     result = []
     for key, feature in sorted(example.features.feature.items()):
         kind = feature.WhichOneof("kind")
-        if kind is None:
-            continue
-        values = list(getattr(feature, kind).value)
-        if kind == "bytes_list":
-            values = [_string_or_digest(v) for v in values]
-        result.append((key, kind, tuple(values)))
-    return tuple(result)
+        if kind is not None:
+            result.append((key, kind, tuple(getattr(feature, kind).value)))
+    return summarize_features(result)
+
+
+def summarize_features(features) -> tuple:
+    """`record_features` of the Example whose features (`codec.example_features`: (key, kind,
+    values) sorted by key, as a parser reads them) are given, without serializing and parsing
+    it again."""
+    return tuple((key, kind, tuple(_string_or_digest(v) for v in values)
+                  if kind == "bytes_list" else tuple(values))
+                 for key, kind, values in features)
 
 
 def _string_or_digest(value: bytes):
+    if len(value) <= _LARGE_STRING:
+        try:
+            value.decode("utf-8")
+            return value
+        except UnicodeDecodeError:
+            pass
     try:
         value.decode("utf-8")
         utf8 = True
     except UnicodeDecodeError:
         utf8 = False
-    if utf8 and len(value) <= _LARGE_STRING:
-        return value
     return (len(value), hashlib.sha1(value).digest(), utf8)
 
 
