@@ -113,8 +113,7 @@ def _reject_forgotten(record: ImageRecord, paths: frozenset, shas: frozenset) ->
 
 
 def _assign_split(record: ImageRecord, ratios):
-    return dataclasses.replace(record, split=splits.assign_split(record.sha256, ratios,
-                                                                 record.split))
+    return record.replace(split=splits.assign_split(record.sha256, ratios, record.split))
 
 
 class ReadInputs(beam.PTransform):

@@ -59,3 +59,14 @@ def test_an_unpickled_record_is_a_whole_frozen_record():
                                                                                 split="test")
         with pytest.raises(dataclasses.FrozenInstanceError):
             loaded.split = "test"
+
+
+def test_replace_is_dataclasses_replace():
+    record = _inspected()
+    assert record.replace(split="test", label_id=3) == dataclasses.replace(
+        record, split="test", label_id=3)
+    assert record.split == "train"
+    with pytest.raises(TypeError, match="splt"):
+        record.replace(splt="test")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.replace(split="test").split = "train"
