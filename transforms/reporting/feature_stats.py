@@ -173,9 +173,11 @@ class _Feature:
     def add(self, values: tuple) -> None:
         self.present += 1
         count = len(values)
-        self.num_values = [min(self.num_values[0], count), max(self.num_values[1], count),
-                           self.num_values[2] + count]
-        self.num_values_quantiles.add([count])
+        num_values = self.num_values
+        num_values[0] = min(num_values[0], count)
+        num_values[1] = max(num_values[1], count)
+        num_values[2] += count
+        self.num_values_quantiles.add((count,))
         if not values:
             return
         if self.kind == "bytes_list":
@@ -189,24 +191,33 @@ class _Feature:
         if not finite:
             return
         self.count += len(finite)
+        sums, squares = self.sum.by_scale, self.squares.by_scale
         for value in finite:
             numerator, denominator = value.as_integer_ratio()
             scale = denominator.bit_length() - 1
-            self.sum.add(numerator, scale)
-            self.squares.add(numerator * numerator, 2 * scale)
-        self.extent = [min(self.extent[0], min(finite)), max(self.extent[1], max(finite))]
-        self.zeros += sum(1 for v in finite if v == 0)
+            sums[scale] = sums.get(scale, 0) + numerator  # _ExactSum.add, inlined
+            squares[2 * scale] = squares.get(2 * scale, 0) + numerator * numerator
+        extent = self.extent
+        extent[0] = min(extent[0], min(finite))
+        extent[1] = max(extent[1], max(finite))
+        self.zeros += finite.count(0)
         self.quantiles.add(finite)
 
     def _add_bytes(self, values: tuple) -> None:
         strings = [v for v in values if isinstance(v, bytes)]
-        digests = [v for v in values if not isinstance(v, bytes)]
-        lengths = [len(v) for v in strings] + [v[0] for v in digests]
-        self.lengths = [min(self.lengths[0], min(lengths)), max(self.lengths[1], max(lengths)),
-                        self.lengths[2] + sum(lengths)]
-        self.invalid_utf8 += sum(1 for _, _, utf8 in digests if not utf8)
-        self.kmv_pending += strings
-        self.kmv_pending += [digest for _, digest, _ in digests]
+        if len(strings) == len(values):
+            lengths = [len(v) for v in strings]
+            self.kmv_pending += strings
+        else:
+            digests = [v for v in values if not isinstance(v, bytes)]
+            lengths = [len(v) for v in strings] + [v[0] for v in digests]
+            self.invalid_utf8 += sum(1 for _, _, utf8 in digests if not utf8)
+            self.kmv_pending += strings
+            self.kmv_pending += [digest for _, digest, _ in digests]
+        known = self.lengths
+        known[0] = min(known[0], min(lengths))
+        known[1] = max(known[1], max(lengths))
+        known[2] += sum(lengths)
         if len(self.kmv_pending) >= _KMV_BATCH:
             self.distinct()
         if strings:
