@@ -113,8 +113,7 @@ def _reject_forgotten(record: ImageRecord, paths: frozenset, shas: frozenset) ->
 
 
 def _assign_split(record: ImageRecord, ratios):
-    return dataclasses.replace(record, split=splits.assign_split(record.sha256, ratios,
-                                                                 record.split))
+    return record.replace(split=splits.assign_split(record.sha256, ratios, record.split))
 
 
 class ReadInputs(beam.PTransform):
@@ -190,11 +189,14 @@ class InspectAndLabel(beam.PTransform):
         if any(self._forgotten):
             inspected = inspected | "RejectForgotten" >> beam.Map(_reject_forgotten,
                                                                   *self._forgotten)
-        labelled, rejected = (
-            (inspected, planned[REJECTED])
-            | "AllImages" >> beam.Flatten()
+        labelled, rejected_inspected = (
+            inspected
             | "ResolveLabels" >> beam.Map(resolve_labels, config, folder_labels)
             | "RouteLabelled" >> _Route())
+        # Discovery rejects carry no CSV rows and stay rejected, so they join the rejects
+        # alone: the inspected records do not pass through a Flatten (one more copy of each).
+        rejected = ((rejected_inspected, planned[REJECTED])
+                    | "AllImageRejects" >> beam.Flatten())
         split = rejected | "SplitQualityRejects" >> beam.FlatMap(_route_quality).with_outputs(
             _QUALITY, main="other")
         return Inspected(labelled=labelled, rejected=split.other,

@@ -1,8 +1,10 @@
 """ImageRecord's pickled form: what Beam's fallback coder writes at every shuffle."""
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
+import pytest
 from apache_beam.internal import pickler
 
 from transforms.offline import quality_rules
@@ -47,3 +49,24 @@ def test_the_names_were_a_quarter_of_a_typical_record():
     named = pickle.dumps((ImageRecord, tuple(getattr(record, name) for name in
                                              ImageRecord.__dataclass_fields__)))
     assert len(pickle.dumps(record)) < 0.8 * len(named)
+
+
+def test_an_unpickled_record_is_a_whole_frozen_record():
+    for record in (_inspected(), _inspected(metrics=())):
+        loaded = pickle.loads(pickle.dumps(record))
+        assert loaded == record and hash(loaded) == hash(record)
+        assert dataclasses.replace(loaded, split="test") == dataclasses.replace(record,
+                                                                                split="test")
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            loaded.split = "test"
+
+
+def test_replace_is_dataclasses_replace():
+    record = _inspected()
+    assert record.replace(split="test", label_id=3) == dataclasses.replace(
+        record, split="test", label_id=3)
+    assert record.split == "train"
+    with pytest.raises(TypeError, match="splt"):
+        record.replace(splt="test")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.replace(split="test").split = "train"

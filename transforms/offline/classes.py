@@ -15,7 +15,6 @@ writing checks every name first.
 """
 from __future__ import annotations
 
-import dataclasses
 import typing
 import unicodedata
 from typing import Iterable, Mapping, Sequence
@@ -131,4 +130,4 @@ class AssignClassIdFn(beam.DoFn):
         if unknown:
             yield record.rejected("bad_box", f"box classes {unknown} are not in the class table")
             return
-        yield dataclasses.replace(record, label_id=ids[record.label])
+        yield record.replace(label_id=ids[record.label])

@@ -196,7 +196,7 @@ class _ClassifyFileFn(beam.DoFn):
 
 
 class Discovered(typing.NamedTuple):
-    """DiscoverImages' outputs: `refs` (a FileRef per image file, spread across workers),
+    """DiscoverImages' outputs: `refs` (a FileRef per image file, grouped by path),
     `rejected` (an ImageRecord per file rejected unopened), `other_files` (the extension key
     of every file that is no image)."""
     refs: beam.PCollection
@@ -239,8 +239,9 @@ class DiscoverImages(beam.PTransform):
             | "OnePerRelPath" >> beam.ParDo(_OnePerRelPathFn()).with_outputs(
                 UNSAFE_TAG, main="ok"))
         rejected = (unsafe + [grouped[UNSAFE_TAG]]) | "FlattenRejected" >> beam.Flatten()
-        return Discovered(grouped.ok | "Spread" >> beam.Reshuffle(), rejected,
-                          other | "FlattenOtherFiles" >> beam.Flatten())
+        # No Reshuffle: GroupByRelPath spread the refs already, and every consumer keys them
+        # for its own shuffle (PlanImages' join); one would only copy every ref once more.
+        return Discovered(grouped.ok, rejected, other | "FlattenOtherFiles" >> beam.Flatten())
 
 
 class _OnePerRelPathFn(beam.DoFn):

@@ -6,6 +6,7 @@ row per input with whatever was learned about it before a rule rejected it.
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 from transforms.offline import quality_rules
 from transforms.offline.rejects import IMAGE, Reject
@@ -47,26 +48,49 @@ class ImageRecord:
         """Pickled as its field values in order, without their names: Beam's fallback coder
         pickles every record at every shuffle, so fewer bytes mean less shuffle and memory
         (figures: docs/benchmarks.md). Metrics named as the record contract names them (every
-        inspected record's) travel as their values alone."""
-        values = [getattr(self, name) for name in _FIELD_NAMES]
-        if tuple(name for name, _ in self.metrics) == RECORD_METRICS:
-            values[_METRICS_AT] = tuple(value for _, value in self.metrics)
+        inspected record's) travel as their values alone. Unpickling fills the fields in
+        without running `__init__` again (a third of the cost of a load)."""
+        values = _FIELD_VALUES(self)
+        metrics = self.metrics
+        if (len(metrics) == len(RECORD_METRICS)
+                and tuple(name for name, _ in metrics) == RECORD_METRICS):
+            values = list(values)
+            values[_METRICS_AT] = tuple(value for _, value in metrics)
             return _with_contract_metrics, tuple(values)
-        return ImageRecord, tuple(values)
+        return _restore, values
+
+    def replace(self, **changes) -> "ImageRecord":
+        """`dataclasses.replace(self, **changes)` without running `__init__` again (a record
+        is replaced at several steps of the job: this costs a fifth)."""
+        if not changes.keys() <= _FIELD_SET:
+            raise TypeError(f"ImageRecord has no field {sorted(changes.keys() - _FIELD_SET)}")
+        record = object.__new__(ImageRecord)
+        record.__dict__.update(self.__dict__)
+        record.__dict__.update(changes)
+        return record
 
     def rejected(self, reason: str, detail: str) -> "ImageRecord":
-        return dataclasses.replace(self, reject=Reject(
+        return self.replace(reject=Reject(
             path=self.path, reason=reason, detail=detail, kind=IMAGE, sha256=self.sha256))
 
 
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ImageRecord))
+_FIELD_SET = frozenset(_FIELD_NAMES)
 _METRICS_AT = _FIELD_NAMES.index("metrics")
+_FIELD_VALUES = operator.attrgetter(*_FIELD_NAMES)
 RECORD_METRICS = tuple(sorted(quality_rules.metric_names()))
 """The metric names of an inspected record, in its `metrics` order (sorted by name)."""
+
+
+def _restore(*values) -> ImageRecord:
+    """The ImageRecord `__reduce__` took apart (its values are a record's, checked already)."""
+    record = object.__new__(ImageRecord)
+    record.__dict__.update(zip(_FIELD_NAMES, values))
+    return record
 
 
 def _with_contract_metrics(*values) -> ImageRecord:
     """An ImageRecord from `__reduce__`'s values whose metrics are the values alone."""
     values = list(values)
     values[_METRICS_AT] = tuple(zip(RECORD_METRICS, values[_METRICS_AT]))
-    return ImageRecord(*values)
+    return _restore(*values)

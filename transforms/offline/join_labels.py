@@ -16,7 +16,6 @@ candidate after `resolve_labels` has one label, or is rejected as `unlabeled`,
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import posixpath
 import typing
@@ -141,7 +140,7 @@ def resolve_labels(record: ImageRecord, config: Config, folder_labels: bool) -> 
     its folder), or rejects it. The rows are dropped from the record afterwards."""
     label_rows = sorted(record.label_rows, key=lambda r: r.source)
     box_rows = sorted(record.box_rows, key=lambda r: r.source)
-    record = dataclasses.replace(record, label_rows=(), box_rows=())
+    record = record.replace(label_rows=(), box_rows=())
     if record.reject:
         return record
     renames = dict(config.classes.renames)
@@ -157,15 +156,15 @@ def resolve_labels(record: ImageRecord, config: Config, folder_labels: bool) -> 
         for row in label_rows:
             for column, value in row.meta:
                 meta.setdefault(column, value)
-        record = dataclasses.replace(record, label=labels[0],
-                                     split=splits[0] if splits else None,
-                                     meta=tuple(sorted(meta.items())))
+        record = record.replace(label=labels[0],
+                                split=splits[0] if splits else None,
+                                meta=tuple(sorted(meta.items())))
     elif folder_labels and _folder_label(record.path):
         folder = _folder_label(record.path)
         problem = class_name_problem(folder)
         if problem:
             return record.rejected("bad_label", f"the class folder name {problem}")
-        record = dataclasses.replace(record, label=renames.get(folder, folder))
+        record = record.replace(label=renames.get(folder, folder))
     else:
         why = ("no label CSV row names this image" if not folder_labels
                else "not inside a class folder (<root>/<class>/<image>)")
@@ -176,7 +175,7 @@ def resolve_labels(record: ImageRecord, config: Config, folder_labels: bool) -> 
                 box_rows, record.width, record.height, config.boxes)
         except box_rules.BadBox as exc:
             return record.rejected("bad_box", str(exc))
-        record = dataclasses.replace(record, boxes=tuple(
+        record = record.replace(boxes=tuple(
             (x0, y0, x1, y1, renames.get(label, label)) for x0, y0, x1, y1, label in resolved))
     return record
 

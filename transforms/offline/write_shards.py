@@ -27,7 +27,7 @@ from transforms.offline import progress, splits
 from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.index_table import record_row
 from transforms.offline.tfrecord_framing import frame_record
-from transforms.reporting.feature_stats import record_features
+from transforms.reporting.feature_stats import summarize_features
 from transforms.s3_storage import create_file
 from transforms.snapshot_layout import dali_index_name, shard_name
 
@@ -65,8 +65,9 @@ class MetaColumns(beam.PTransform):
                 | "Sort" >> beam.Map(sorted))
 
 
-def _encode(record, data: bytes, class_ids: dict, columns, label_offset: int) -> bytes:
-    return codec.encode_example(
+def _features(record, data: bytes, class_ids: dict, columns, label_offset: int) -> tuple:
+    """`codec.example_features` of the record's Example."""
+    return codec.example_features(
         encoded=data, image_format=record.format, height=record.height, width=record.width,
         orientation=record.orientation, filename=record.path, sha256=record.sha256,
         label=record.label_id, label_text=record.label,
@@ -111,14 +112,15 @@ class _WriteShardFn(beam.DoFn):
                     raise RuntimeError(
                         f"{record.uri} changed while the job ran (sha256 differs from the one "
                         f"validated); rerun the job on a stable input.")
-                example = _encode(record, data, class_ids, columns, self._output.label_offset)
-                framed = frame_record(example)
+                features = _features(record, data, class_ids, columns,
+                                     self._output.label_offset)
+                framed = frame_record(codec.serialize_features(features))
                 dali.add(len(framed))
                 write(framed)
                 self._written.inc()
                 progress.add("written")
                 yield record_row(record, rel_path)
-                yield beam.pvalue.TaggedOutput(FEATURES, (split, record_features(example)))
+                yield beam.pvalue.TaggedOutput(FEATURES, (split, summarize_features(features)))
             if compressor is not None:
                 tail = compressor.flush()
                 handle.write(tail)

@@ -38,7 +38,7 @@ from tfx_bsl import sketches
 
 from transforms.snapshot_layout import feature_stats_name
 
-__all__ = ["record_features", "FeatureStatsFn", "to_statistics_list",
+__all__ = ["record_features", "summarize_features", "FeatureStatsFn", "to_statistics_list",
            "WriteFeatureStatistics"]
 
 _EPS = 0.01                      # TFDV's quantiles sketch error
@@ -64,23 +64,32 @@ def record_features(serialized: bytes) -> tuple:
     result = []
     for key, feature in sorted(example.features.feature.items()):
         kind = feature.WhichOneof("kind")
-        if kind is None:
-            continue
-        values = list(getattr(feature, kind).value)
-        if kind == "bytes_list":
-            values = [_string_or_digest(v) for v in values]
-        result.append((key, kind, tuple(values)))
-    return tuple(result)
+        if kind is not None:
+            result.append((key, kind, tuple(getattr(feature, kind).value)))
+    return summarize_features(result)
+
+
+def summarize_features(features) -> tuple:
+    """`record_features` of the Example whose features (`codec.example_features`: (key, kind,
+    values) sorted by key, as a parser reads them) are given, without serializing and parsing
+    it again."""
+    return tuple((key, kind, tuple(_string_or_digest(v) for v in values)
+                  if kind == "bytes_list" else tuple(values))
+                 for key, kind, values in features)
 
 
 def _string_or_digest(value: bytes):
+    if len(value) <= _LARGE_STRING:
+        try:
+            value.decode("utf-8")
+            return value
+        except UnicodeDecodeError:
+            pass
     try:
         value.decode("utf-8")
         utf8 = True
     except UnicodeDecodeError:
         utf8 = False
-    if utf8 and len(value) <= _LARGE_STRING:
-        return value
     return (len(value), hashlib.sha1(value).digest(), utf8)
 
 
@@ -164,9 +173,11 @@ class _Feature:
     def add(self, values: tuple) -> None:
         self.present += 1
         count = len(values)
-        self.num_values = [min(self.num_values[0], count), max(self.num_values[1], count),
-                           self.num_values[2] + count]
-        self.num_values_quantiles.add([count])
+        num_values = self.num_values
+        num_values[0] = min(num_values[0], count)
+        num_values[1] = max(num_values[1], count)
+        num_values[2] += count
+        self.num_values_quantiles.add((count,))
         if not values:
             return
         if self.kind == "bytes_list":
@@ -180,24 +191,33 @@ class _Feature:
         if not finite:
             return
         self.count += len(finite)
+        sums, squares = self.sum.by_scale, self.squares.by_scale
         for value in finite:
             numerator, denominator = value.as_integer_ratio()
             scale = denominator.bit_length() - 1
-            self.sum.add(numerator, scale)
-            self.squares.add(numerator * numerator, 2 * scale)
-        self.extent = [min(self.extent[0], min(finite)), max(self.extent[1], max(finite))]
-        self.zeros += sum(1 for v in finite if v == 0)
+            sums[scale] = sums.get(scale, 0) + numerator  # _ExactSum.add, inlined
+            squares[2 * scale] = squares.get(2 * scale, 0) + numerator * numerator
+        extent = self.extent
+        extent[0] = min(extent[0], min(finite))
+        extent[1] = max(extent[1], max(finite))
+        self.zeros += finite.count(0)
         self.quantiles.add(finite)
 
     def _add_bytes(self, values: tuple) -> None:
         strings = [v for v in values if isinstance(v, bytes)]
-        digests = [v for v in values if not isinstance(v, bytes)]
-        lengths = [len(v) for v in strings] + [v[0] for v in digests]
-        self.lengths = [min(self.lengths[0], min(lengths)), max(self.lengths[1], max(lengths)),
-                        self.lengths[2] + sum(lengths)]
-        self.invalid_utf8 += sum(1 for _, _, utf8 in digests if not utf8)
-        self.kmv_pending += strings
-        self.kmv_pending += [digest for _, digest, _ in digests]
+        if len(strings) == len(values):
+            lengths = [len(v) for v in strings]
+            self.kmv_pending += strings
+        else:
+            digests = [v for v in values if not isinstance(v, bytes)]
+            lengths = [len(v) for v in strings] + [v[0] for v in digests]
+            self.invalid_utf8 += sum(1 for _, _, utf8 in digests if not utf8)
+            self.kmv_pending += strings
+            self.kmv_pending += [digest for _, digest, _ in digests]
+        known = self.lengths
+        known[0] = min(known[0], min(lengths))
+        known[1] = max(known[1], max(lengths))
+        known[2] += sum(lengths)
         if len(self.kmv_pending) >= _KMV_BATCH:
             self.distinct()
         if strings:

@@ -71,6 +71,13 @@ def _bin_index(value: float, edges: tuple) -> int:
     return min(max(bisect.bisect_right(edges, value) - 1, 0), len(edges) - 2)
 
 
+def _measure(value, edges: tuple) -> tuple[int, int, int] | None:
+    """(`_exact_parts`, `_bin_index`) of a finite value; None for any other."""
+    if not math.isfinite(value):
+        return None
+    return (*_exact_parts(value), _bin_index(value, edges))
+
+
 class _Moments:
     """Exact running count, sum, sum of squares, min, max and fixed-bin histogram of a value."""
 
@@ -89,17 +96,22 @@ class _Moments:
         self.bins = [0] * (len(edges) - 1)
 
     def add(self, value) -> None:
-        if not math.isfinite(value):
+        self.add_measured(value, _measure(value, self.edges))
+
+    def add_measured(self, value, measured: tuple | None) -> None:
+        """Adds value, whose `_measure` for these edges is given (one value goes into several
+        summaries: measured once)."""
+        if measured is None:
             self.non_finite += 1
             return
-        scaled, scaled_square = _exact_parts(value)
+        scaled, scaled_square, bin_index = measured
         self.count += 1
         self.zeros += value == 0
         self.total += scaled
         self.total_squares += scaled_square
         self.minimum = value if self.minimum is None else min(self.minimum, value)
         self.maximum = value if self.maximum is None else max(self.maximum, value)
-        self.bins[_bin_index(value, self.edges)] += 1
+        self.bins[bin_index] += 1
 
     def merge(self, other: "_Moments") -> None:
         self.count += other.count
@@ -224,10 +236,13 @@ class SummarizeIndexFn(beam.CombineFn):
     def add_input(self, accumulator: _Accumulator, row: Mapping) -> _Accumulator:
         accumulator.discovered += 1
         accumulator.bytes_discovered += row["bytes"] or 0
+        measured = {}  # metric -> (value, _measure): the same for the three summaries
         for name in QUALITY_METRICS:
             value = row[f"quality_{name}"]
             if value is not None:
-                accumulator.quality_all[name].add(value)
+                moments = accumulator.quality_all[name]
+                measured[name] = value, _measure(value, moments.edges)
+                moments.add_measured(*measured[name])
         if not row["accepted"]:
             reason = row["reason"]
             if reason not in REASONS:
@@ -251,19 +266,17 @@ class SummarizeIndexFn(beam.CombineFn):
         accumulator.formats[row["format"] or _UNKNOWN_FORMAT] += 1
         width, height = row["width"], row["height"]
         split_features = _split_features(accumulator, split)
-        if width is not None:
-            accumulator.size["width"].add(width)
-            split_features["width"].add(width)
-        if height is not None:
-            accumulator.size["height"].add(height)
-            split_features["height"].add(height)
+        for name, value in (("width", width), ("height", height)):
+            if value is not None:
+                moments = accumulator.size[name]
+                measured_size = _measure(value, moments.edges)
+                moments.add_measured(value, measured_size)
+                split_features[name].add_measured(value, measured_size)
         if width is not None and height is not None:
             accumulator.size["megapixels"].add(width * height / 1e6)
-        for name in QUALITY_METRICS:
-            value = row[f"quality_{name}"]
-            if value is not None:
-                accumulator.quality[name].add(value)
-                split_features[name].add(value)
+        for name, (value, measured_value) in measured.items():
+            accumulator.quality[name].add_measured(value, measured_value)
+            split_features[name].add_measured(value, measured_value)
         pixel = _pixel_moments(row)
         if pixel is not None:
             weight, sums, square_sums = pixel

@@ -1,0 +1,67 @@
+"""The record codec writes the protobuf wire format itself: it must be byte for byte what
+tf.train.Example's deterministic serialization gives, and its feature values what a parser
+reads back."""
+from __future__ import annotations
+
+import hashlib
+import math
+
+import pytest
+import tensorflow as tf
+
+from transforms import codec
+from transforms.reporting.feature_stats import record_features, summarize_features
+
+
+def _proto_example(fields: dict) -> bytes:
+    """The Example of `fields` built with the protobuf classes (the reference)."""
+    def values(kind, items):
+        return tf.train.Feature(**{kind: {"bytes_list": tf.train.BytesList,
+                                          "float_list": tf.train.FloatList,
+                                          "int64_list": tf.train.Int64List}[kind](value=items)})
+
+    feature = {key: values(kind, list(items))
+               for key, kind, items in codec.example_features(**fields)}
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(
+        deterministic=True)
+
+
+def _fields(**changes) -> dict:
+    data = b"\xff\xd8" + bytes(range(256)) * 3
+    fields = dict(encoded=data, image_format="jpeg", height=300, width=200,
+                  filename="cat/a.jpg", sha256=hashlib.sha256(data).hexdigest(), label=2,
+                  label_text="cat", quality={"blur": 0.1, "brightness_mean": 123.456789},
+                  meta={"source": "web", "zone": ""})
+    fields.update(changes)
+    return fields
+
+
+CASES = {
+    "plain": _fields(),
+    "boxes and an offset": _fields(boxes=[(0.1, 0.2, 0.3, 0.4), (0.0, 0.5, 1.0, 1.0)],
+                                   box_labels=[2, 300], box_texts=["cat", "dög"],
+                                   label_offset=1, orientation=6),
+    "empty and large values": _fields(encoded=b"", image_format="", label_text="",
+                                      filename="x" * 200, height=2 ** 40, label=-3,
+                                      meta={"ß/ü": "€" * 100, "n": 7}),
+    "floats beyond float32": _fields(quality={"a": 1e300, "b": -1e300, "c": float("nan"),
+                                              "d": 1e-50, "e": float("inf"), "f": -0.0}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_encoded_bytes_are_the_deterministic_proto_serialization(name):
+    fields = CASES[name]
+    assert codec.encode_example(**fields) == _proto_example(fields)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_example_features_are_what_a_parser_reads_back(name):
+    fields = CASES[name]
+
+    def comparable(features):
+        return [(key, kind, ["nan" if isinstance(v, float) and math.isnan(v) else v
+                             for v in values]) for key, kind, values in features]
+
+    assert comparable(summarize_features(codec.example_features(**fields))) == comparable(
+        record_features(codec.encode_example(**fields)))
