@@ -151,3 +151,26 @@ def test_tft_transform_is_written_and_agrees_with_the_stats(snapshot):
         for name, n in per_class.items():
             totals[name] = totals.get(name, 0) + n
     assert {k: v for k, v in counts.items() if v} == totals
+
+
+@pytest.mark.slow
+def test_the_run_freezes_what_was_built_and_unfreezes_after(tmp_path, monkeypatch):
+    """`preprocess.execute` freezes the imported modules and the graph for the run (full
+    collections skip them) and unfreezes at the end: a process running jobs one after
+    another keeps nothing frozen."""
+    import gc
+
+    import apache_beam as beam
+
+    from tests.imageutil import photo_bytes, write_bytes
+    for i in range(2):
+        write_bytes(tmp_path / "images" / "cat" / f"{i}.jpg", photo_bytes(i))
+    frozen_at_run = []
+    run = beam.Pipeline.run
+    monkeypatch.setattr(beam.Pipeline, "run",
+                        lambda self, *a, **k: frozen_at_run.append(gc.get_freeze_count())
+                        or run(self, *a, **k))
+    assert gc.get_freeze_count() == 0
+    run_job(str(tmp_path / "images"), tmp_path / "out")
+    assert len(frozen_at_run) == 1 and frozen_at_run[0] > 100_000
+    assert gc.get_freeze_count() == 0
