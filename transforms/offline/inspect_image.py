@@ -9,7 +9,6 @@ that crashes or hangs rejects that one file as `decoder_crash` instead of taking
 from __future__ import annotations
 
 import collections
-import dataclasses
 import hashlib
 
 import apache_beam as beam
@@ -114,7 +113,7 @@ class InspectImageFn(beam.DoFn):
 
     def _inspect(self, record: ImageRecord) -> ImageRecord:
         """The measured record. What is learned collects in `learned` and lands in one
-        `dataclasses.replace` (each costs ~10 us, as much as a thumbnail's hash)."""
+        `ImageRecord.replace` (one copy per image, not one per step)."""
         try:
             data = read_bytes(record.uri)
         except OSError as exc:
@@ -122,7 +121,7 @@ class InspectImageFn(beam.DoFn):
         learned = {"sha256": hashlib.sha256(data).hexdigest(), "file_bytes": len(data)}
 
         def rejected(reason: str, detail: str) -> ImageRecord:
-            return dataclasses.replace(record, **learned).rejected(reason, detail)
+            return record.replace(**learned).rejected(reason, detail)
 
         try:
             header = image_header.read_header(data)
@@ -169,7 +168,7 @@ class InspectImageFn(beam.DoFn):
         verdict = quality.judge(analysis.metrics, self._config.quality)
         if verdict:
             return rejected(*verdict)
-        return dataclasses.replace(record, **learned)
+        return record.replace(**learned)
 
 
 def _decoder_message(exc) -> str:

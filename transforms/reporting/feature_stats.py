@@ -79,17 +79,13 @@ def summarize_features(features) -> tuple:
 
 
 def _string_or_digest(value: bytes):
-    if len(value) <= _LARGE_STRING:
-        try:
-            value.decode("utf-8")
-            return value
-        except UnicodeDecodeError:
-            pass
     try:
         value.decode("utf-8")
         utf8 = True
     except UnicodeDecodeError:
         utf8 = False
+    if utf8 and len(value) <= _LARGE_STRING:
+        return value
     return (len(value), hashlib.sha1(value).digest(), utf8)
 
 
