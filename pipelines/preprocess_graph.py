@@ -36,6 +36,7 @@ from transforms.live_view import removal_key
 from transforms.offline import classes, splits
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
+from transforms.offline.gather import Gather, constant
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
 from transforms.offline.inspect_image import InspectImages
@@ -52,7 +53,7 @@ from transforms.offline.join_labels import (
     resolve_labels,
     retire_inspected,
 )
-from transforms.offline.outputs import CountInto, WriteRejectsLedger, write_text
+from transforms.offline.outputs import WriteRejectsLedger, count_into, write_text
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, REASONS, Reject
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
 from transforms.offline.write_shards import FEATURES, FILES, MetaColumns, WriteShards
@@ -129,13 +130,11 @@ class ReadInputs(beam.PTransform):
         discovered = pipeline | "DiscoverImages" >> DiscoverImages(
             list(job.data_roots), job.config.discovery.extensions,
             job.config.limits.max_file_bytes)
-        label_items = (pipeline
-                       | "LabelCsvPaths" >> beam.Create(list(job.label_csvs))
+        label_items = (constant(pipeline, "LabelCsvPaths", job.label_csvs, spread=True)
                        | "ReadLabelRows" >> ReadLabelRows(job.config))
         labels = label_items | "SplitLabelRows" >> beam.FlatMap(_split_rows).with_outputs(
             REJECTED, main="rows")
-        box_items = (pipeline
-                     | "BoxCsvPaths" >> beam.Create(list(job.box_csvs))
+        box_items = (constant(pipeline, "BoxCsvPaths", job.box_csvs, spread=True)
                      | "ReadBoxRows" >> ReadBoxRows(job.config.labels.max_cell_bytes))
         boxes = box_items | "SplitBoxRows" >> beam.FlatMap(_split_rows).with_outputs(
             REJECTED, main="rows")
@@ -151,7 +150,7 @@ def _read_archive(pipeline: beam.Pipeline, archive: tuple, removed: frozenset):
     """Every row of the live snapshots' index tables, with its snapshot's run_id and whether
     its record was `removed` (retired by a later snapshot or forgotten; `live_view`)."""
     if not archive:
-        return pipeline | "NoArchive" >> beam.Create([])
+        return constant(pipeline, "NoArchive", [])
     run_ids = {path: run_id for run_id, path in archive}
 
     def with_run_id(item):
@@ -160,8 +159,7 @@ def _read_archive(pipeline: beam.Pipeline, archive: tuple, removed: frozenset):
         return dict(upgrade_row(row), run_id=run_id,  # older indexes too
                     removed=removal_key(run_id, row["path"]) in removed)
 
-    return (pipeline
-            | "ArchiveIndexPaths" >> beam.Create(sorted(run_ids))
+    return (constant(pipeline, "ArchiveIndexPaths", sorted(run_ids), spread=True)
             | "ReadArchiveIndexes" >> ReadAllFromParquet(with_filename=True)
             | "TagRunId" >> beam.Map(with_run_id))
 
@@ -219,8 +217,7 @@ class AssignClasses(beam.PTransform):
         class_table = (labelled
                        | "LabelNames" >> beam.FlatMap(_labels_of)
                        | "DistinctLabels" >> beam.Distinct()
-                       | "AllLabels" >> beam.combiners.ToList()
-                       | "ClassTable" >> beam.Map(
+                       | "ClassTable" >> Gather(
                            lambda labels: classes.extend_class_table(start_table, labels, frozen)))
         with_ids, rejected = (
             labelled
@@ -303,8 +300,7 @@ class WriteSnapshot(beam.PTransform):
                  exif_orientation=config.decode.exif_orientation))
         written[FEATURES] | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging)
         (written[FILES]
-         | "AllShardFiles" >> beam.combiners.ToList()
-         | "SortShardFiles" >> beam.Map(lambda files: sorted(
+         | "SortedShardFiles" >> Gather(lambda files: sorted(
              (dataclasses.asdict(f) for f in files), key=lambda f: f["path"]))
          | "WriteShardList" >> staged_run.write_shard_list(staging))
         class_table | "WriteClassTable" >> beam.Map(
@@ -324,11 +320,9 @@ class WriteRetirements(beam.PTransform):
 
     def expand(self, lines):
         path = self._path
-        return (lines
-                | "AllRetirements" >> beam.combiners.ToList()
-                | "WriteRetiredLedger" >> beam.Map(lambda items: write_text(path, "".join(
-                    json.dumps(line, sort_keys=True) + "\n"
-                    for line in sorted(items, key=lambda i: (i["snapshot"], i["path"]))))))
+        return lines | "WriteRetiredLedger" >> Gather(lambda items: write_text(path, "".join(
+            json.dumps(line, sort_keys=True) + "\n"
+            for line in sorted(items, key=lambda i: (i["snapshot"], i["path"])))))
 
 
 class WriteLedgers(beam.PTransform):
@@ -369,17 +363,17 @@ class Accounting(beam.PTransform):
     def expand(self, parts):
         inputs, inspected, counted = parts
         counts = [
-            inputs.refs.pipeline | "Zeros" >> beam.Create(
-                [(name, 0) for name in staged_run.SEEDED_COUNTS]),  # nothing counted is 0
-            inputs.refs | "CountDiscoveredOk" >> CountInto(count_key(IMAGES, "discovered")),
-            inputs.discovery_rejects | "CountDiscoveryRejects" >> CountInto(
+            constant(inputs.refs.pipeline, "Zeros",  # nothing counted is 0
+                     [(name, 0) for name in staged_run.SEEDED_COUNTS]),
+            inputs.refs | "CountDiscoveredOk" >> count_into(count_key(IMAGES, "discovered")),
+            inputs.discovery_rejects | "CountDiscoveryRejects" >> count_into(
                 count_key(IMAGES, "discovered")),
-            counted.accepted_rows | "CountAccepted" >> CountInto(count_key(IMAGES, "accepted")),
-            counted.image_rejects | "CountImageRejects" >> CountInto(
+            counted.accepted_rows | "CountAccepted" >> count_into(count_key(IMAGES, "accepted")),
+            counted.image_rejects | "CountImageRejects" >> count_into(
                 count_key(IMAGES, "rejected")),
-            inspected.skipped | "CountSkipped" >> CountInto(count_key(IMAGES, "skipped")),
-            inputs.label_items | "CountLabelRows" >> CountInto(count_key(LABEL_ROWS, "total")),
-            inputs.box_items | "CountBoxRows" >> CountInto(count_key(BOX_ROWS, "total")),
+            inspected.skipped | "CountSkipped" >> count_into(count_key(IMAGES, "skipped")),
+            inputs.label_items | "CountLabelRows" >> count_into(count_key(LABEL_ROWS, "total")),
+            inputs.box_items | "CountBoxRows" >> count_into(count_key(BOX_ROWS, "total")),
             (counted.all_rejects
              | "RowRejects" >> beam.Filter(lambda r: r.kind != IMAGE)
              | "RowRejectPairs" >> beam.Map(
@@ -391,9 +385,9 @@ class Accounting(beam.PTransform):
              | "ReasonKeys" >> beam.Map(lambda r: (staged_run.reason_key(r.kind, r.reason), 1))),
             (inputs.archive_rows
              | "LiveBefore" >> beam.Filter(lambda r: r["accepted"] and not r["removed"])
-             | "CountLiveBefore" >> CountInto(count_key(LIVE, "before"))),
-            inspected.kept | "CountKept" >> CountInto(count_key(LIVE, "kept")),
-            inspected.retired | "CountRetired" >> CountInto(count_key(LIVE, "retired")),
+             | "CountLiveBefore" >> count_into(count_key(LIVE, "before"))),
+            inspected.kept | "CountKept" >> count_into(count_key(LIVE, "kept")),
+            inspected.retired | "CountRetired" >> count_into(count_key(LIVE, "retired")),
             (inspected.retired
              | "RetiredKeys" >> beam.Map(lambda line: (staged_run.retired_key(line["reason"]), 1))),
             inputs.other_files | "OtherFileKeys" >> beam.Map(
@@ -402,7 +396,7 @@ class Accounting(beam.PTransform):
         return (counts
                 | "AllCounts" >> beam.Flatten()
                 | "SumPerKey" >> beam.CombinePerKey(sum)
-                | "CountsDict" >> beam.combiners.ToDict()
+                | "CountsDict" >> Gather(dict)
                 | "WriteCounts" >> staged_run.write_counts(self._staging))
 
 

@@ -47,3 +47,27 @@ def test_ledger_is_sorted_and_the_same_whatever_the_range_size(tmp_path, part_li
 
 def test_no_rejects_is_an_empty_ledger(tmp_path):
     assert _write(tmp_path, [], 7, "empty") == ""
+
+
+def test_range_sample_is_the_bottom_k_by_hash_however_the_lines_are_split():
+    """The ranges are cut from a sample that is the same on every runner: the keys of the
+    `size` lines with the lowest CRC-32, whatever bundles the lines arrive in."""
+    import zlib
+
+    from transforms.offline.outputs import SampleAndCountFn
+    lines = [((f"k{i:04d}",), f"line {i}\n") for i in range(500)]
+    expected = [key for _h, key in sorted((zlib.crc32(line.encode()), key)
+                                          for key, line in lines)[:16]]
+    fn = SampleAndCountFn(16)
+
+    def accumulate(items):
+        accumulator = fn.create_accumulator()
+        for item in items:
+            accumulator = fn.add_input(accumulator, item)
+        return accumulator
+
+    whole = fn.extract_output(accumulate(lines))
+    parts = fn.extract_output(fn.merge_accumulators(
+        [accumulate(lines[i::3]) for i in range(3)] + [fn.create_accumulator()]))
+    assert whole == parts == (expected, 500)
+    assert fn.extract_output(fn.create_accumulator()) == ([], 0)

@@ -27,6 +27,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.offline import progress, quality
 from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
+from transforms.offline.gather import JoinByKey
 from transforms.offline.near_search import search_bucket
 
 __all__ = ["DropExactDuplicates", "DropNearDuplicates", "HOT_BUCKET_VALUES"]
@@ -67,9 +68,8 @@ class DropExactDuplicates(beam.PTransform):
         self._archive = archive
 
     def expand(self, records):
-        return ({"records": records | "KeyBySha256" >> beam.Map(lambda r: (r.sha256, r)),
-                 "archive": self._archive}
-                | "GroupBySha256" >> beam.CoGroupByKey()
+        return ({"records": records, "archive": self._archive}
+                | "GroupBySha256" >> JoinByKey({"records": lambda r: (r.sha256, r)})
                 | "KeepLowestPath" >> beam.FlatMap(_keep_lowest_path))
 
 
@@ -286,9 +286,8 @@ class DropNearDuplicates(beam.PTransform):
                       | "ClosestNeighbour" >> beam.CombinePerKey(min))
         mark_args = (max_hamming,) if self._crop_max_hamming is None else (
             max_hamming, self._crop_max_hamming)
-        return ({"records": records | "KeyByPath" >> beam.Map(lambda r: (r.path, r)),
-                 "neighbours": neighbours}
-                | "JoinNeighbours" >> beam.CoGroupByKey()
+        return ({"records": records, "neighbours": neighbours}
+                | "JoinNeighbours" >> JoinByKey({"records": lambda r: (r.path, r)})
                 | "MarkNearDuplicates" >> beam.FlatMap(_mark, *mark_args))
 
     def _crop_search(self, records):

@@ -25,6 +25,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.file_reads import read_bytes
 from transforms.offline import file_kinds, paths, progress
+from transforms.offline.gather import once
 from transforms.offline.image_record import ImageRecord
 
 __all__ = ["FileRef", "DiscoverImages", "Discovered", "Listing", "root_and_pattern",
@@ -218,12 +219,14 @@ class DiscoverImages(beam.PTransform):
         refs, unsafe, other = [], [], []
         for index, root in enumerate(self._roots):
             base, pattern = root_and_pattern(root)
-            listed = pbegin | f"Pattern{index}" >> beam.Create([pattern]) | (
-                f"Match{index}" >> fileio.MatchAll())
+            listed = (once(pbegin.pipeline, f"Once{index}")
+                      | f"Pattern{index}" >> beam.Map(lambda _, pattern: pattern, pattern)
+                      | f"Match{index}" >> fileio.MatchAll())
             if paths.is_local(base):
-                listed = ((listed, pbegin
-                           | f"LocalRoot{index}" >> beam.Create([(base, pattern)])
-                           | f"Unresolved{index}" >> beam.FlatMapTuple(unresolved_listing))
+                listed = ((listed, once(pbegin.pipeline, f"OnceLocal{index}")
+                           | f"Unresolved{index}" >> beam.FlatMap(
+                               lambda _, base, pattern: unresolved_listing(base, pattern),
+                               base, pattern))
                           | f"AllListed{index}" >> beam.Flatten())
             found = listed | f"Classify{index}" >> beam.ParDo(
                 _ClassifyFileFn(base, self._extensions, self._max_file_bytes)

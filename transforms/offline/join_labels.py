@@ -30,6 +30,7 @@ from transforms.offline import labels as label_rules
 from transforms.offline import paths, progress
 from transforms.offline.classes import class_name_problem
 from transforms.offline.csv_records import DEFAULT_MAX_CELL_BYTES, text_lines
+from transforms.offline.gather import JoinByKey
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.rejects import BOX_ROW, LABEL_ROW, REASONS, Reject
 
@@ -76,7 +77,8 @@ def read_box_csv(path: str, max_cell_bytes: int = DEFAULT_MAX_CELL_BYTES):
 
 
 class ReadLabelRows(beam.PTransform):
-    """CSV paths -> LabelRow or Reject(kind=label_row), one per data row."""
+    """CSV paths -> LabelRow or Reject(kind=label_row), one per data row. A `beam.Create` of
+    more than one path already spreads them over workers: no Reshuffle here."""
 
     def __init__(self, config: Config):
         super().__init__()
@@ -84,9 +86,7 @@ class ReadLabelRows(beam.PTransform):
 
     def expand(self, csv_paths):
         labels_config = self._config.labels
-        return (csv_paths
-                | "SpreadCsvFiles" >> beam.Reshuffle()
-                | "ParseLabelCsv" >> beam.FlatMap(read_label_csv, labels_config))
+        return csv_paths | "ParseLabelCsv" >> beam.FlatMap(read_label_csv, labels_config)
 
 
 class ReadBoxRows(beam.PTransform):
@@ -99,9 +99,7 @@ class ReadBoxRows(beam.PTransform):
 
     def expand(self, csv_paths):
         cap = self._max_cell_bytes
-        return (csv_paths
-                | "SpreadBoxFiles" >> beam.Reshuffle()
-                | "ParseBoxCsv" >> beam.FlatMap(read_box_csv, cap))
+        return csv_paths | "ParseBoxCsv" >> beam.FlatMap(read_box_csv, cap)
 
 
 def _folder_label(rel: str) -> str | None:
@@ -344,6 +342,14 @@ def retire_inspected(record: ImageRecord):
         yield retirement(prior, reason, detail)
 
 
+def _by_path(item):
+    return paths.match_key(item.path), item
+
+
+def _row_by_path(row: dict):
+    return paths.match_key(row["path"]), row
+
+
 class PlanImages(beam.PTransform):
     """Joins, by root-relative path, the discovered files, the images rejected at discovery,
     the label and box rows, and the latest remembered index row of each path. A row names a
@@ -367,16 +373,12 @@ class PlanImages(beam.PTransform):
 
     def expand(self, inputs):
         refs, rejected, label_rows, box_rows, prior_rows = inputs
-        key = paths.match_key
-        keyed = {
-            "refs": refs | "KeyRefs" >> beam.Map(lambda r: (key(r.path), r)),
-            "rejected": rejected | "KeyRejected" >> beam.Map(lambda r: (key(r.path), r)),
-            "labels": label_rows | "KeyLabelRows" >> beam.Map(lambda r: (key(r.path), r)),
-            "boxes": box_rows | "KeyBoxRows" >> beam.Map(lambda r: (key(r.path), r)),
-            "prior": prior_rows | "KeyPriorRows" >> beam.Map(lambda r: (key(r["path"]), r)),
-        }
-        return (keyed
-                | "JoinByPath" >> beam.CoGroupByKey()
+        inputs = {"refs": refs, "rejected": rejected, "labels": label_rows, "boxes": box_rows,
+                  "prior": prior_rows}
+        return (inputs
+                | "JoinByPath" >> JoinByKey({"refs": _by_path, "rejected": _by_path,
+                                             "labels": _by_path, "boxes": _by_path,
+                                             "prior": _row_by_path})
                 | "Plan" >> beam.ParDo(_PlanFn(self._config, self._folder_labels,
                                                self._forgotten)).with_outputs(
                     REJECTED, SKIPPED, ROW_REJECTS, MATCHED, KEPT, RETIRED, main="images"))

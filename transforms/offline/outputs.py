@@ -8,15 +8,19 @@ identical across runners and reruns.
 from __future__ import annotations
 
 import bisect
+import heapq
 import json
 import math
+import zlib
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.offline.gather import Gather
 from transforms.s3_storage import create_file
 
-__all__ = ["WriteRejectsLedger", "WriteJson", "CountInto", "LEDGER_PART_LINES", "write_text"]
+__all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "LEDGER_PART_LINES", "write_text",
+           "SampleAndCountFn"]
 
 LEDGER_PART_LINES = 200_000   # lines per sorted range of the ledger (~40 MB on one worker)
 _LEDGER_SAMPLE = 1024         # keys sampled to cut the ranges (at most this many ranges)
@@ -33,8 +37,42 @@ def _ledger_line(reject):
     return (reject.kind, reject.path, reject.reason, reject.detail), reject.to_json() + "\n"
 
 
-def _range_bounds(sample, count: int, part_lines: int) -> list:
+class SampleAndCountFn(beam.CombineFn):
+    """(sort key, line) pairs -> (sample of at most `size` sort keys, number of pairs).
+
+    The sample is the keys of the `size` lines with the lowest CRC-32 (bottom-k): uniform as
+    far as the hash is, the same on every runner, and merged exactly. One combine where a
+    count and a random sample were two global combines of the same lines."""
+
+    def __init__(self, size: int):
+        self._size = size
+
+    def create_accumulator(self):
+        return [], 0
+
+    def add_input(self, accumulator, item):
+        sample, count = accumulator
+        key, line = item
+        sample.append((zlib.crc32(line.encode("utf-8")), key))
+        if len(sample) >= 2 * self._size:
+            sample = heapq.nsmallest(self._size, sample)
+        return sample, count + 1
+
+    def merge_accumulators(self, accumulators):
+        samples, total = [], 0
+        for sample, count in accumulators:
+            samples.extend(sample)
+            total += count
+        return heapq.nsmallest(self._size, samples), total
+
+    def extract_output(self, accumulator):
+        sample, count = accumulator
+        return [key for _hash, key in heapq.nsmallest(self._size, sample)], count
+
+
+def _range_bounds(sample_and_count, part_lines: int) -> list:
     """Sort keys that cut `count` lines into ranges of about `part_lines` (from a sample)."""
+    sample, count = sample_and_count
     parts = min(len(sample), math.ceil(count / part_lines)) if count else 0
     ordered = sorted(sample)
     return sorted({ordered[len(ordered) * k // parts] for k in range(1, parts)})
@@ -91,20 +129,16 @@ class WriteRejectsLedger(beam.PTransform):
         path, part_lines = self._path, self._part_lines
         parts_dir = path + ".parts"
         lines = rejects | "LedgerLines" >> beam.Map(_ledger_line)
-        count = lines | "CountLines" >> beam.combiners.Count.Globally()
         bounds = (lines
-                  | "SortKeys" >> beam.Keys()
-                  | "SampleKeys" >> beam.combiners.Sample.FixedSizeGlobally(_LEDGER_SAMPLE)
-                  | "RangeBounds" >> beam.Map(_range_bounds, beam.pvalue.AsSingleton(count),
-                                              part_lines))
+                  | "SampleAndCount" >> beam.CombineGlobally(SampleAndCountFn(_LEDGER_SAMPLE))
+                  | "RangeBounds" >> beam.Map(_range_bounds, part_lines))
         return (lines
                 | "KeyByRange" >> beam.Map(
                     lambda kv, cuts: (bisect.bisect_right(cuts, kv[0]), kv),
                     beam.pvalue.AsSingleton(bounds))
                 | "GroupByRange" >> beam.GroupByKey()
                 | "WriteRange" >> beam.Map(_write_range, parts_dir)
-                | "AllRanges" >> beam.combiners.ToList()   # one (index, path) per range
-                | "JoinRanges" >> beam.Map(_join_ranges, path, parts_dir))
+                | "JoinRanges" >> Gather(_join_ranges, path, parts_dir))  # (index, path) each
 
 
 class WriteJson(beam.PTransform):
@@ -121,16 +155,9 @@ class WriteJson(beam.PTransform):
                 data, indent=2, sort_keys=True, allow_nan=False) + "\n"))
 
 
-class CountInto(beam.PTransform):
+def count_into(name: str) -> beam.PTransform:
     """A `(name, 1)` pair per element, for the accounting's one `CombinePerKey(sum)`: every
     count shares that combiner (with partial sums before its shuffle) instead of each being a
     global combine with its own stages. Nothing comes out of an empty PCollection; the
-    accounting seeds each name with 0."""
-
-    def __init__(self, name: str):
-        super().__init__()
-        self._name = name
-
-    def expand(self, pcoll):
-        name = self._name
-        return pcoll | "One" >> beam.Map(lambda _: (name, 1))
+    accounting seeds each name with 0. A plain Map, not a composite: one transform less each."""
+    return beam.Map(lambda _: (name, 1))

@@ -25,6 +25,7 @@ from transforms import codec
 from transforms.file_reads import read_bytes
 from transforms.offline import progress, splits
 from transforms.offline.dali_index import IndexBuilder
+from transforms.offline.gather import Gather, once
 from transforms.offline.index_table import record_row
 from transforms.offline.tfrecord_framing import frame_record
 from transforms.reporting.feature_stats import summarize_features
@@ -61,8 +62,7 @@ class MetaColumns(beam.PTransform):
         return (records
                 | "ColumnNames" >> beam.FlatMap(lambda r: [column for column, _ in r.meta])
                 | "Distinct" >> beam.Distinct()
-                | "All" >> beam.combiners.ToList()
-                | "Sort" >> beam.Map(sorted))
+                | "Sorted" >> Gather(sorted))
 
 
 def _features(record, data: bytes, class_ids: dict, columns, label_offset: int) -> tuple:
@@ -150,8 +150,8 @@ class AssignShards(beam.PTransform):
         counts = (records
                   | "BytesPerSplit" >> beam.Map(lambda r: (r.split, r.file_bytes))
                   | "SumBytes" >> beam.CombinePerKey(sum)
-                  | "AllSplits" >> beam.combiners.ToDict()
-                  | "ShardCounts" >> beam.Map(shard_counts, self._output))
+                  | "ShardCounts" >> Gather(lambda sums, output: shard_counts(dict(sums), output),
+                                            self._output))
         keyed = records | "KeyByShard" >> beam.Map(
             lambda r, n: ((r.split, splits.shard_index(r.sha256, n[r.split])), r),
             beam.pvalue.AsSingleton(counts))
@@ -177,8 +177,7 @@ class WriteShards(beam.PTransform):
         counts = beam.pvalue.AsSingleton(shard_counts_per_split)
         # Every shard exists even when the hash sent it no record (names must not have gaps).
         every_shard = (
-            records.pipeline
-            | "Once" >> beam.Create([None])
+            once(records.pipeline, "Once")
             | "EveryShard" >> beam.FlatMap(
                 lambda _, n: [((split, i), None) for split in sorted(n) for i in range(n[split])],
                 counts))

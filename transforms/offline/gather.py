@@ -1,0 +1,95 @@
+"""Small Beam building blocks that keep the job's graph short.
+
+Every transform the graph applies costs Beam ~5 ms of construction, serialization and worker
+set-up (type checks, option views, DoFn signature inspection), and that is paid by every run,
+however few images it reads. `beam.combiners.ToList()` is 14 applied transforms (a keyed
+combine, a default value injected through a side input); `Gather` is 3 for the same list:
+one impulse whose only element reads the PCollection as a list side input. Use it where the
+whole PCollection goes to one place anyway (small lists: labels, shard files, ranges); a
+combine whose partial results shrink the data (sums, sketches) stays a combine. `JoinByKey`
+is `beam.CoGroupByKey` with each input keyed and tagged in one step instead of two.
+"""
+from __future__ import annotations
+
+import typing
+
+import apache_beam as beam
+
+__all__ = ["Gather", "JoinByKey", "constant", "once"]
+
+
+def once(pipeline: beam.Pipeline, label: str) -> beam.PCollection:
+    """A PCollection of exactly one element (`b""`): one transform where `beam.Create([x])`
+    applies five."""
+    return pipeline | label >> beam.Impulse()
+
+
+def constant(pipeline: beam.Pipeline, label: str, values, spread: bool = False
+             ) -> beam.PCollection:
+    """A PCollection of `values`, a small list known when the graph is built: an impulse and
+    a FlatMap, where `beam.Create` applies five transforms (eleven with its redistribution).
+    `spread`: more than one value is redistributed over workers, as `beam.Create` does; for
+    values that are each much work (a CSV file to parse, an index to read)."""
+    values = list(values)
+    if spread and len(values) > 1:
+        return pipeline | label >> beam.Create(values)
+    return once(pipeline, label) | f"{label}Values" >> beam.FlatMap(lambda _: values)
+
+
+class Gather(beam.PTransform):
+    """PCollection -> a singleton PCollection holding `finish(list of every element, *args)`
+    (`finish([], *args)` when the PCollection is empty). The list's order is unspecified, as
+    with `ToList`: `finish` sorts when order matters."""
+
+    def __init__(self, finish=list, *args):
+        super().__init__()
+        self._finish = finish
+        self._args = args
+
+    def expand(self, pcoll):
+        finish, args = self._finish, self._args
+        return (once(pcoll.pipeline, "Once")
+                | "All" >> beam.Map(lambda _, items: finish(list(items), *args),
+                                    beam.pvalue.AsList(pcoll)))
+
+
+def _tag_pair(pair, tag):
+    return pair[0], (tag, pair[1])
+
+
+def _key_and_tag(element, tag, key_value):
+    key, value = key_value(element)
+    return key, (tag, value)
+
+
+def _collect(item, tags):
+    key, tagged = item
+    grouped = {tag: [] for tag in tags}
+    for tag, value in tagged:
+        grouped[tag].append(value)
+    return key, grouped
+
+
+class JoinByKey(beam.PTransform):
+    """{tag: PCollection} -> (key, {tag: [values]}) for every key any input has, as
+    `beam.CoGroupByKey` gives it. `key_values` maps a tag to a function element ->
+    (key, value); the PCollection of a tag without one holds (key, value) pairs already.
+    Keying and tagging are one Map per input (CoGroupByKey's own tagging is a second), and
+    the Maps declare their output type, so that building does not disassemble them."""
+
+    def __init__(self, key_values: dict | None = None):
+        super().__init__()
+        self._key_values = dict(key_values or {})
+
+    def expand(self, pcolls):
+        tags = list(pcolls)
+        tagged = []
+        for tag in tags:
+            key_value = self._key_values.get(tag)
+            step = (beam.Map(_tag_pair, tag) if key_value is None
+                    else beam.Map(_key_and_tag, tag, key_value))
+            tagged.append(pcolls[tag] | f"Key[{tag}]" >> step.with_output_types(typing.Any))
+        return (tagged
+                | "Flatten" >> beam.Flatten()
+                | "GroupByKey" >> beam.GroupByKey()
+                | "Collect" >> beam.Map(_collect, tags).with_output_types(typing.Any))
