@@ -85,7 +85,8 @@ def _beam_client():
 @functools.lru_cache(maxsize=4)
 def _beam_io(options: tuple):
     """Beam's own S3IO (its multipart uploader and its listing) over one Beam S3 client per
-    settings, shared: the uploads and listings it makes keep no state in the client."""
+    settings, shared between threads: uploads and listings keep no state in that client. Never
+    for reads (a Beam client keeps one download's position): those use `_beam_client()`."""
     from apache_beam.io.aws import s3io
     from apache_beam.io.aws.clients.s3 import boto3_client
     return s3io.S3IO(client=boto3_client.Client(options=dict(options)))
@@ -202,8 +203,8 @@ def _head(url: str) -> dict | None:
     try:
         return _beam_client().head_object(Bucket=bucket, Key=key)
     except ClientError as exc:
-        if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404 or \
-                exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status == 404 or exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
             return None
         raise OSError(describe_error(exc, url) or f"{url}: {exc}") from exc
     except BotoCoreError as exc:
