@@ -10,7 +10,7 @@ import secrets
 
 from apache_beam.io.filesystems import FileSystems
 
-from transforms import s3_storage
+from transforms import file_reads, s3_storage
 from transforms.file_reads import read_bytes
 from transforms.s3_storage import create_file
 
@@ -25,10 +25,10 @@ class BeamStorage:
     registered scheme): nightly reads the committed snapshots the way the job wrote them."""
 
     def glob(self, pattern: str) -> list[str]:
-        return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+        return [m.path for m in file_reads.match(pattern)]
 
     def exists(self, path: str) -> bool:
-        return FileSystems.exists(path)
+        return file_reads.exists(path)
 
     def read_text(self, path: str) -> str:
         return read_bytes(path).decode("utf-8")
@@ -66,7 +66,7 @@ def read_json(path: str):
 
 def remove_tree(path: str) -> None:
     """Deletes a folder and everything under it (on object stores: every object under it)."""
-    matched = FileSystems.match([FileSystems.join(path, "**")])[0].metadata_list
+    matched = file_reads.match(FileSystems.join(path, "**"))
     if matched:
         FileSystems.delete([m.path for m in matched])
     if "://" not in path:

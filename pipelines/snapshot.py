@@ -33,6 +33,7 @@ from pipelines.beam_files import (
 )
 from pipelines.job import PreprocessJob
 from pipelines.staged_run import BOX_ROWS, IMAGES, LABEL_ROWS, LIVE, Counts, read_staged
+from transforms import file_reads
 from transforms import snapshot_layout as layout
 from transforms.file_reads import read_bytes
 from transforms.offline import classes, file_kinds, quality_rules
@@ -100,7 +101,7 @@ def live_accounting(counts: Counts) -> dict:
 def _find_input(data_roots, rel: str) -> str | None:
     for root in data_roots:
         candidate = FileSystems.join(root.rstrip("/"), rel)
-        if FileSystems.exists(candidate):
+        if file_reads.exists(candidate):
             return candidate
     return None
 
@@ -136,7 +137,7 @@ def _versions() -> dict:
 def _file_entry(path: str, rel: str) -> dict:
     digest = hashlib.sha256()
     size = 0
-    with FileSystems.open(path, compression_type="uncompressed") as handle:
+    with file_reads.open_file(path) as handle:
         while True:
             chunk = handle.read(1 << 20)
             if not chunk:
@@ -147,7 +148,7 @@ def _file_entry(path: str, rel: str) -> dict:
 
 
 def _staged_files(staging: str) -> list[str]:
-    matched = FileSystems.match([FileSystems.join(staging, "**")])[0].metadata_list
+    matched = file_reads.match(FileSystems.join(staging, "**"))
     prefix = staging.rstrip("/") + "/"
     rels = sorted(m.path[len(prefix):] for m in matched)
     return [rel for rel in rels if not rel.startswith(WORK_DIR + "/")]
@@ -218,8 +219,7 @@ def _write_tfds_files(job: PreprocessJob, run_id: str, table: list) -> None:
 
 def _staged_fingerprints(staging: str) -> set:
     """The fingerprint of every reject key of the staged ledger, read line by line."""
-    with FileSystems.open(FileSystems.join(staging, layout.REJECTS),
-                          compression_type="uncompressed") as handle:
+    with file_reads.open_file(FileSystems.join(staging, layout.REJECTS)) as handle:
         return {fingerprint(reject_key(json.loads(line))) for line in handle if line.strip()}
 
 

@@ -63,6 +63,55 @@ def test_file_reads_go_through_one_client_with_beams_settings(local_s3, monkeypa
     assert created == []
 
 
+def test_writes_exists_listings_and_streams_give_beams_answers_through_one_client(
+        local_s3, monkeypatch):
+    """`create_file`, `file_reads.exists`, `match` and `open_file` on s3:// give what Beam's
+    FileSystems give (the same object bytes and MIME types, gzip included; the same glob
+    answers), and, once the shared clients exist, create no boto3 client per call."""
+    import botocore.session
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms import file_reads
+    url = local_s3.bucket("pm-writes")
+    monkeypatch.setattr(FileSystems, "_pipeline_options", None)  # undone at the end
+    FileSystems.set_options(PipelineOptions(local_s3.flags))
+    s3_storage.set_options(None)  # as the fixture left it, with no client made yet
+    lines = b"".join(b"line %d\n" % i for i in range(5000))
+    for name in ("a.txt", "a.txt.gz"):  # Beam cannot write an empty object (MalformedXML)
+        with FileSystems.create(f"{url}/beam/{name}") as handle:
+            handle.write(lines)
+    created = []
+    original = botocore.session.Session.create_client
+    monkeypatch.setattr(botocore.session.Session, "create_client",
+                        lambda self, *a, **k: created.append(a) or original(self, *a, **k))
+    for name in ("a.txt", "empty.txt", "a.txt.gz", "x/deep/b.txt"):
+        with s3_storage.create_file(f"{url}/ours/{name}") as handle:
+            handle.write(b"" if name == "empty.txt" else lines)
+        if name == "empty.txt":
+            warm = len(created)  # the two shared clients (Beam's uploader, boto3's), made once
+    assert local_s3.read(f"{url}/ours/empty.txt") == b""
+    for name in ("a.txt", "a.txt.gz"):
+        beams = local_s3.client.get_object(Bucket="pm-writes", Key=f"beam/{name}")
+        ours = local_s3.client.get_object(Bucket="pm-writes", Key=f"ours/{name}")
+        assert ours["Body"].read() == beams["Body"].read(), name
+        assert ours["ContentType"] == beams["ContentType"], name
+    with file_reads.open_file(f"{url}/ours/a.txt") as handle:
+        assert list(handle) == lines.splitlines(keepends=True)
+    for path, expected in (("ours/a.txt", True), ("ours/x", False), ("ours/none", False)):
+        assert file_reads.exists(f"{url}/{path}") is expected, path
+    assert warm == 2 and created[warm:] == []
+    monkeypatch.undo()
+    FileSystems.set_options(PipelineOptions(local_s3.flags))
+    for pattern in ("ours/*", "ours/**", "ours/a.txt", "ours/none", "ours/", "ours/x/*/*.txt",
+                    "our?/a.txt*", "nothing/**"):
+        beams = [(m.path, m.size_in_bytes) for m in FileSystems.match([f"{url}/{pattern}"])[
+            0].metadata_list]
+        assert [(m.path, m.size_in_bytes) for m in file_reads.match(f"{url}/{pattern}")] == (
+            beams), pattern
+        assert FileSystems.exists(f"{url}/{pattern}") == file_reads.exists(f"{url}/{pattern}")
+
+
 def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

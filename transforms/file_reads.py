@@ -1,12 +1,12 @@
-"""A file's bytes (or its first bytes), for the reads the job makes per file and the small
-files around it.
+"""A file's bytes (or its first bytes), a reading stream, whether it exists, and the files a
+glob matches, for the reads the job makes per file and the small files around it.
 
-Beam's S3 file system builds a new boto3 session and client for every open: botocore parses
-its JSON service models again each time, ~110 ms of CPU per open (measured 2026-12-02), more
-than decoding a photo, and an `s3://` image was opened three times (discovery's head,
-inspection, shard writing). `s3://` is read here through one shared client with the settings
-Beam's FileSystems use in this process (`s3_storage.read_object`); every other scheme through
-Beam's FileSystems, as before. Errors leave as OSError, as Beam's do.
+Beam's S3 file system builds a new boto3 session and client for every open, exists and list:
+botocore parses its JSON service models again each time, ~110 ms of CPU per call (measured
+2026-12-02), more than decoding a photo, and an `s3://` image was opened three times
+(discovery's head, inspection, shard writing). `s3://` is read here through one shared client
+with the settings Beam's FileSystems use in this process (`transforms.s3_storage`); every other
+scheme through Beam's FileSystems, as before. Errors leave as OSError, as Beam's do.
 """
 from __future__ import annotations
 
@@ -14,12 +14,34 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms import s3_storage
 
-__all__ = ["read_bytes"]
+__all__ = ["read_bytes", "open_file", "exists", "match"]
 
 
 def read_bytes(path: str, limit: int | None = None) -> bytes:
     """The bytes of `path`, or its first `limit` bytes (fewer when the file is shorter)."""
     if s3_storage.is_s3(path):
         return s3_storage.read_object(path, limit)
-    with FileSystems.open(path, compression_type="uncompressed") as handle:
+    with open_file(path) as handle:
         return handle.read() if limit is None else handle.read(limit)
+
+
+def open_file(path: str):
+    """`FileSystems.open(path, compression_type="uncompressed")`: a binary reading stream."""
+    if s3_storage.is_s3(path):
+        return s3_storage.open_object(path)
+    return FileSystems.open(path, compression_type="uncompressed")
+
+
+def exists(path: str) -> bool:
+    """`FileSystems.exists(path)`."""
+    if s3_storage.is_s3(path):
+        return s3_storage.object_exists(path)
+    return FileSystems.exists(path)
+
+
+def match(pattern: str) -> list:
+    """`FileSystems.match([pattern])[0].metadata_list`: the `FileMetadata` of each file the
+    glob matches."""
+    if s3_storage.is_s3(pattern):
+        return s3_storage.match_objects(pattern)
+    return FileSystems.match([pattern])[0].metadata_list

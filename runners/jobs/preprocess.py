@@ -39,6 +39,7 @@ from runners.locking.locked_run import check_run_id, locked_run
 from runners.options import PreprocessOptions, print_help, wants_help
 from runners.progress_report import reporting
 from runners.strict_flags import check_flags
+from transforms import file_reads
 from transforms import snapshot_layout as layout
 from transforms.live_view import live_count, live_view, read_retirements
 from transforms.offline import boxes, classes, labels
@@ -58,7 +59,7 @@ def _require(value, flag: str):
 
 
 def _check_exists(path: str, flag: str):
-    if not FileSystems.exists(path):
+    if not file_reads.exists(path):
         raise UsageError(f"{flag} {path}: no such file.")
 
 

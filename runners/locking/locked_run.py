@@ -26,6 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.beam_files import TEMPORARY_GLOB, remove_tree
 from runners.errors import UsageError
 from runners.locking.run_lock import RunLock, clear_blocked
+from transforms import file_reads
 from transforms import snapshot_layout as layout
 
 __all__ = ["locked_run", "locked_maintenance", "check_run_id", "clean_unfinished",
@@ -36,8 +37,8 @@ RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def _committed(output_dir: str, run_id: str) -> bool:
-    return FileSystems.exists(FileSystems.join(layout.snapshot_dir(output_dir, run_id),
-                                               layout.MANIFEST))
+    return file_reads.exists(FileSystems.join(layout.snapshot_dir(output_dir, run_id),
+                                              layout.MANIFEST))
 
 
 def check_run_id(run_id: str, output_dir: str) -> str:
@@ -60,12 +61,11 @@ def clean_unfinished(output_dir: str) -> None:
     without a manifest (never committed, so no reader or memory ever saw them) and the
     temporary files of an interrupted atomic write. A folder whose manifest exists but is
     broken is left for a person (`pixelmill verify`); readers already skip it."""
-    manifests = FileSystems.match([FileSystems.join(output_dir, layout.SNAPSHOTS, "*",
-                                                    layout.MANIFEST)])[0].metadata_list
+    manifests = file_reads.match(FileSystems.join(output_dir, layout.SNAPSHOTS, "*",
+                                                  layout.MANIFEST))
     with_manifest = {m.path.rstrip("/").rsplit("/", 2)[-2] for m in manifests}
-    found = FileSystems.match([FileSystems.join(output_dir, layout.SNAPSHOTS, "*", "**")])[0]
-    folders = {m.path[len(output_dir.rstrip("/")) + 1:].split("/")[1]
-               for m in found.metadata_list}
+    found = file_reads.match(FileSystems.join(output_dir, layout.SNAPSHOTS, "*", "**"))
+    folders = {m.path[len(output_dir.rstrip("/")) + 1:].split("/")[1] for m in found}
     local = os.path.join(output_dir, layout.SNAPSHOTS)
     if "://" not in output_dir and os.path.isdir(local):  # also folders holding no file yet
         folders.update(os.listdir(local))
@@ -74,9 +74,9 @@ def clean_unfinished(output_dir: str) -> None:
         _LOG.warning("removing snapshot %s: its run never committed it", run_id)
         remove_tree(layout.snapshot_dir(output_dir, run_id))
     remove_tree(layout.staging_root(output_dir))
-    leftovers = FileSystems.match([FileSystems.join(output_dir, TEMPORARY_GLOB)])[0]
-    if leftovers.metadata_list:
-        FileSystems.delete([m.path for m in leftovers.metadata_list])
+    leftovers = file_reads.match(FileSystems.join(output_dir, TEMPORARY_GLOB))
+    if leftovers:
+        FileSystems.delete([m.path for m in leftovers])
 
 
 def _discard_own(output_dir: str, run_id: str) -> None:

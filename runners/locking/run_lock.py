@@ -29,6 +29,8 @@ import uuid
 from apache_beam.io.filesystems import FileSystems
 
 from runners.errors import LockHeld
+from transforms import file_reads
+from transforms.s3_storage import create_file
 from transforms.snapshot_layout import LOCK, LOCK_BLOCKED
 
 __all__ = ["LockHeld", "LockLost", "RunLock", "LOCK_NAME", "BLOCKED_NAME", "machine_identity",
@@ -200,19 +202,19 @@ class _BestEffortStore:
         self.path = path
 
     def create(self, data: bytes) -> bool:
-        if FileSystems.exists(self.path):
+        if file_reads.exists(self.path):
             return False
         self._write(data)
         seen = self.read()
         return seen is not None and seen.data == data
 
     def _write(self, data: bytes) -> None:
-        with FileSystems.create(self.path) as handle:
+        with create_file(self.path) as handle:
             handle.write(data)
 
     def read(self) -> _Seen | None:
         try:
-            with FileSystems.open(self.path, compression_type="uncompressed") as handle:
+            with file_reads.open_file(self.path) as handle:
                 data = handle.read()
             updated = FileSystems.last_updated(self.path)
         except (OSError, IOError):
@@ -367,14 +369,14 @@ def note_blocked(output_dir: str, message: str) -> int:
     """Counts one more run turned away by the lock; returns how many in a row."""
     path = FileSystems.join(output_dir, BLOCKED_NAME)
     count = 0
-    if FileSystems.exists(path):
+    if file_reads.exists(path):
         try:
-            with FileSystems.open(path, compression_type="uncompressed") as handle:
+            with file_reads.open_file(path) as handle:
                 count = int(_parse(handle.read()).get("count", 0))
         except (OSError, ValueError, TypeError):
             count = 0
     record = {"count": count + 1, "last": time.time(), "message": message}
-    with FileSystems.create(path) as handle:
+    with create_file(path) as handle:
         handle.write(json.dumps(record, sort_keys=True).encode("utf-8"))
     return count + 1
 
@@ -382,5 +384,5 @@ def note_blocked(output_dir: str, message: str) -> int:
 def clear_blocked(output_dir: str) -> None:
     """A run got the lock: the count of runs turned away starts again."""
     path = FileSystems.join(output_dir, BLOCKED_NAME)
-    if FileSystems.exists(path):
+    if file_reads.exists(path):
         FileSystems.delete([path])

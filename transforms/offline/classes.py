@@ -20,9 +20,10 @@ import unicodedata
 from typing import Iterable, Mapping, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
+from transforms import file_reads
 from transforms.file_reads import read_bytes
+from transforms.s3_storage import create_file
 
 __all__ = ["AssignClassIdFn", "parse_class_table", "read_class_table", "write_class_table", "class_table_bytes",
            "apply_renames", "extend_class_table", "class_name_problem"]
@@ -62,7 +63,7 @@ def parse_class_table(text: str, source: str) -> list[str]:
 
 def read_class_table(path: str) -> list[str]:
     """The table at `path`, or [] when the file does not exist (first run)."""
-    if not FileSystems.exists(path):
+    if not file_reads.exists(path):
         return []
     return parse_class_table(read_bytes(path).decode("utf-8"), path)
 
@@ -81,7 +82,7 @@ def class_table_bytes(path: str, names: Sequence[str]) -> bytes:
 def write_class_table(path: str, names: Sequence[str]) -> None:
     """Writes the table (`class_table_bytes`), refusing a bad one before anything is written."""
     data = class_table_bytes(path, names)
-    with FileSystems.create(path) as handle:
+    with create_file(path) as handle:
         handle.write(data)
 
 

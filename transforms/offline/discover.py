@@ -23,6 +23,7 @@ from apache_beam.io.filesystem import FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from transforms import file_reads
 from transforms.file_reads import read_bytes
 from transforms.offline import file_kinds, paths, progress
 from transforms.offline.gather import once
@@ -150,7 +151,7 @@ def list_images(roots, extensions: tuple, max_file_bytes: int | None,
     extensions = tuple(extensions)
     for root in roots:
         base, pattern = root_and_pattern(root)
-        for metadata in (FileSystems.match([pattern])[0].metadata_list
+        for metadata in (file_reads.match(pattern)
                          + unresolved_listing(base, pattern)):
             listed += 1
             if max_files is not None and listed > max_files:

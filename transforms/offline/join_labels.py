@@ -21,9 +21,9 @@ import posixpath
 import typing
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
 from configs.schema import Config, LabelsConfig
+from transforms.file_reads import open_file
 from transforms.live_view import retirement
 from transforms.offline import boxes as box_rules
 from transforms.offline import labels as label_rules
@@ -55,7 +55,7 @@ _PRIOR_FIELDS = ("run_id", "path", "sha256", "split", "label", "label_key")
 def _csv_lines(path: str, max_cell_bytes: int = DEFAULT_MAX_CELL_BYTES):
     """The physical lines of a CSV (bytes that are not UTF-8 kept as surrogates, over-long
     lines cut: see `csv_records.text_lines`)."""
-    with FileSystems.open(path, compression_type="uncompressed") as handle:
+    with open_file(path) as handle:
         yield from text_lines(handle, max_cell_bytes)
 
 

@@ -36,6 +36,7 @@ from tensorflow.core.example import example_pb2
 from tensorflow_metadata.proto.v0 import statistics_pb2
 from tfx_bsl import sketches
 
+from transforms.s3_storage import create_file
 from transforms.snapshot_layout import feature_stats_name
 
 __all__ = ["record_features", "summarize_features", "FeatureStatsFn", "to_statistics_list",
@@ -310,7 +311,7 @@ def to_statistics_list(split: str, dataset: statistics_pb2.DatasetFeatureStatist
 def _write_split(item, staging_dir: str) -> str:
     split, dataset = item
     path = FileSystems.join(staging_dir, feature_stats_name(split))
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    with create_file(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         handle.write(to_statistics_list(split, dataset).SerializeToString(deterministic=True))
     return path
 
