@@ -187,6 +187,9 @@ def compact(output_dir: str, run_id: str | None = None) -> Snapshot | None:
         "accounting": {"images": {"discovered": total, "accepted": total, "rejected": 0,
                                   "skipped": 0, "ok": True}, "live": live, "ok": True},
         "splits": by_split, "num_classes": len(table), "label_offset": label_offset,
+        # records are copied as they are: they all carry image/orientation if every source's do
+        "orientation_recorded": all(m.get("orientation_recorded") is True
+                                    for m in manifests.values()),
         "files": sorted(files, key=lambda f: f["path"]), "config": config,
     }
     write_atomically(join(final, layout.MANIFEST), _json_bytes(manifest))  # the commit point

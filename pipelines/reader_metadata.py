@@ -32,7 +32,8 @@ from transforms.snapshot_layout import (
 )
 
 __all__ = ["read_class_names", "read_stats", "read_pixel_stats", "normalization",
-           "count_examples", "has_boxes", "batches_per_epoch", "read_label_offset"]
+           "count_examples", "has_boxes", "batches_per_epoch", "read_label_offset",
+           "orientation_recorded"]
 
 _PEEK_RECORDS = 256
 
@@ -173,16 +174,29 @@ def batches_per_epoch(view: LiveView, split: str, batch_size: int, drop_remainde
     return total // batch_size if drop_remainder else -(-total // batch_size)
 
 
+def _manifest(snapshot: Snapshot) -> dict:
+    manifest, problem = parse_manifest(GFILE.read_text(join(snapshot.path, MANIFEST)))
+    if problem:  # committed when selected, so changed since: name the file
+        raise ValueError(f"{snapshot.path}/{MANIFEST}: {problem}")
+    return manifest
+
+
+def orientation_recorded(snapshots: Sequence[Snapshot]) -> bool:
+    """Whether every record of the snapshots carries `image/orientation` (`manifest.json`
+    `orientation_recorded`, written since the key exists). Then the reader takes the key as
+    it is and builds no EXIF reader of the bytes into its graph for records from before the
+    key (~0.9 s of CPU per dataset built)."""
+    return all(_manifest(snapshot).get("orientation_recorded") is True
+               for snapshot in snapshots)
+
+
 def read_label_offset(snapshots: Sequence[Snapshot]) -> int:
     """The `output.label_offset` the snapshots stored class ids with (`manifest.json`
     `label_offset`; 0 for snapshots written before it was recorded). Records of several
     snapshots are read together, so they must agree."""
     offsets = {}
     for snapshot in snapshots:
-        manifest, problem = parse_manifest(GFILE.read_text(join(snapshot.path, MANIFEST)))
-        if problem:  # committed when selected, so changed since: name the file
-            raise ValueError(f"{snapshot.path}/{MANIFEST}: {problem}")
-        offset = manifest.get("label_offset", 0)
+        offset = _manifest(snapshot).get("label_offset", 0)
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise ValueError(f"{snapshot.path}/{MANIFEST}: label_offset must be an integer "
                              f">= 0. Received: label_offset={offset!r}")

@@ -87,27 +87,33 @@ def _padded_boxes(parsed: dict, max_boxes: int) -> dict:
     return padded
 
 
-def _record_orientation(parsed: dict, exif_orientation: bool):
+def _record_orientation(parsed: dict, exif_orientation: bool, recorded: bool):
     """What to turn the record's image by: 1 (as stored) when `exif_orientation` is off, else
-    its `image/orientation`, or the bytes' when the record predates that key (parsed as 0)."""
+    its `image/orientation`, or the bytes' when the record predates that key (parsed as 0).
+    `recorded`: every record carries the key (the snapshots' manifests say so), so no reader
+    of the bytes is built."""
     if not exif_orientation:
         return 1
     stored = tf.cast(parsed[codec.IMAGE_ORIENTATION], tf.int32)
+    if recorded:
+        return stored
     return tf.cond(stored > 0, lambda: stored,
                    lambda: read_orientation(parsed[codec.IMAGE_ENCODED]))
 
 
 def parse_sample(serialized: tf.Tensor, *, image_size: tuple[int, int], num_classes: int,
                  with_boxes: bool, max_boxes: int, to_canvas: bool = False,
-                 label_offset: int = 0, exif_orientation: bool = True) -> dict:
+                 label_offset: int = 0, exif_orientation: bool = True,
+                 orientation_recorded: bool = False) -> dict:
     """One record -> {labels, images | (source, source_size), [boxes, box_labels, num_boxes]}.
     `label_offset` is taken off the stored class ids (the snapshot's `output.label_offset`);
-    `exif_orientation`: decode upright (see `_record_orientation`)."""
+    `exif_orientation`: decode upright; `orientation_recorded`: every record carries
+    `image/orientation` (see `_record_orientation`)."""
     parsed = codec.parse_example(serialized, with_boxes=with_boxes, label_offset=label_offset)
     sample = {"labels": _one_hot_labels(parsed, num_classes)}
     encoded = parsed[codec.IMAGE_ENCODED]
     height, width = parsed[codec.IMAGE_HEIGHT], parsed[codec.IMAGE_WIDTH]
-    orientation = _record_orientation(parsed, exif_orientation)
+    orientation = _record_orientation(parsed, exif_orientation, orientation_recorded)
     if to_canvas:
         sample["source"], sample["source_size"] = decode_for_canvas(
             encoded, height, width, image_size, orientation)

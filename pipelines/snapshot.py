@@ -299,6 +299,7 @@ def publish_snapshot(job: PreprocessJob, output_dir: str, run_id: str, inputs: d
         "splits": stats.get("by_split", {}),
         "num_classes": len(table),
         "label_offset": job.config.output.label_offset,  # stored class ids = table ids + this
+        "orientation_recorded": True,  # every record has image/orientation (reader_metadata)
         "files": files,
         "config": config_to_dict(job.config),
         "versions": _versions(),

@@ -34,6 +34,7 @@ from pipelines.reader_metadata import (
     count_examples,
     has_boxes,
     normalization,
+    orientation_recorded,
     read_class_names,
     read_label_offset,
     read_pixel_stats,
@@ -90,6 +91,7 @@ class ReadPlan:
     augmenter: BatchAugmenter | None
     label_offset: int = 0
     view: LiveView | None = None  # the selected snapshots' removed records (live_view)
+    orientation_recorded: bool = False  # every record carries image/orientation
 
     @property
     def by_records(self) -> bool:
@@ -151,7 +153,8 @@ def plan_reading(output_dir: str, spec: ReaderSpec,
         augmenter = _shared_augmenter(spec.online, num_classes, spec.jit_compile,
                                       spec.image_size if spec.resample_once else None)
     return ReadPlan(spec, tuple(local), groups, num_classes, with_boxes, numbers,
-                    pipeline_id, num_pipelines, augmenter, stored_offset - kept_offset, view)
+                    pipeline_id, num_pipelines, augmenter, stored_offset - kept_offset, view,
+                    orientation_recorded(selected))
 
 
 @functools.lru_cache(maxsize=8)
@@ -195,7 +198,8 @@ def _one_epoch(plan: ReadPlan, epoch_index: tf.Tensor, tables: tuple) -> tf.data
                               num_classes=plan.num_classes, with_boxes=plan.with_boxes,
                               max_boxes=spec.max_boxes, to_canvas=plan.to_canvas,
                               label_offset=plan.label_offset,
-                              exif_orientation=spec.exif_orientation)
+                              exif_orientation=spec.exif_orientation,
+                              orientation_recorded=plan.orientation_recorded)
     samples = records.skip(first_step * spec.batch_size).map(
         without_autograph(parse), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     batches = batch_samples(samples, spec.batch_size, spec.drop_remainder, spec.image_size,

@@ -124,7 +124,8 @@ def write_synthetic_snapshot(output_dir: str, *, counts: dict | None = None,
                 json.dumps(moments.stats(counts), indent=2))
     if commit:  # the manifest last: the commit point, then the table and the pointer
         _write_text(layout.join(snapshot, layout.MANIFEST), json.dumps(
-            {"run_id": run_id, "synthetic": True, "files": [  # relative, as the publisher's
+            {"run_id": run_id, "synthetic": True, "orientation_recorded": True,
+             "files": [  # relative, as the publisher's
                 {"path": path[len(snapshot) + 1:]} for path in sorted(files)]}, indent=2))
         _write_text(layout.join(output_dir, layout.CLASSES), table)
         _write_text(layout.join(output_dir, layout.LATEST), f"{run_id}\n")

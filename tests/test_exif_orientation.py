@@ -5,6 +5,7 @@ size and the orientation; the training reader and the serving transform return i
 from __future__ import annotations
 
 import io
+import json
 import os
 import struct
 
@@ -212,6 +213,32 @@ def test_reader_sample_is_upright_from_the_key_or_the_bytes(pixels, stored_key, 
                   - _resized(stored, raw_image.shape[:2])).mean() < 8.0
 
 
+def test_a_recorded_orientation_is_taken_as_it_is_and_older_snapshots_read_the_bytes(
+        pixels, tmp_path):
+    """`orientation_recorded` (every record carries the key: the manifests say so) takes the
+    key as stored and builds no EXIF reader; a snapshot whose manifest does not say so (written
+    before the key) keeps the fallback. Shown on a record without the key (parsed as 0) whose
+    bytes say 6: trusted, it stays as stored."""
+    from pipelines.reader_metadata import orientation_recorded
+    from transforms.snapshot_layout import Snapshot
+    data = _with_orientation(pixels, 6)
+    serialized = tf.constant(_record(data, None, WIDTH, HEIGHT))
+    options = dict(image_size=(48, 48), num_classes=2, with_boxes=False, max_boxes=1)
+    trusted = parse_sample(serialized, **options, orientation_recorded=True)["images"].numpy()
+    stored = tf.io.decode_jpeg(data, channels=3).numpy()
+    assert np.abs(trusted * 255.0 - _resized(stored, trusted.shape[:2])).mean() < 8.0
+    fallback = parse_sample(serialized, **options)["images"].numpy()
+    assert np.abs(fallback * 255.0 - _resized(_upright(data), fallback.shape[:2])).mean() < 8.0
+    snapshots = []
+    for run_id, manifest in (("new", {"orientation_recorded": True}), ("old", {})):
+        os.makedirs(tmp_path / run_id)
+        (tmp_path / run_id / "manifest.json").write_text(json.dumps(
+            {"run_id": run_id, "files": [], **manifest}))
+        snapshots.append(Snapshot(run_id=run_id, path=str(tmp_path / run_id)))
+    assert orientation_recorded(snapshots[:1]) is True
+    assert orientation_recorded(snapshots) is False  # read together: one old one decides
+
+
 def test_thumbnail_is_upright(pixels, tmp_path):
     path = write_bytes(tmp_path / "turned.jpg", _with_orientation(pixels, 6))
     thumb = np.asarray(Image.open(io.BytesIO(thumbnail_png(path, max_side=64))))
@@ -257,6 +284,7 @@ def test_job_records_displayed_size_and_orientation(turned_job):
     assert (rows["mirror.jpg"]["width"], rows["mirror.jpg"]["height"]) == (WIDTH, HEIGHT)
     assert {name: row["orientation"] for name, row in rows.items()} == {
         "phone.jpg": 6, "mirror.jpg": 2, "plain.jpg": 1}
+    assert snapshot.manifest["orientation_recorded"] is True
     shard_dir = os.path.join(snapshot.path, "train")
     records = [codec.parse_example(serialized) for name in sorted(os.listdir(shard_dir))
                if ".tfrecord" in name for serialized in tf.data.TFRecordDataset(

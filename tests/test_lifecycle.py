@@ -287,6 +287,8 @@ def test_compact_keeps_what_make_dataset_reads(compacted):
     assert live_records(world.out) == before
     assert [s.run_id for s in live_view(str(world.out)).snapshots] == [latest.run_id]
     assert training_input.count_examples(str(world.out), "train", "all") == 7
+    # the copied records all carry image/orientation, as their sources' manifests say
+    assert latest.manifest["orientation_recorded"] is True
 
 
 def test_after_compact_tfds_and_the_index_reader_see_exactly_the_live_set(compacted):
