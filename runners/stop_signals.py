@@ -21,10 +21,10 @@ import signal
 import sys
 import threading
 
-__all__ = ["Stopped", "handled", "received", "exit_code", "end_children"]
+__all__ = ["Stopped", "handled", "received", "raise_if_received", "exit_code", "end_children"]
 
 _NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
-_STATE = {"signum": None}
+_STATE = {"signum": None, "inside": False}
 
 
 class Stopped(BaseException):
@@ -55,8 +55,17 @@ def exit_code(signum: int) -> int:
 
 
 def received() -> int | None:
-    """The first SIGTERM/SIGINT number received inside `handled()`, or None."""
+    """The first SIGTERM/SIGINT number received inside the current `handled()`, or None."""
     return _STATE["signum"]
+
+
+def raise_if_received() -> None:
+    """Raises `Stopped` if a signal arrived inside `handled()`. Its own `Stopped` can be lost:
+    Python prints and drops an exception raised inside a weakref callback or `__del__` ("Exception
+    ignored in"), and a signal may land there. Called before anything is published, so such a
+    run still stops instead of committing. Outside `handled()` (a library call), nothing."""
+    if _STATE["inside"] and _STATE["signum"] is not None:
+        raise Stopped.by(_STATE["signum"])
 
 
 def _handle(signum, _frame) -> None:
@@ -75,9 +84,19 @@ def handled():
         yield  # signal handlers belong to the main thread
         return
     previous = {signum: signal.signal(signum, _handle) for signum in _NAMES}
+    previous_hook = sys.unraisablehook
+
+    def quiet_dropped_stop(unraisable):  # raised again before publishing: no traceback
+        if not isinstance(unraisable.exc_value, Stopped):
+            previous_hook(unraisable)
+
+    sys.unraisablehook = quiet_dropped_stop
+    _STATE["inside"] = True
     try:
         yield
     finally:
+        _STATE["inside"], _STATE["signum"] = False, None  # nothing stale for a later caller
+        sys.unraisablehook = previous_hook
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

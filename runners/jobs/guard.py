@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from runners.errors import UsageError
+from runners.stop_signals import raise_if_received
 from transforms.offline import progress
 
 __all__ = ["EXIT_REFUSED", "DEFAULT_MAX_SHRINK", "Verdict", "ShrinkRefused", "decide",
@@ -90,6 +91,7 @@ def guarded_publish(job, output_dir: str, run_id: str, inputs: dict, before: int
     report are in `candidates/<run_id>/`: the caller raises it after leaving the lock, so a
     refusal is not logged as a failed run. `publish_kwargs` go to `publish_snapshot`."""
     from pipelines.snapshot import publish_candidate, publish_snapshot, staged_accounting
+    raise_if_received()  # a stop whose exception Python dropped (see the function)
     progress.enter("publishing")
     accounting = staged_accounting(job)
     labels = accounting["label_rows"]
