@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
+import tensorflow_transform.beam as tft_beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from PIL import Image
 
@@ -137,6 +138,36 @@ def test_class_frequencies_and_balanced_weights(analyzed):
     assert summary["class_weights_by_id"] == [pytest.approx(2 / 3), pytest.approx(1.0),
                                               pytest.approx(2.0), None]
     assert summary["labels_outside_table"] == {}
+
+
+def test_class_frequencies_file_is_the_one_tft_vocabulary_writes(analyzed):
+    """The frequencies asset is `tft.vocabulary(store_frequency=True)`'s file byte for byte:
+    count descending, ties by label bytes descending, one dummy entry for no row."""
+    path = os.path.join(analyzed["dir"], "transform_fn", "assets", ta.CLASS_FREQUENCIES)
+    with open(path, "rb") as handle:
+        assert handle.read() == b"6 cat\n4 dog\n2 bird\n"
+    counts = {"b": 3, "a": 3, "c": 1, "\u00e9t\u00e9": 2, "z z": 3}
+    encoded = {label.encode("utf-8"): n for label, n in counts.items()}
+    assert ta._class_frequencies_file(encoded) == "3 z z\n3 b\n3 a\n2 \u00e9t\u00e9\n1 c\n".encode()
+    assert ta._class_frequencies_file({}) == b"1 49d0cd50-04bb-48c0-bc6f-5b575dce351a\n"
+
+    def with_tft(labels):
+        def preprocessing_fn(inputs):
+            tft.vocabulary(inputs["s"], vocab_filename="v", store_frequency=True)
+            return {"s": inputs["s"]}
+        temp = str(analyzed["dir"]) + f"_tft_vocabulary_{len(labels)}"
+        metadata = tft.DatasetMetadata.from_feature_spec({"s": tf.io.FixedLenFeature([], tf.string)})
+        with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+            rows = pipeline | beam.Create([{"s": label.encode("utf-8")} for label in labels],
+                                          reshuffle=False)
+            with tft_beam.Context(temp_dir=temp + "/tmp"):
+                _ = ((rows, metadata) | tft_beam.AnalyzeDataset(preprocessing_fn)
+                     | tft_beam.WriteTransformFn(temp))
+        with open(tft.TFTransformOutput(temp).vocabulary_file_by_name("v"), "rb") as handle:
+            return handle.read()
+
+    labels = [label for label, n in counts.items() for _ in range(n)]
+    assert with_tft(labels) == ta._class_frequencies_file(encoded)
 
 
 def test_size_quantiles_are_order_statistics(analyzed):

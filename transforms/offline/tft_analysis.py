@@ -85,6 +85,10 @@ _QUANTILE_EPSILON = 0.001
 # Content of the class-table asset before analysis has produced the real one (TFT builds the
 # graph once with it); never in an exported transform.
 _TABLE_BEFORE_ANALYSIS = b"__class_table_before_analysis__"
+_FREQUENCIES_BEFORE_ANALYSIS = b"0 __class_frequencies_before_analysis__"
+# TFT's entry of an empty vocabulary (`tensorflow_transform.analyzers`), kept so that the
+# frequencies file of a run without any image stays what TFT's vocabulary wrote.
+_EMPTY_VOCABULARY_DUMMY = b"49d0cd50-04bb-48c0-bc6f-5b575dce351a"
 # The one line of the class-table asset of a run without any class (TF cannot initialize a
 # table from an empty file). It holds a control character, so no label (`bad_label`) can
 # ever equal it; `tft_summary` reads it back as an empty table.
@@ -161,9 +165,33 @@ def raw_features(item: ImageRecord | Mapping) -> dict:
     }
 
 
-class _WriteClassTableAsset(tft_beam.experimental.PTransformAnalyzer):
-    """The class table (a list, or a singleton PCollection of the list) as a TFT asset file:
-    one name per line, id = line index. Ignores the analyzer's input batches."""
+class _LabelCounts(beam.CombineFn):
+    """Batches of the analyzer's label input -> {label bytes: rows}."""
+
+    def create_accumulator(self):
+        return collections.Counter()
+
+    def add_input(self, counts, batch):
+        counts.update(batch[0].tolist())
+        return counts
+
+    def merge_accumulators(self, accumulators):
+        merged = collections.Counter()
+        for counts in accumulators:
+            merged.update(counts)
+        return merged
+
+    def extract_output(self, counts):
+        return dict(counts)
+
+
+class _ClassAssets(tft_beam.experimental.PTransformAnalyzer):
+    """The two class assets from one analyzer over the labels: the class table (a list, or a
+    singleton PCollection of the list) as `pixelmill_class_table`, one name per line, id =
+    line index; and the analyzed rows per label as `class_frequencies`, the file
+    `tft.vocabulary(store_frequency=True)` writes (`_class_frequencies_file`). One combine
+    here, where TFT's vocabulary analyzer added ten stages and a tenth of the launcher's graph
+    building to every job."""
 
     def __init__(self, class_table):
         super().__init__()
@@ -174,16 +202,35 @@ class _WriteClassTableAsset(tft_beam.experimental.PTransformAnalyzer):
         if not isinstance(table, beam.PCollection):
             table = batches.pipeline | "ClassTableList" >> beam.Create([list(table)])
         base_dir = self.base_temp_dir
-        return table | "WriteClassTableAsset" >> beam.Map(_write_class_table_asset, base_dir)
+        table_path = table | "WriteClassTableAsset" >> beam.Map(_write_class_table_asset, base_dir)
+        frequencies_path = (batches
+                            | "CountLabels" >> beam.CombineGlobally(_LabelCounts())
+                            | "WriteClassFrequencies" >> beam.Map(
+                                lambda counts: _write_asset(base_dir, CLASS_FREQUENCIES,
+                                                            _class_frequencies_file(counts))))
+        return table_path, frequencies_path
+
+
+def _class_frequencies_file(counts: Mapping[bytes, int]) -> bytes:
+    """TFT's vocabulary file with frequencies, byte for byte: "count label" lines, count then
+    label bytes descending; no row at all gives TFT's one dummy entry (`tft_summary` reads
+    no class from it)."""
+    entries = sorted(((n, label) for label, n in counts.items()), reverse=True)
+    return b"".join(b"%d %s\n" % entry for entry in entries or [(1, _EMPTY_VOCABULARY_DUMMY)])
 
 
 def _write_class_table_asset(names, base_dir: str) -> np.ndarray:
     names = _check_class_table(names, "class_table", allow_empty=True)
     content = "".join(f"{name}\n" for name in names or [_NO_CLASS]).encode("utf-8")
-    folder = FileSystems.join(base_dir, "class_table-" + hashlib.sha256(content).hexdigest()[:16])
+    return _write_asset(base_dir, CLASS_TABLE_ASSET, content)
+
+
+def _write_asset(base_dir: str, name: str, content: bytes) -> np.ndarray:
+    """Writes `content` as `name` in a folder of `base_dir` named by its hash; its path."""
+    folder = FileSystems.join(base_dir, f"{name}-" + hashlib.sha256(content).hexdigest()[:16])
     if "://" not in folder and not FileSystems.exists(folder):
         FileSystems.mkdirs(folder)
-    path = FileSystems.join(folder, CLASS_TABLE_ASSET)
+    path = FileSystems.join(folder, name)
     with FileSystems.create(path) as handle:
         handle.write(content)
     return np.array(path.encode("utf-8"), dtype=object)
@@ -221,12 +268,16 @@ def _per_row(batch_anchor: tf.Tensor, value: tf.Tensor, dtype=tf.float32) -> tf.
 
 @functools.lru_cache(maxsize=None)
 def _model_decoder(size: tuple[int, int], orientation) -> Callable:
-    """`decode_for_model` of one image as a `tf.function`, traced once per process and
-    (size, orientation): TFT traces `preprocessing_fn` five times per job (schema, analysis,
-    transform), and the decoder with its graph-side EXIF reader is most of each trace (~0.5 s);
-    a call of the traced function costs one op."""
-    return tf.function(lambda contents: decode_for_model(contents, size, orientation=orientation),
-                       input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
+    """`decode_for_model` of a batch of images [N] -> [N, height, width, 3], as a
+    `tf.function` traced once per process and (size, orientation). TFT traces
+    `preprocessing_fn` four times per job (analysis, schema, two saved models); traced inside
+    each, the decoder with its graph-side EXIF reader and the `map_fn` loop around it were most
+    of every trace. Here each trace adds one call op."""
+    def decode_batch(encoded):
+        return tf.map_fn(lambda contents: decode_for_model(contents, size, orientation=orientation),
+                         encoded, fn_output_signature=tf.TensorSpec([*size, 3], tf.float32))
+    return tf.function(decode_batch, input_signature=[tf.TensorSpec([None], tf.string)],
+                       autograph=False)
 
 
 def make_preprocessing_fn(class_table, image_size,
@@ -269,24 +320,21 @@ def make_preprocessing_fn(class_table, image_size,
         mean32 = tf.cast(mean, tf.float32)
         std32 = tf.cast(tf.where(std > 0.0, std, tf.ones_like(std)), tf.float32)
 
-        tft.vocabulary(text, vocab_filename=CLASS_FREQUENCIES, store_frequency=True,
-                       name="class_frequencies")
         width_quantiles = tft.quantiles(tf.cast(inputs[WIDTH], tf.float32), size_quantiles,
                                         _QUANTILE_EPSILON, name="width_quantiles")
         height_quantiles = tft.quantiles(tf.cast(inputs[HEIGHT], tf.float32), size_quantiles,
                                          _QUANTILE_EPSILON, name="height_quantiles")
 
-        (table_path,) = tft.experimental.ptransform_analyzer(
-            [text], _WriteClassTableAsset(class_table), [tf.string], [[]],
-            output_asset_default_values=[_TABLE_BEFORE_ANALYSIS], name="class_table")
+        table_path, _ = tft.experimental.ptransform_analyzer(
+            [text], _ClassAssets(class_table), [tf.string, tf.string], [[], []],
+            output_asset_default_values=[_TABLE_BEFORE_ANALYSIS, _FREQUENCIES_BEFORE_ANALYSIS],
+            name="class_table")
+        tft.annotate_asset(CLASS_FREQUENCIES, CLASS_FREQUENCIES)
         tft.annotate_asset(CLASS_TABLE_ASSET, CLASS_TABLE_ASSET)
         label = tft.apply_vocabulary(text, table_path, lookup_fn=_lookup_class_ids,
                                      name="label")
 
-        decoder = _model_decoder(size, orientation)
-        image = tf.map_fn(
-            lambda contents: (decoder(contents) - mean32) / std32,
-            encoded, fn_output_signature=tf.TensorSpec([*size, 3], tf.float32))
+        image = (_model_decoder(size, orientation)(encoded) - mean32) / std32
         return {
             IMAGE: image,
             LABEL: label,
