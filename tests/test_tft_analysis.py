@@ -25,6 +25,7 @@ from transforms.decode import decode_for_model, decode_image, pick_jpeg_ratio
 from transforms.offline import tft_analysis as ta
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import make_row
+from transforms.offline.tft_class_assets import class_frequencies_file
 
 CLASS_TABLE = ["cat", "dog", "bird", "fish"]       # fish: in the table, no image
 LABELS = ["cat"] * 6 + ["dog"] * 4 + ["bird"] * 2
@@ -148,8 +149,8 @@ def test_class_frequencies_file_is_the_one_tft_vocabulary_writes(analyzed):
         assert handle.read() == b"6 cat\n4 dog\n2 bird\n"
     counts = {"b": 3, "a": 3, "c": 1, "\u00e9t\u00e9": 2, "z z": 3}
     encoded = {label.encode("utf-8"): n for label, n in counts.items()}
-    assert ta._class_frequencies_file(encoded) == "3 z z\n3 b\n3 a\n2 \u00e9t\u00e9\n1 c\n".encode()
-    assert ta._class_frequencies_file({}) == b"1 49d0cd50-04bb-48c0-bc6f-5b575dce351a\n"
+    assert class_frequencies_file(encoded) == "3 z z\n3 b\n3 a\n2 \u00e9t\u00e9\n1 c\n".encode()
+    assert class_frequencies_file({}) == b"1 49d0cd50-04bb-48c0-bc6f-5b575dce351a\n"
 
     def with_tft(labels):
         def preprocessing_fn(inputs):
@@ -167,7 +168,7 @@ def test_class_frequencies_file_is_the_one_tft_vocabulary_writes(analyzed):
             return handle.read()
 
     labels = [label for label, n in counts.items() for _ in range(n)]
-    assert with_tft(labels) == ta._class_frequencies_file(encoded)
+    assert with_tft(labels) == class_frequencies_file(encoded)
 
 
 def test_size_quantiles_are_order_statistics(analyzed):

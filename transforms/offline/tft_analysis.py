@@ -1,7 +1,7 @@
 """TensorFlow Transform analysis of the accepted images, and the exported transform.
 
-`AnalyzeAndWriteTransform` runs TFT's analyzers over the accepted records: the label
-vocabulary with frequencies (class weights, `tft_summary`), the exact per-channel pixel mean
+`AnalyzeAndWriteTransform` runs TFT's analyzers over the accepted records: the rows per
+label (asset `class_frequencies`: class weights, `tft_summary`), the exact per-channel pixel mean
 and std weighted by pixel count (from each record's measured moments: no image is decoded a
 second time, no pixel is shipped through TFT), and width/height quantiles. `transform_fn/` is
 written next to the shards; its `preprocessing_fn` maps `image/encoded` to the model's input
@@ -17,10 +17,8 @@ during analysis): docs/architecture.md, "TFT analysis".
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
-import hashlib
 import math
 from typing import Callable, Mapping, Sequence
 
@@ -29,14 +27,19 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
-from apache_beam.io.filesystems import FileSystems
 
 from configs.online import image_size_pair
 from transforms import codec
 from transforms.decode import decode_for_model
 from transforms.offline import progress
-from transforms.offline.classes import class_name_problem
 from transforms.offline.image_record import ImageRecord
+from transforms.offline.tft_class_assets import (
+    CLASS_FREQUENCIES,
+    CLASS_TABLE_ASSET,
+    NO_CLASS,
+    analyze_class_assets,
+    check_class_table,
+)
 from transforms.offline.tft_write import WriteTransformFnOnce
 
 __all__ = [
@@ -78,44 +81,13 @@ _PIXELS = STATS_PREFIX + "pixel_count"             # int64 [1]: sum of w*h over 
 _WIDTH_QUANTILES = STATS_PREFIX + "width_quantiles"
 _HEIGHT_QUANTILES = STATS_PREFIX + "height_quantiles"
 
-CLASS_TABLE_ASSET = "pixelmill_class_table"
-CLASS_FREQUENCIES = "class_frequencies"
 DEFAULT_SIZE_QUANTILES = 10
 _QUANTILE_EPSILON = 0.001
-# Content of the class-table asset before analysis has produced the real one (TFT builds the
-# graph once with it); never in an exported transform.
-_TABLE_BEFORE_ANALYSIS = b"__class_table_before_analysis__"
-_FREQUENCIES_BEFORE_ANALYSIS = b"0 __class_frequencies_before_analysis__"
-# TFT's entry of an empty vocabulary (`tensorflow_transform.analyzers`), kept so that the
-# frequencies file of a run without any image stays what TFT's vocabulary wrote.
-_EMPTY_VOCABULARY_DUMMY = b"49d0cd50-04bb-48c0-bc6f-5b575dce351a"
-# The one line of the class-table asset of a run without any class (TF cannot initialize a
-# table from an empty file). It holds a control character, so no label (`bad_label`) can
-# ever equal it; `tft_summary` reads it back as an empty table.
-_NO_CLASS = "\x1fno class: no image was accepted"
 
 
 def raw_metadata() -> tft.DatasetMetadata:
     """The raw schema TFT analyzes (`RAW_FEATURE_SPEC`)."""
     return tft.DatasetMetadata.from_feature_spec(RAW_FEATURE_SPEC)
-
-
-def _check_class_table(names, source: str, allow_empty: bool = False) -> list[str]:
-    """The table as a list, checked. Empty only where the job computed it: a run that accepts
-    no image (a folder of junk) has no class yet, and still publishes its rejects."""
-    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
-        raise ValueError(f"{source} must be a list of class names. Received: {names!r}")
-    names = list(names)
-    if not names and not allow_empty:
-        raise ValueError(f"{source} must name at least one class. Received: []")
-    for name in names:
-        problem = class_name_problem(name)
-        if problem:
-            raise ValueError(f"{source} entries must be valid class names: {problem}")
-    duplicates = sorted(name for name, n in collections.Counter(names).items() if n > 1)
-    if duplicates:
-        raise ValueError(f"{source} lists {duplicates} more than once; ids would be ambiguous.")
-    return names
 
 
 def _moments_of(width, height, moments: Sequence) -> tuple[int, list, list]:
@@ -163,77 +135,6 @@ def raw_features(item: ImageRecord | Mapping) -> dict:
         WIDTH: int(width),
         HEIGHT: int(height),
     }
-
-
-class _LabelCounts(beam.CombineFn):
-    """Batches of the analyzer's label input -> {label bytes: rows}."""
-
-    def create_accumulator(self):
-        return collections.Counter()
-
-    def add_input(self, counts, batch):
-        counts.update(batch[0].tolist())
-        return counts
-
-    def merge_accumulators(self, accumulators):
-        merged = collections.Counter()
-        for counts in accumulators:
-            merged.update(counts)
-        return merged
-
-    def extract_output(self, counts):
-        return dict(counts)
-
-
-class _ClassAssets(tft_beam.experimental.PTransformAnalyzer):
-    """The two class assets from one analyzer over the labels: the class table (a list, or a
-    singleton PCollection of the list) as `pixelmill_class_table`, one name per line, id =
-    line index; and the analyzed rows per label as `class_frequencies`, the file
-    `tft.vocabulary(store_frequency=True)` writes (`_class_frequencies_file`). One combine
-    here, where TFT's vocabulary analyzer added ten stages and a tenth of the launcher's graph
-    building to every job."""
-
-    def __init__(self, class_table):
-        super().__init__()
-        self._class_table = class_table
-
-    def expand(self, batches):
-        table = self._class_table
-        if not isinstance(table, beam.PCollection):
-            table = batches.pipeline | "ClassTableList" >> beam.Create([list(table)])
-        base_dir = self.base_temp_dir
-        table_path = table | "WriteClassTableAsset" >> beam.Map(_write_class_table_asset, base_dir)
-        frequencies_path = (batches
-                            | "CountLabels" >> beam.CombineGlobally(_LabelCounts())
-                            | "WriteClassFrequencies" >> beam.Map(
-                                lambda counts: _write_asset(base_dir, CLASS_FREQUENCIES,
-                                                            _class_frequencies_file(counts))))
-        return table_path, frequencies_path
-
-
-def _class_frequencies_file(counts: Mapping[bytes, int]) -> bytes:
-    """TFT's vocabulary file with frequencies, byte for byte: "count label" lines, count then
-    label bytes descending; no row at all gives TFT's one dummy entry (`tft_summary` reads
-    no class from it)."""
-    entries = sorted(((n, label) for label, n in counts.items()), reverse=True)
-    return b"".join(b"%d %s\n" % entry for entry in entries or [(1, _EMPTY_VOCABULARY_DUMMY)])
-
-
-def _write_class_table_asset(names, base_dir: str) -> np.ndarray:
-    names = _check_class_table(names, "class_table", allow_empty=True)
-    content = "".join(f"{name}\n" for name in names or [_NO_CLASS]).encode("utf-8")
-    return _write_asset(base_dir, CLASS_TABLE_ASSET, content)
-
-
-def _write_asset(base_dir: str, name: str, content: bytes) -> np.ndarray:
-    """Writes `content` as `name` in a folder of `base_dir` named by its hash; its path."""
-    folder = FileSystems.join(base_dir, f"{name}-" + hashlib.sha256(content).hexdigest()[:16])
-    if "://" not in folder and not FileSystems.exists(folder):
-        FileSystems.mkdirs(folder)
-    path = FileSystems.join(folder, name)
-    with FileSystems.create(path) as handle:
-        handle.write(content)
-    return np.array(path.encode("utf-8"), dtype=object)
 
 
 def _lookup_class_ids(names: tf.Tensor, table_path) -> tuple[tf.Tensor, tf.Tensor]:
@@ -296,7 +197,7 @@ def make_preprocessing_fn(class_table, image_size,
     size = image_size_pair(image_size)
     orientation = None if exif_orientation else 1
     if not isinstance(class_table, beam.PCollection):
-        class_table = _check_class_table(class_table, "class_table")
+        class_table = check_class_table(class_table, "class_table")
     if (isinstance(size_quantiles, bool) or not isinstance(size_quantiles, int)
             or not 2 <= size_quantiles <= 1000):
         raise ValueError(
@@ -325,13 +226,8 @@ def make_preprocessing_fn(class_table, image_size,
         height_quantiles = tft.quantiles(tf.cast(inputs[HEIGHT], tf.float32), size_quantiles,
                                          _QUANTILE_EPSILON, name="height_quantiles")
 
-        table_path, _ = tft.experimental.ptransform_analyzer(
-            [text], _ClassAssets(class_table), [tf.string, tf.string], [[], []],
-            output_asset_default_values=[_TABLE_BEFORE_ANALYSIS, _FREQUENCIES_BEFORE_ANALYSIS],
-            name="class_table")
-        tft.annotate_asset(CLASS_FREQUENCIES, CLASS_FREQUENCIES)
-        tft.annotate_asset(CLASS_TABLE_ASSET, CLASS_TABLE_ASSET)
-        label = tft.apply_vocabulary(text, table_path, lookup_fn=_lookup_class_ids,
+        label = tft.apply_vocabulary(text, analyze_class_assets(text, class_table),
+                                     lookup_fn=_lookup_class_ids,
                                      name="label")
 
         image = (_model_decoder(size, orientation)(encoded) - mean32) / std32
@@ -419,7 +315,7 @@ def tft_summary(transform_output_dir: str) -> dict:
     output = tft.TFTransformOutput(transform_output_dir)
     constants = _analyzed_constants(output, transform_output_dir)
     table = [line.decode("utf-8") for line in output.vocabulary_by_name(CLASS_TABLE_ASSET)]
-    table = [] if table == [_NO_CLASS] else table
+    table = [] if table == [NO_CLASS] else table
     images = constants[_IMAGES][0]
     # An empty dataset's vocabulary holds TFT's one dummy entry, not a label.
     counts = _class_counts(output) if images else {}
