@@ -84,6 +84,18 @@ def test_startup_tests_and_identity_rows():
     assert "1.50x (15.0 vs 10.0 s)" in text and text.splitlines()[-1].endswith("PASS")
 
 
+def test_startup_is_the_median_of_its_rounds():
+    # Three interleaved rounds: the verdict reads the median pair ratio, not one noisy pair.
+    startup = costs.Startup(20, 14.0, 9.5, ratios=(1.4, 1.62, 1.45))
+    assert startup.ratio == 1.45
+    assert startup.text == "1.45x (14.0 vs 9.5 s, median of 3 rounds)"
+    verdicts = _verdicts(costs.CostResult((), startup=startup))
+    assert verdicts["start-up, 20-image command vs bare imports"] is True
+    slow = costs.Startup(20, 15.0, 9.5, ratios=(1.4, 1.62, 1.55))
+    assert _verdicts(costs.CostResult((), startup=slow))[
+        "start-up, 20-image command vs bare imports"] is False
+
+
 def test_decisions_compare_shards_and_every_verdict():
     before = {"photos": costs.decisions(_run(3, verdicts={"a.jpg": "blurry"}))}
     same = {"photos": costs.decisions(_run(3, verdicts={"a.jpg": "blurry"}))}

@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--corpus", default=None,
                         help="time this folder of images (class subfolders) instead")
     parser.add_argument("--repetitions", type=int, default=3,
-                        help="timed passes of each contender (default 3)")
+                        help="timed passes of each contender, and interleaved rounds of "
+                             "the start-up check (default 3)")
     parser.add_argument("--workdir", default="bench_out",
                         help="corpus cache, job output and logs (default bench_out)")
     parser.add_argument("--workers", default="default",
@@ -281,7 +282,8 @@ def _costs(args, workdir: str, photos, source: Corpus, threads: int, min_varianc
     startup = None
     if args.startup_images:
         startup = bench_costs.measure_startup(
-            prepare_corpus(workdir, args.startup_images, args.seed), workdir)
+            prepare_corpus(workdir, args.startup_images, args.seed), workdir,
+            rounds=args.repetitions)
     tests = bench_costs.time_test_suite(workdir) if args.make_test else None
     current = {cost.name: bench_costs.decisions(cost.job) for cost in costs}
     baseline = (bench_costs.compare_decisions(current, bench_costs.load_baseline(args.baseline))
