@@ -109,48 +109,65 @@ def quiet_native_output() -> None:
     os.close(write_end)
     sys.stderr = io.TextIOWrapper(io.FileIO(real, "w", closefd=False), line_buffering=True,
                                   errors="backslashreplace", write_through=True)
+    os.set_blocking(read_end, False)  # every read happens under the lock (see `drain`)
     _native.update(real=real, read=read_end, rest=b"", lock=threading.Lock())
     threading.Thread(target=_forward_loop, name="pixelmill-stderr", daemon=True).start()
 
 
 def _forward(chunk: bytes) -> None:
-    with _native["lock"]:
-        lines = (_native["rest"] + chunk).split(b"\n")
-        _native["rest"] = lines.pop()
-        kept = []
-        for line in lines:
-            text = line.decode("utf-8", "backslashreplace")
-            if is_noise(text):
-                _dropped.append(text)
-            else:
-                kept.append(line + b"\n")
-        if kept:
-            progress_report.clear_line()
-            os.write(_native["real"], b"".join(kept))
+    """Writes the complete lines of `chunk` that are not noise (the caller holds the lock)."""
+    lines = (_native["rest"] + chunk).split(b"\n")
+    _native["rest"] = lines.pop()
+    kept = []
+    for line in lines:
+        text = line.decode("utf-8", "backslashreplace")
+        if is_noise(text):
+            _dropped.append(text)
+        else:
+            kept.append(line + b"\n")
+    if kept:
+        progress_report.clear_line()
+        os.write(_native["real"], b"".join(kept))
+
+
+def _forward_available() -> bool:
+    """Reads and forwards what the pipe holds now (the caller holds the lock); False at its
+    end (every writer closed)."""
+    while True:
+        try:
+            chunk = os.read(_native["read"], 65536)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        _forward(chunk)
 
 
 def _forward_loop() -> None:
     while True:
         try:
-            chunk = os.read(_native["read"], 65536)
+            select.select([_native["read"]], [], [])
+            with _native["lock"]:
+                if not _forward_available():
+                    return
         except OSError:
             return
-        if not chunk:
-            return
-        _forward(chunk)
 
 
-def drain(timeout_s: float = 0.2) -> None:
-    """Forwards what is still in the filter's pipe (before a hard exit)."""
+def drain() -> None:
+    """Forwards what is still in the filter's pipe, before a hard exit. Every read is made
+    under the lock, so what the forwarding thread took is written before this runs, and
+    nothing waits for output that may never come (a timed wait here cost every command
+    0.2 s)."""
     if not _native:
         return
-    while select.select([_native["read"]], [], [], timeout_s)[0]:
-        chunk = os.read(_native["read"], 65536)
-        if not chunk:
-            break
-        _forward(chunk)
-    if _native["rest"]:
-        _forward(b"\n")
+    with _native["lock"]:
+        try:
+            _forward_available()
+        except OSError:
+            pass
+        if _native["rest"]:
+            _forward(b"\n")
 
 
 def _output_dir(argv: list) -> str | None:

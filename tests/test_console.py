@@ -44,6 +44,29 @@ def test_native_library_lines_are_noise_and_everything_else_is_not(line, noise):
     assert console.is_noise(line) is bool(noise)
 
 
+@pytest.mark.slow
+def test_drain_forwards_what_native_code_wrote_without_waiting():
+    # What native code writes to fd 2 just before the hard exit reaches the real stderr,
+    # noise dropped and an unterminated last line kept, and drain does not wait for more.
+    script = (
+        "import os, sys, time\n"
+        "from runners import console\n"
+        "console.quiet_native_output()\n"
+        "os.write(2, b'kept line\\nI0000 00:00:1 port.cc:153] oneDNN custom operations\\n')\n"
+        "time.sleep(0.05)\n"
+        "os.write(2, b'late line\\nno newline')\n"
+        "started = time.perf_counter()\n"
+        "console.drain()\n"
+        "print(f'drained in {time.perf_counter() - started:.3f}', flush=True)\n"
+        "os._exit(0)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == ["kept line", "late line", "no newline"]
+    assert float(done.stdout.split()[-1]) < 0.1
+
+
 def _console_lines(verbose: bool) -> list[str]:
     stream = io.StringIO()
     saved = sys.stderr
