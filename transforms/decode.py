@@ -99,11 +99,11 @@ def decode_image_array(contents: bytes, jpeg_ratio: int = 1, is_jpeg: bool | Non
 
 
 def _to_rgb(image: tf.Tensor) -> tf.Tensor:
-    """[H, W, C] with C in 1..4 -> [H, W, 3]: grey (+alpha) is repeated, alpha is dropped."""
+    """[H, W, C] with C in 1..4 -> [H, W, 3]: grey (+alpha) is repeated, alpha is dropped.
+    One gather of channels chosen at run time, not a `tf.cond` (two more functions in every
+    graph that decodes)."""
     channels = tf.shape(image)[-1]
-    return tf.cond(channels < 3,
-                   lambda: tf.tile(image[..., :1], [1, 1, 3]),
-                   lambda: image[..., :3])
+    return tf.gather(image, tf.where(channels < 3, [0, 0, 0], [0, 1, 2]), axis=-1)
 
 
 def pick_jpeg_ratio(width: int, height: int, target: int, side: str = "short") -> int:

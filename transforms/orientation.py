@@ -152,6 +152,11 @@ _TRANSFORMS = (
 )
 
 
+# The same turns as (transpose, then reverse axis 0, reverse axis 1), for a tensor orientation.
+_MOVES = [[False, False, False], [False, False, True], [False, True, True], [False, True, False],
+          [True, False, False], [True, False, True], [True, True, True], [True, True, False]]
+
+
 # The same turns on a numpy array [H, W, C] (views; the caller copies if it needs contiguity).
 _ARRAY_TRANSFORMS = (
     lambda a: a, lambda a: a[:, ::-1], lambda a: a[::-1, ::-1], lambda a: a[::-1],
@@ -170,8 +175,13 @@ def apply_orientation(image: tf.Tensor, orientation) -> tf.Tensor:
     or an int tensor; values outside 1..8 are treated as 1)."""
     if isinstance(orientation, int) and not isinstance(orientation, bool):
         return _TRANSFORMS[orientation - 1](image) if 1 <= orientation <= 8 else image
+    # A tensor: the same moves with no control flow (a `switch_case` of the eight was nine
+    # functions in every graph that decodes, each one paid at every trace, save and load): a
+    # transpose whose permutation is chosen at run time, then a reverse of the chosen axes.
     orientation = tf.cast(orientation, tf.int32)
     index = tf.where((orientation >= 1) & (orientation <= 8), orientation - 1, 0)
-    result = tf.switch_case(index, [lambda f=f: f(image) for f in _TRANSFORMS])
+    moves = tf.gather(tf.constant(_MOVES), index)               # [transpose, flip 0, flip 1]
+    result = tf.transpose(image, tf.where(moves[0], [1, 0, 2], [0, 1, 2]))
+    result = tf.reverse(result, tf.boolean_mask(tf.constant([0, 1]), moves[1:]))
     result.set_shape([None, None, image.shape[-1]])
     return result
