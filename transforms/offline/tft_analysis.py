@@ -171,7 +171,7 @@ def _per_row(batch_anchor: tf.Tensor, value: tf.Tensor, dtype=tf.float32) -> tf.
 def _model_decoder(size: tuple[int, int], orientation) -> Callable:
     """`decode_for_model` of a batch of images [N] -> [N, height, width, 3], as a
     `tf.function` traced once per process and (size, orientation). TFT traces
-    `preprocessing_fn` four times per job (analysis, schema, two saved models); traced inside
+    `preprocessing_fn` five times per job (analysis, schema, saved models); traced inside
     each, the decoder with its graph-side EXIF reader and the `map_fn` loop around it were most
     of every trace. Here each trace adds one call op."""
     def decode_batch(encoded):
