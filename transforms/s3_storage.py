@@ -144,16 +144,31 @@ def read_object(url: str, limit: int | None = None) -> bytes:
     extra = {} if limit is None else {"Range": f"bytes=0-{max(limit, 1) - 1}"}
     try:
         data = _beam_client().get_object(Bucket=bucket, Key=key, **extra)["Body"].read()
-    except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code")
-        if code == "InvalidRange":  # an empty object has no first byte
-            return b""
-        if code in ("404", "NoSuchKey"):
-            raise FileNotFoundError(f"{url}: no such object") from exc
-        raise OSError(describe_error(exc, url) or f"{url}: {exc}") from exc
-    except BotoCoreError as exc:
-        raise OSError(describe_error(exc, url) or f"{url}: {exc}") from exc
+    except (BotoCoreError, ClientError) as exc:
+        if isinstance(exc, ClientError) and _error_code(exc) == "InvalidRange":
+            return b""  # an empty object has no first byte
+        raise _as_os_error(exc, url) from exc
     return data if limit is None else data[:limit]
+
+
+def _error_code(exc) -> str | None:
+    return exc.response.get("Error", {}).get("Code")
+
+
+def _missing(exc) -> bool:
+    """Whether a boto3 error says there is no such object (a GET's code, a HEAD's status)."""
+    from botocore.exceptions import ClientError
+    return isinstance(exc, ClientError) and (
+        _error_code(exc) in ("404", "NoSuchKey")
+        or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404)
+
+
+def _as_os_error(exc, url: str) -> OSError:
+    """A boto3 error of a read as Beam's file systems raise it: OSError naming `url`,
+    FileNotFoundError for a missing object."""
+    if _missing(exc):
+        return FileNotFoundError(f"{url}: no such object")
+    return OSError(describe_error(exc, url) or f"{url}: {exc}")
 
 
 class _BodyStream(io.RawIOBase):
@@ -186,12 +201,8 @@ def open_object(url: str):
     bucket, key = split_url(url)
     try:
         body = _beam_client().get_object(Bucket=bucket, Key=key)["Body"]
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
-            raise FileNotFoundError(f"{url}: no such object") from exc
-        raise OSError(describe_error(exc, url) or f"{url}: {exc}") from exc
-    except BotoCoreError as exc:
-        raise OSError(describe_error(exc, url) or f"{url}: {exc}") from exc
+    except (BotoCoreError, ClientError) as exc:
+        raise _as_os_error(exc, url) from exc
     return io.BufferedReader(_BodyStream(body), buffer_size=1 << 20)
 
 
@@ -202,13 +213,10 @@ def _head(url: str) -> dict | None:
     bucket, key = split_url(url)
     try:
         return _beam_client().head_object(Bucket=bucket, Key=key)
-    except ClientError as exc:
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        if status == 404 or exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+    except (BotoCoreError, ClientError) as exc:
+        if _missing(exc):
             return None
-        raise OSError(describe_error(exc, url) or f"{url}: {exc}") from exc
-    except BotoCoreError as exc:
-        raise OSError(describe_error(exc, url) or f"{url}: {exc}") from exc
+        raise _as_os_error(exc, url) from exc
 
 
 def object_exists(url: str) -> bool:
@@ -335,8 +343,7 @@ class S3Storage:
         try:
             return getattr(client(), method)(**kwargs)
         except (BotoCoreError, ClientError) as exc:
-            if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in (
-                    "404", "NoSuchKey"):
+            if _missing(exc):
                 raise FileNotFoundError(f"{url}: no such object") from exc
             _raise_for(exc, url)
 
