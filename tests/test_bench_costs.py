@@ -3,6 +3,7 @@ verdict, the decisions comparison (target 7), and the corpora it generates."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 
 import pytest
@@ -152,3 +153,47 @@ def test_a_negative_marginal_is_noise_without_a_verdict():
     measured, passed = rows["photos: launcher CPU per image"]
     assert passed is None and "below the noise of the fixed cost" in measured
     assert rows["photos: marginal CPU per image"][1] is None
+
+
+def _thumbnail_cost(naive_rate, job_decode_ms=0.3):
+    cost = _cost("thumbnails", images=1000, job_seconds=10.0, naive_rate=naive_rate)
+    return dataclasses.replace(cost, job_decode_ms=job_decode_ms)
+
+
+def test_an_end_to_end_target_below_its_floor_is_blocked():
+    # 1,000 thumbnails, naive 300/s, 1x wanted: the job may take 3.33 s.
+    # Floor on 2 cores: (6.0 s imports + 1,000 x 0.3 ms) / 2 = 3.15 s: reachable, a MISS.
+    reachable = costs.CostResult((_thumbnail_cost(300.0),), imports_cpu_s=6.0, cores=2)
+    rows = {row[1]: row for row in costs.cost_targets(reachable)}
+    row = rows["thumbnails: end to end vs naive, 1000 images"]
+    assert row[4] is False and row[2].endswith("floor 3.1 s, allowed 3.3 s")
+    # (7.0 + 0.3) / 2 = 3.65 s > 3.33 s: no job could do it on this machine.
+    blocked = costs.CostResult((_thumbnail_cost(300.0),), imports_cpu_s=7.0, cores=2)
+    assert _verdicts(blocked)["thumbnails: end to end vs naive, 1000 images"] == costs.BLOCKED
+    line = [line for line in costs.format_costs(blocked).splitlines()
+            if "end to end vs naive" in line]
+    assert line[0].rstrip().endswith("BLOCKED")
+
+
+def test_a_met_target_passes_and_no_floor_without_the_imports_or_the_scaled_decode():
+    passing = costs.CostResult((_thumbnail_cost(50.0),), imports_cpu_s=70.0, cores=2)
+    assert _verdicts(passing)["thumbnails: end to end vs naive, 1000 images"] is True  # 2x
+    for result in (costs.CostResult((_thumbnail_cost(300.0),)),
+                   costs.CostResult((_thumbnail_cost(300.0, None),), imports_cpu_s=70.0)):
+        row = [r for r in costs.cost_targets(result) if r[0] == "4"][0]
+        assert row[4] is False and "floor" not in row[2]
+
+
+def test_the_scaled_decode_groups_files_by_the_inspections_ratio(tmp_path):
+    from runners.bench.bench_loops import job_scale_decode_ms, job_scale_ratios
+    sizes = {"big.jpg": (2100, 1000), "mid.jpg": (600, 300), "small.jpg": (100, 80),
+             "big.png": (2100, 1000)}
+    paths = {}
+    for name, size in sizes.items():
+        paths[name] = str(tmp_path / name)
+        Image.new("RGB", size, (90, 120, 30)).save(paths[name])
+    # Long side over 256: 2100 // 8 = 262; 600 // 2 = 300 but 600 // 4 = 150; PNG is never scaled.
+    assert job_scale_ratios(list(paths.values()), 256) == {
+        8: [paths["big.jpg"]], 2: [paths["mid.jpg"]],
+        1: [paths["small.jpg"], paths["big.png"]]}
+    assert job_scale_decode_ms(list(paths.values()), 256, threads=1) > 0.0

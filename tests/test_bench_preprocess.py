@@ -231,7 +231,7 @@ def test_one_tiny_run_prints_the_table_and_the_targets(tmp_path, capsys):
                        "--no-memory_check",
                        "--inspect_images", "2",
                        "--thumbnails", "3", "--camera", "0", "--classes", "30",
-                       "--startup_images", "0"])
+                       "--startup_images", "0", "--floor_rounds", "0"])
     out = capsys.readouterr().out
     assert code == 0
     assert re.search(r"^job +\d+\.\d +\d+\.\d +\d+\.\d +\(a\)", out, re.M)

@@ -1,6 +1,6 @@
-"""What `pixelmill bench preprocess` times inside its own process: the decode limit, the naive
-tutorial loop, and the job's inspection step alone (inline and isolated), each as images/s and
-CPU milliseconds per image."""
+"""What `pixelmill bench preprocess` times inside its own process: the decode limit (full size
+and at the job's DCT scale), the naive tutorial loop, and the job's inspection step alone
+(inline and isolated), each as images/s and CPU milliseconds per image."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,8 +9,8 @@ import os
 import resource
 import time
 
-__all__ = ["time_decode_limit", "time_naive_loop", "InspectCost", "time_inspect",
-           "own_cpu_seconds"]
+__all__ = ["time_decode_limit", "job_scale_ratios", "job_scale_decode_ms", "time_naive_loop",
+           "InspectCost", "time_inspect", "own_cpu_seconds"]
 
 
 def own_cpu_seconds() -> float:
@@ -42,6 +42,48 @@ def time_decode_limit(paths, threads: int) -> float:
     if count != len(paths):
         raise RuntimeError(f"decoded {count} of {len(paths)} files")
     return seconds
+
+
+def job_scale_ratios(paths, analysis_size: int) -> dict:
+    """{DCT ratio: [paths]}: the ratio the inspection decodes each file at (JPEGs by
+    `pick_jpeg_ratio` to `analysis_size` on the long side, other formats 1)."""
+    from transforms.decode import pick_jpeg_ratio
+    from transforms.offline import image_header
+    by_ratio: dict = {}
+    for path in paths:
+        with open(path, "rb") as handle:
+            header = image_header.read_header(handle.read())
+        ratio = (pick_jpeg_ratio(header.width, header.height, analysis_size, side="long")
+                 if header.format == "jpeg" else 1)
+        by_ratio.setdefault(ratio, []).append(path)
+    return by_ratio
+
+
+def job_scale_decode_ms(paths, analysis_size: int, threads: int) -> float:
+    """CPU ms per image of the bare tf.data decode at the job's own scale: each JPEG at the DCT
+    ratio the inspection picks for it (`pick_jpeg_ratio` to `analysis_size`, long side), any
+    other file whole. The least decoding a job that judges these files' pixels can do, so the
+    floor of the end-to-end targets (`bench_costs`) counts this, not the full-size decode."""
+    import tensorflow as tf
+    by_ratio = job_scale_ratios(paths, analysis_size)
+
+    def decoder(ratio: int):
+        if ratio == 1:
+            return lambda data: tf.io.decode_image(data, channels=3, expand_animations=False)
+        return lambda data: tf.io.decode_jpeg(data, channels=3, ratio=ratio)
+
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = threads
+    started = own_cpu_seconds()
+    for ratio, group in sorted(by_ratio.items()):
+        decode = decoder(ratio)
+        dataset = (tf.data.Dataset.from_tensor_slices(group)
+                   .map(lambda path, decode=decode: tf.size(decode(tf.io.read_file(path))),
+                        num_parallel_calls=threads, deterministic=False)
+                   .with_options(options))
+        for _ in dataset:
+            pass
+    return 1000.0 * (own_cpu_seconds() - started) / max(1, len(paths))
 
 
 def time_naive_loop(items, output_path: str, min_variance: float) -> tuple[float, int]:

@@ -22,6 +22,7 @@ import statistics
 import sys
 
 from runners.bench.bench_loops import (
+    job_scale_decode_ms,
     own_cpu_seconds,
     time_decode_limit,
     time_inspect,
@@ -92,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--startup_images", type=int, default=20,
                         help="start-up check: the whole command on this many photos against "
                              "the bare imports (0: skip; default 20)")
+    parser.add_argument("--floor_rounds", type=int, default=3,
+                        help="fresh processes timing the bare imports' CPU, for the floor of "
+                             "the end-to-end targets (0: no floor; default 3)")
     parser.add_argument("--make_test", action="store_true",
                         help="also time `make test`'s pytest command (target 6)")
     parser.add_argument("--baseline", default=None,
@@ -118,7 +122,7 @@ def _check_args(args) -> None:
     if args.baseline and not os.path.isfile(args.baseline):
         raise UsageError(f"--baseline {args.baseline}: no such file.")
     for flag in ("inspect_images", "scale_images", "thumbnails", "camera", "classes",
-                 "startup_images"):
+                 "startup_images", "floor_rounds"):
         if getattr(args, flag) < 0:
             raise UsageError(f"--{flag} must be >= 0. Received: {getattr(args, flag)}")
 
@@ -236,7 +240,7 @@ def _other_corpus(workdir: str, name: str, count: int, seed: int) -> Corpus:
 
 
 def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | None,
-                 workdir: str, threads: int, min_variance: float):
+                 workdir: str, threads: int, min_variance: float, analysis_size: int):
     from runners.bench.bench_costs import CorpusCost
     run = time_job(corpus, os.path.join(workdir, f"job_out_{name}"), args.workers, args.config,
                    args.overrides, os.path.join(workdir, f"job_{name}.log"))
@@ -252,10 +256,12 @@ def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | Non
     os.remove(os.path.join(workdir, "naive.tfrecord"))
     print(f"{name}: job {run.rate:.1f}, decode {decode_rate:.1f}, naive "
           f"{len(paths) / seconds:.1f} images/s", flush=True)
-    return CorpusCost(name, what, run, small_run, decode_rate, decode_ms, len(paths) / seconds)
+    return CorpusCost(name, what, run, small_run, decode_rate, decode_ms, len(paths) / seconds,
+                      job_scale_decode_ms(paths, analysis_size, threads))
 
 
-def _costs(args, workdir: str, photos, source: Corpus, threads: int, min_variance: float):
+def _costs(args, workdir: str, photos, source: Corpus, threads: int, min_variance: float,
+           analysis_size: int):
     """The issue-22 figures: `photos` (the photo corpus's CorpusCost) and the other corpora,
     start-up, the test suite, identity against --baseline; writes decisions.json."""
     from runners.bench import bench_corpora, bench_costs
@@ -268,7 +274,7 @@ def _costs(args, workdir: str, photos, source: Corpus, threads: int, min_varianc
             what = {"thumbnails": "64-128 px JPEGs", "camera": "4000x3000 JPEGs"}[name]
             costs.append(_corpus_cost(args, name, what,
                                       _other_corpus(workdir, name, count, args.seed), small,
-                                      workdir, threads, min_variance))
+                                      workdir, threads, min_variance, analysis_size))
     if args.classes and photos.job.images:
         labels, table = bench_corpora.write_many_classes(
             [os.path.relpath(path, source.root).replace(os.sep, "/") for path, _ in source.items],
@@ -278,19 +284,21 @@ def _costs(args, workdir: str, photos, source: Corpus, threads: int, min_varianc
                        args.config, args.overrides, os.path.join(workdir, "job_classes.log"))
         costs.append(bench_costs.CorpusCost(
             "classes", f"the photos over {args.classes} classes (--classes)", run, None,
-            photos.decode_rate, photos.decode_ms, photos.naive_rate))
+            photos.decode_rate, photos.decode_ms, photos.naive_rate, photos.job_decode_ms))
     startup = None
     if args.startup_images:
         startup = bench_costs.measure_startup(
             prepare_corpus(workdir, args.startup_images, args.seed), workdir,
             rounds=args.repetitions)
     tests = bench_costs.time_test_suite(workdir) if args.make_test else None
+    imports_cpu = (bench_costs.measure_imports_cpu(workdir, args.floor_rounds)
+                   if args.floor_rounds else None)
     current = {cost.name: bench_costs.decisions(cost.job) for cost in costs}
     baseline = (bench_costs.compare_decisions(current, bench_costs.load_baseline(args.baseline))
                 if args.baseline else None)  # read before this run's file may replace it
     with open(os.path.join(workdir, "decisions.json"), "w", encoding="utf-8") as handle:
         json.dump(current, handle, indent=1, sort_keys=True)
-    return costs, startup, tests, baseline
+    return costs, startup, tests, baseline, imports_cpu
 
 
 def run(argv=None) -> BenchResult:
@@ -319,9 +327,10 @@ def run(argv=None) -> BenchResult:
     from runners.bench.bench_costs import CorpusCost, CostResult
     middle = sorted(job_runs, key=lambda j: j.seconds)[len(job_runs) // 2]
     photos = CorpusCost("photos", what, middle, small_run, statistics.median(decode[0]),
-                        statistics.median(decode[1]), statistics.median(naive[0]))
-    costs, startup, tests, baseline = _costs(args, workdir, photos, corpus, threads,
-                                              min_variance)
+                        statistics.median(decode[1]), statistics.median(naive[0]),
+                        job_scale_decode_ms(paths, config.quality.analysis_size, threads))
+    costs, startup, tests, baseline, imports_cpu = _costs(
+        args, workdir, photos, corpus, threads, min_variance, config.quality.analysis_size)
     workers_text = {"default": "default local run (no runner flags)",
                     "in_memory": "in_memory"}.get(args.workers,
                                                   f"{args.workers} (multi_processing)")
@@ -340,7 +349,8 @@ def run(argv=None) -> BenchResult:
         inspect=inspect, nightly=nightly, identity=identity,
         scale=_scale_check(args, workdir, min_variance),
         date=datetime.date.today().isoformat(), load=(load_at_start, os.getloadavg()[0]),
-        costs=CostResult(tuple(costs), startup, tests, identity, baseline))
+        costs=CostResult(tuple(costs), startup, tests, identity, baseline, imports_cpu,
+                         _cores_used(args.workers)))
 
 
 def main(argv=None) -> int:
