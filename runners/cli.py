@@ -92,10 +92,20 @@ def main(argv=None) -> int:
     if command in ("preprocess", "nightly") and wants_help(rest):  # without Beam's import
         print(command_help(command, module_name), end="")
         return 0
-    if command in _PATCHED and not wants_help(rest):  # Beam speed-ups for the command's run
-        from runners import framework_patches
-        framework_patches.enable()
-    module = importlib.import_module(module_name)
+    if command not in _PATCHED:
+        return _run(command, importlib.import_module(module_name), rest, verbose)
+    from transforms.gc_policy import long_lived_imports, thawed_after
+    with thawed_after():  # Beam's import, paused collector and frozen (`transforms.gc_policy`)
+        with long_lived_imports():
+            if not wants_help(rest):  # Beam speed-ups for the command's run
+                from runners import framework_patches
+                framework_patches.enable()
+            module = importlib.import_module(module_name)
+        return _run(command, module, rest, verbose)
+
+
+def _run(command: str, module, rest: list, verbose: bool) -> int:
+    """The command's entry point, its errors turned into exit codes."""
     entry = getattr(module, "main", None) or module.run
     try:
         result = entry(rest)

@@ -41,6 +41,7 @@ from runners.progress_report import reporting
 from runners.strict_flags import check_flags
 from transforms import file_reads
 from transforms import snapshot_layout as layout
+from transforms.gc_policy import long_lived_imports, thawed_after
 from transforms.live_view import live_count, live_view, read_retirements
 from transforms.offline import boxes, classes, labels
 from transforms.offline.join_labels import read_csv_header
@@ -163,17 +164,17 @@ def translate_flags(argv) -> list[str]:
 def execute(job: PreprocessJob, options: PipelineOptions) -> None:
     """Builds and runs the graph; everything lands in `job.staging_dir`. Raises on failure."""
     job = prepare_job(job, options)  # first: the decoders' forkserver imports alongside us
-    from pipelines.preprocess_graph import build_preprocess  # TensorFlow: only for a run that works
-    pipeline = beam.Pipeline(runner=runner_for(options), options=options)
-    build_preprocess(pipeline, job)
-    # What exists now (TensorFlow, Beam, the graph) lives through the run: frozen, the full
-    # collections during the run do not walk it again (launcher GC 2.1 -> 1.4 s CPU on 5,000
-    # thumbnails); unfrozen after, so a process that runs jobs one after another leaks nothing.
-    gc.freeze()
-    try:
+    # What exists before the run (TensorFlow, Beam, the graph) lives through it: frozen, the
+    # full collections during the run do not walk it again (launcher GC 2.1 -> 1.4 s CPU on
+    # 5,000 thumbnails); unfrozen after, so a process that runs jobs one after another leaks
+    # nothing (`transforms.gc_policy`).
+    with thawed_after():
+        with long_lived_imports():  # TensorFlow and TFT: only for a run that works
+            from pipelines.preprocess_graph import build_preprocess
+        pipeline = beam.Pipeline(runner=runner_for(options), options=options)
+        build_preprocess(pipeline, job)
+        gc.freeze()
         state = pipeline.run().wait_until_finish()
-    finally:
-        gc.unfreeze()
     if state is not None and str(state).rsplit(".", 1)[-1] != "DONE":
         raise RuntimeError(f"The pipeline ended in state {state}; nothing was published.")
 

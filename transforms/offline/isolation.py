@@ -34,10 +34,11 @@ import time
 __all__ = ["ChildPool", "Failure", "main_script_hidden", "start_forkserver", "QUEUED_PER_CHILD",
            "DECODER_PRELOAD"]
 
-# What the forkserver of the decoding children imports once for all of them. Named here, not
-# in inspect_image (which imports TensorFlow), so the launcher can start the forkserver before
-# its own TensorFlow import and the two imports run side by side.
-DECODER_PRELOAD = ("tensorflow", "transforms.offline.inspect_image")
+# What the forkserver of the decoding children imports once for all of them: TensorFlow and the
+# inspection step (`decoder_imports`). Named here, not in inspect_image (which imports
+# TensorFlow), so the launcher can start the forkserver before its own TensorFlow import and
+# the two imports run side by side.
+DECODER_PRELOAD = ("transforms.offline.decoder_imports",)
 QUEUED_PER_CHILD = 16  # items a child holds: two batches, so it never waits for the parent
 _BATCH = QUEUED_PER_CHILD // 2  # items per message; a message each way costs ~0.1 ms of CPU
 _READY = "ready"
