@@ -97,6 +97,12 @@ def test_startup_is_the_median_of_its_rounds():
         "start-up, 20-image command vs bare imports"] is False
 
 
+def test_startup_also_says_how_the_command_compares_with_the_imports_as_the_job_does_them():
+    startup = costs.Startup(20, 8.0, 6.4, ratios=(1.25,), paused_s=5.0)
+    assert startup.text == ("1.25x (8.0 vs 6.4 s); 1.60x the imports with the collector paused "
+                            "(5.0 s)")
+
+
 def test_decisions_compare_shards_and_every_verdict():
     before = {"photos": costs.decisions(_run(3, verdicts={"a.jpg": "blurry"}))}
     same = {"photos": costs.decisions(_run(3, verdicts={"a.jpg": "blurry"}))}
