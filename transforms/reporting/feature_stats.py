@@ -46,7 +46,7 @@ _EPS = 0.01                      # TFDV's quantiles sketch error
 _MAX_ELEMENTS = 1 << 32
 _KMV_BUCKETS = 1024
 _MISRA_GRIES_BUCKETS = 1000      # TFDV's rank histogram size
-_KMV_BATCH = 4096   # values a feature holds before they go into its KMV sketch in one call
+_KMV_BATCH = 4096   # values a feature holds before they go into its sketches in one call
 _TOP_VALUES = 20
 _HISTOGRAM_BUCKETS = 10
 _CURVE_POINTS = 1000             # quantiles the STANDARD histogram is read from
@@ -166,6 +166,9 @@ class _Feature:
         # batches, so values wait here and enter it thousands at a time (one Arrow array each)
         self.kmv_pending: list = []
         self.top = None if numeric else sketches.MisraGriesSketch(_MISRA_GRIES_BUCKETS)
+        # Misra-Gries counts its values one by one in order, so one call per thousands of
+        # values in the same order is the same sketch (a call per record cost ~0.04 ms)
+        self.top_pending: list = []
 
     def add(self, values: tuple) -> None:
         self.present += 1
@@ -217,8 +220,9 @@ class _Feature:
         known[2] += sum(lengths)
         if len(self.kmv_pending) >= _KMV_BATCH:
             self.distinct()
-        if strings:
-            self.top.AddValues(pa.array(strings, pa.binary()))
+        self.top_pending += strings
+        if len(self.top_pending) >= _KMV_BATCH:
+            self.frequent()
 
     def distinct(self):
         """The KMV sketch of every value added so far (pending values go in first)."""
@@ -226,6 +230,14 @@ class _Feature:
             self.kmv.AddValues(pa.array(self.kmv_pending, pa.binary()))
             self.kmv_pending = []
         return self.kmv
+
+    def frequent(self):
+        """The Misra-Gries sketch of every UTF-8 value added so far (pending values go in
+        first, in the order they were added)."""
+        if self.top_pending:
+            self.top.AddValues(pa.array(self.top_pending, pa.binary()))
+            self.top_pending = []
+        return self.top
 
     def merge(self, other: "_Feature") -> None:
         self.present += other.present
@@ -248,7 +260,7 @@ class _Feature:
             self.quantiles.merge(other.quantiles)
         else:
             self.distinct().Merge(other.distinct())
-            self.top.Merge(other.top)
+            self.frequent().Merge(other.frequent())
 
 
 class _Split:
@@ -415,7 +427,7 @@ def _string_proto(strings, feature: _Feature, examples: int) -> None:
     total_values = feature.num_values[2]
     strings.unique = feature.distinct().Estimate()
     strings.avg_length = feature.lengths[2] / total_values if total_values else 0.0
-    ranked = feature.top.Estimate().to_pylist()
+    ranked = feature.frequent().Estimate().to_pylist()
     for entry in ranked[:_TOP_VALUES]:
         strings.top_values.add(value=entry["values"].decode("utf-8"),
                                frequency=entry["counts"])
