@@ -52,10 +52,9 @@ class ImageRecord:
         without running `__init__` again (a third of the cost of a load)."""
         values = _FIELD_VALUES(self)
         metrics = self.metrics
-        if (len(metrics) == len(RECORD_METRICS)
-                and tuple(name for name, _ in metrics) == RECORD_METRICS):
+        if len(metrics) == len(RECORD_METRICS) and tuple(map(_NAME, metrics)) == RECORD_METRICS:
             values = list(values)
-            values[_METRICS_AT] = tuple(value for _, value in metrics)
+            values[_METRICS_AT] = tuple(map(_VALUE, metrics))
             return _with_contract_metrics, tuple(values)
         return _restore, values
 
@@ -78,6 +77,7 @@ _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(ImageRecord))
 _FIELD_SET = frozenset(_FIELD_NAMES)
 _METRICS_AT = _FIELD_NAMES.index("metrics")
 _FIELD_VALUES = operator.attrgetter(*_FIELD_NAMES)
+_NAME, _VALUE = operator.itemgetter(0), operator.itemgetter(1)
 RECORD_METRICS = tuple(sorted(quality_rules.metric_names()))
 """The metric names of an inspected record, in its `metrics` order (sorted by name)."""
 
@@ -91,6 +91,8 @@ def _restore(*values) -> ImageRecord:
 
 def _with_contract_metrics(*values) -> ImageRecord:
     """An ImageRecord from `__reduce__`'s values whose metrics are the values alone."""
-    values = list(values)
-    values[_METRICS_AT] = tuple(zip(RECORD_METRICS, values[_METRICS_AT]))
-    return _restore(*values)
+    record = object.__new__(ImageRecord)
+    fields = record.__dict__
+    fields.update(zip(_FIELD_NAMES, values))
+    fields["metrics"] = tuple(zip(RECORD_METRICS, values[_METRICS_AT]))
+    return record
