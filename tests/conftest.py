@@ -23,6 +23,7 @@ controller collects their results before they exit.
 """
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
 import subprocess
@@ -66,6 +67,20 @@ def share_cores_between_workers() -> None:
 
 
 share_cores_between_workers()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection(session):
+    """Collection imports TensorFlow, Beam and every test module: with the cyclic collector
+    paused, as the job imports them (`transforms.gc_policy`), ~1 s less per test process. Not
+    frozen: tests check that a job leaves nothing frozen."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def pytest_sessionfinish(session, exitstatus):
