@@ -203,3 +203,14 @@ def test_the_scaled_decode_groups_files_by_the_inspections_ratio(tmp_path):
         8: [paths["big.jpg"]], 2: [paths["mid.jpg"]],
         1: [paths["small.jpg"], paths["big.png"]]}
     assert job_scale_decode_ms(list(paths.values()), 256, threads=1) > 0.0
+
+
+def test_with_repetitions_the_marginals_are_the_median_of_the_pairs():
+    # (big, small) CPU per pair over 900 extra images: 9/900, 45/900, 10.8/900 ms per image.
+    pairs = ((_run(1000, cpu=12.0, launcher=4.0), _run(100, cpu=3.0, launcher=3.1)),
+             (_run(1000, cpu=50.0, launcher=9.0), _run(100, cpu=5.0, launcher=3.0)),
+             (_run(1000, cpu=13.8, launcher=4.2), _run(100, cpu=3.0, launcher=3.0)))
+    cost = dataclasses.replace(_cost(), pairs=pairs)
+    assert cost.marginal_ms == pytest.approx(12.0)     # the median, not the 50 s outlier
+    assert cost.launcher_ms == pytest.approx(4.0 / 3)  # 0.9/900, 6/900, 1.2/900 -> 1.2/900
+    assert dataclasses.replace(_cost(small_images=None), pairs=()).marginal_ms is None

@@ -4,8 +4,11 @@ decoders' CPU per image split, plus start-up against the bare imports, and every
 job-cost issue (22) with its measured value and PASS/MISS.
 
 Marginal CPU per image is (CPU of the big run - CPU of the small run) / (images big - small):
-start-up, graph construction, TFT and publishing are fixed costs and cancel out. The launcher
-is the job's own process; the decoders are its other processes (the forkserver's children).
+start-up, graph construction, TFT and publishing are fixed costs and cancel out. With
+`--repetitions N` each corpus runs N (big, small) pairs and the marginal is their median: one
+pair's fixed cost moves by ~1 s of CPU, which alone moved a 2,000-image marginal by 0.5 ms. The
+launcher is the job's own process; the decoders are its other processes (the forkserver's
+children).
 
 An end-to-end target (4) that no job could meet on this machine is BLOCKED rather than MISS:
 its floor, the CPU that any such job must spend (the bare imports, done as cheaply as the job
@@ -60,16 +63,19 @@ class CorpusCost:
     decode_ms: float         # CPU ms per image of that decode
     naive_rate: float        # images/s of the naive loop
     job_decode_ms: float | None = None  # CPU ms per image of the bare decode at the job's scale
+    pairs: tuple = ()        # (big JobRun, small JobRun) per repetition; () = ((job, small),)
 
     @property
     def images(self) -> int:
         return self.job.images
 
     def _marginal(self, attribute: str) -> float | None:
-        if self.small is None or self.job.images <= self.small.images:
-            return None
-        extra = getattr(self.job, attribute) - getattr(self.small, attribute)
-        return 1000.0 * extra / (self.job.images - self.small.images)
+        """Median over the (big, small) pairs of the extra CPU ms per extra image."""
+        pairs = self.pairs or ((self.job, self.small),)
+        values = [1000.0 * (getattr(big, attribute) - getattr(small, attribute))
+                  / (big.images - small.images)
+                  for big, small in pairs if small is not None and big.images > small.images]
+        return statistics.median(values) if values else None
 
     @property
     def marginal_ms(self) -> float | None:

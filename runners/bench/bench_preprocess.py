@@ -64,8 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--corpus", default=None,
                         help="time this folder of images (class subfolders) instead")
     parser.add_argument("--repetitions", type=int, default=3,
-                        help="timed passes of each contender, and interleaved rounds of "
-                             "the start-up check (default 3)")
+                        help="timed passes of each contender, (big, small) job pairs of "
+                             "each corpus's marginal CPU, and interleaved rounds of the "
+                             "start-up check (default 3)")
     parser.add_argument("--workdir", default="bench_out",
                         help="corpus cache, job output and logs (default bench_out)")
     parser.add_argument("--workers", default="default",
@@ -193,10 +194,13 @@ def _repetitions(args, corpus: Corpus, workdir: str, threads: int, min_variance:
 
 
 def _small_corpus_checks(args, small: Corpus, job_runs, workdir: str):
-    """(MemoryCheck, IdentityCheck, NightlyRun, the small JobRun) from runs on the small
-    corpus."""
-    small_run = time_job(small, os.path.join(workdir, "job_out_memory"), args.workers,
-                         args.config, args.overrides, os.path.join(workdir, "job_memory.log"))
+    """(MemoryCheck, IdentityCheck, NightlyRun, the small JobRuns: one per repetition, for the
+    marginal's pairs) from runs on the small corpus."""
+    small_runs = [time_job(small, os.path.join(workdir, "job_out_memory"), args.workers,
+                           args.config, args.overrides,
+                           os.path.join(workdir, f"job_memory_{repetition}.log"))
+                  for repetition in range(1, args.repetitions + 1)]
+    small_run = small_runs[0]
     memory = MemoryCheck(
         small_images=small_run.images, large_images=job_runs[0].images,
         small_peak=small_run.peak_tree_rss, large_peak=max(j.peak_tree_rss for j in job_runs),
@@ -211,7 +215,7 @@ def _small_corpus_checks(args, small: Corpus, job_runs, workdir: str):
         other=f"multi_processing, {workers} workers, {', '.join(extra)}",
         shards=len(small_run.shards), identical=small_run.shards == other.shards)
     nightly = time_nightly(small, workdir, args.workers, args.config, args.overrides)
-    return memory, identity, nightly, small_run
+    return memory, identity, nightly, small_runs
 
 
 def _scale_check(args, workdir: str, min_variance: float) -> ScaleCheck | None:
@@ -242,11 +246,14 @@ def _other_corpus(workdir: str, name: str, count: int, seed: int) -> Corpus:
 def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | None,
                  workdir: str, threads: int, min_variance: float, analysis_size: int):
     from runners.bench.bench_costs import CorpusCost
-    run = time_job(corpus, os.path.join(workdir, f"job_out_{name}"), args.workers, args.config,
-                   args.overrides, os.path.join(workdir, f"job_{name}.log"))
-    small_run = None if small is None else time_job(
-        small, os.path.join(workdir, f"job_out_{name}_small"), args.workers, args.config,
-        args.overrides, os.path.join(workdir, f"job_{name}_small.log"))
+    pairs = []
+    for _ in range(args.repetitions if small is not None else 1):  # big and small in turn
+        run = time_job(corpus, os.path.join(workdir, f"job_out_{name}"), args.workers,
+                       args.config, args.overrides, os.path.join(workdir, f"job_{name}.log"))
+        pairs.append((run, None if small is None else time_job(
+            small, os.path.join(workdir, f"job_out_{name}_small"), args.workers, args.config,
+            args.overrides, os.path.join(workdir, f"job_{name}_small.log"))))
+    run, small_run = sorted(pairs, key=lambda pair: pair[0].seconds)[len(pairs) // 2]
     paths = [path for path, _ in corpus.items]
     cpu = own_cpu_seconds()
     decode_rate = len(paths) / time_decode_limit(paths, threads)
@@ -257,7 +264,8 @@ def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | Non
     print(f"{name}: job {run.rate:.1f}, decode {decode_rate:.1f}, naive "
           f"{len(paths) / seconds:.1f} images/s", flush=True)
     return CorpusCost(name, what, run, small_run, decode_rate, decode_ms, len(paths) / seconds,
-                      job_scale_decode_ms(paths, analysis_size, threads))
+                      job_scale_decode_ms(paths, analysis_size, threads),
+                      tuple(pairs) if small is not None else ())
 
 
 def _costs(args, workdir: str, photos, source: Corpus, threads: int, min_variance: float,
@@ -320,15 +328,18 @@ def run(argv=None) -> BenchResult:
                                                     min_variance)
     paths = [path for path, _ in corpus.items]
     inspect = time_inspect(paths, config, args.inspect_images) if args.inspect_images else None
-    memory = identity = nightly = small_run = None
+    memory = identity = nightly = None
+    small_runs = []
     if small is not None:
-        memory, identity, nightly, small_run = _small_corpus_checks(args, small, job_runs,
-                                                                    workdir)
+        memory, identity, nightly, small_runs = _small_corpus_checks(args, small, job_runs,
+                                                                     workdir)
     from runners.bench.bench_costs import CorpusCost, CostResult
     middle = sorted(job_runs, key=lambda j: j.seconds)[len(job_runs) // 2]
-    photos = CorpusCost("photos", what, middle, small_run, statistics.median(decode[0]),
-                        statistics.median(decode[1]), statistics.median(naive[0]),
-                        job_scale_decode_ms(paths, config.quality.analysis_size, threads))
+    photos = CorpusCost("photos", what, middle, small_runs[0] if small_runs else None,
+                        statistics.median(decode[0]), statistics.median(decode[1]),
+                        statistics.median(naive[0]),
+                        job_scale_decode_ms(paths, config.quality.analysis_size, threads),
+                        tuple(zip(job_runs, small_runs)))
     costs, startup, tests, baseline, imports_cpu = _costs(
         args, workdir, photos, corpus, threads, min_variance, config.quality.analysis_size)
     workers_text = {"default": "default local run (no runner flags)",
