@@ -133,48 +133,42 @@ def read_orientation(encoded: tf.Tensor) -> tf.Tensor:
     return _tiff_orientation(head, start, end)
 
 
-def _transpose(image: tf.Tensor) -> tf.Tensor:
-    return tf.transpose(image, [1, 0, 2])
-
-
-# What a viewer does to an image [H, W, C] stored in orientation k (`exif_transpose`). Plain
-# reverse/transpose ops: `tf.image.rot90` and the flips carry shape Asserts, which are stateful
+# What a viewer does to an image [H, W, C] stored in orientation k (`exif_transpose`), once
+# for the three forms below: (transpose, then reverse axis 0, reverse axis 1). Plain
+# transpose/reverse ops: `tf.image.rot90` and the flips carry shape Asserts, which are stateful
 # and would keep the decode alive in graphs that prune it (TFT's analysis of empty bytes).
-_TRANSFORMS = (
-    lambda image: image,                                    # 1
-    lambda image: tf.reverse(image, [1]),                   # 2: mirrored left-right
-    lambda image: tf.reverse(image, [0, 1]),                # 3: upside down
-    lambda image: tf.reverse(image, [0]),                   # 4: mirrored top-bottom
-    _transpose,                                             # 5
-    lambda image: tf.reverse(_transpose(image), [1]),       # 6: a quarter turn clockwise
-    lambda image: tf.reverse(_transpose(image), [0, 1]),    # 7: transverse
-    lambda image: tf.reverse(_transpose(image), [0]),       # 8: a quarter turn counter-clockwise
-)
-
-
-# The same turns as (transpose, then reverse axis 0, reverse axis 1), for a tensor orientation.
-_MOVES = [[False, False, False], [False, False, True], [False, True, True], [False, True, False],
-          [True, False, False], [True, False, True], [True, True, True], [True, True, False]]
-
-
-# The same turns on a numpy array [H, W, C] (views; the caller copies if it needs contiguity).
-_ARRAY_TRANSFORMS = (
-    lambda a: a, lambda a: a[:, ::-1], lambda a: a[::-1, ::-1], lambda a: a[::-1],
-    lambda a: a.transpose(1, 0, 2), lambda a: a.transpose(1, 0, 2)[:, ::-1],
-    lambda a: a.transpose(1, 0, 2)[::-1, ::-1], lambda a: a.transpose(1, 0, 2)[::-1],
+_MOVES = (
+    (False, False, False),  # 1
+    (False, False, True),   # 2: mirrored left-right
+    (False, True, True),    # 3: upside down
+    (False, True, False),   # 4: mirrored top-bottom
+    (True, False, False),   # 5
+    (True, False, True),    # 6: a quarter turn clockwise
+    (True, True, True),     # 7: transverse
+    (True, True, False),    # 8: a quarter turn counter-clockwise
 )
 
 
 def orient_array(image, orientation: int):
-    """`apply_orientation` for a numpy array and a Python int (outside 1..8: unchanged)."""
-    return _ARRAY_TRANSFORMS[orientation - 1](image) if 1 <= orientation <= 8 else image
+    """`apply_orientation` for a numpy array and a Python int (outside 1..8: unchanged); a
+    view, the caller copies if it needs contiguity."""
+    if not 1 <= orientation <= 8:
+        return image
+    transpose, rows, columns = _MOVES[orientation - 1]
+    image = image.transpose(1, 0, 2) if transpose else image
+    return image[::-1 if rows else 1, ::-1 if columns else 1]
 
 
 def apply_orientation(image: tf.Tensor, orientation) -> tf.Tensor:
     """`image` [H, W, C] as a viewer shows it when stored in EXIF `orientation` (a Python int
     or an int tensor; values outside 1..8 are treated as 1)."""
     if isinstance(orientation, int) and not isinstance(orientation, bool):
-        return _TRANSFORMS[orientation - 1](image) if 1 <= orientation <= 8 else image
+        if not 1 <= orientation <= 8:
+            return image
+        transpose, rows, columns = _MOVES[orientation - 1]
+        image = tf.transpose(image, [1, 0, 2]) if transpose else image
+        axes = [axis for axis, flip in ((0, rows), (1, columns)) if flip]
+        return tf.reverse(image, axes) if axes else image
     # A tensor: the same moves with no control flow (a `switch_case` of the eight was nine
     # functions in every graph that decodes, each one paid at every trace, save and load): a
     # transpose whose permutation is chosen at run time, then a reverse of the chosen axes.
