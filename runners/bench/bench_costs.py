@@ -164,19 +164,23 @@ def measure_startup(corpus, workdir: str, rounds: int = 3) -> Startup:
                    tuple(c / i for c, i, _ in rounds), statistics.median(p for *_, p in rounds))
 
 
-def _imports_wall(code_text: str, workdir: str) -> float:
+def _run_imports(code_text: str, workdir: str) -> tuple[float, float]:
+    """(wall, CPU) seconds of `python -c code_text` in a fresh process."""
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     seconds, code = _run_wall([sys.executable, "-c", code_text],
                               os.path.join(workdir, "startup_imports.log"))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if code:
         raise RuntimeError(f"`python -c '{code_text}'` failed (exit code {code})")
-    return seconds
+    return seconds, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
 
 
 def _startup_round(corpus, workdir: str) -> tuple[float, float, float]:
     """(command_s, imports_s, paused imports_s) of one round."""
     import shutil
-    imports_s = _imports_wall(_BARE_IMPORTS, workdir)
-    paused_s = _imports_wall(_PAUSED_IMPORTS, workdir)
+    imports_s, _ = _run_imports(_BARE_IMPORTS, workdir)
+    paused_s, _ = _run_imports(_PAUSED_IMPORTS, workdir)
     output = os.path.join(workdir, "startup_out")
     shutil.rmtree(output, ignore_errors=True)
     argv = [sys.executable, "-m", "runners.cli", "preprocess", "--data_root", corpus.root,
@@ -196,17 +200,8 @@ def measure_imports_cpu(workdir: str, rounds: int = 3) -> float:
     """Median CPU seconds (user + system) of `python -c` the bare imports with the collector
     paused (the cheapest way known, the job's), a fresh process each round: the part of any
     job's floor that no per-image work can hide."""
-    import resource
-    seconds = []
-    for _ in range(max(1, rounds)):
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        _, code = _run_wall([sys.executable, "-c", _PAUSED_IMPORTS],
-                            os.path.join(workdir, "imports_cpu.log"))
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if code:
-            raise RuntimeError(f"`python -c '{_PAUSED_IMPORTS}'` failed (exit code {code})")
-        seconds.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return statistics.median(seconds)
+    return statistics.median(_run_imports(_PAUSED_IMPORTS, workdir)[1]
+                             for _ in range(max(1, rounds)))
 
 
 def time_test_suite(workdir: str) -> TestSuite:

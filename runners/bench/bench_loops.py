@@ -19,29 +19,38 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def time_decode_limit(paths, threads: int) -> float:
-    """Seconds for tf.data to read and `tf.io.decode_image` every file, `threads` at a time."""
+def _decoding(paths, decode, threads: int):
+    """A tf.data pipeline that reads every file and `decode`s its bytes, `threads` at a time;
+    only a scalar per file leaves it. Iterate it with `_run_all`."""
     import tensorflow as tf
     if threads < 1:
         raise ValueError(f"threads must be >= 1. Received: threads={threads}")
-
-    def decode(path):
-        image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
-        return tf.size(image)  # only a scalar leaves the pipeline
-
     options = tf.data.Options()
     options.threading.private_threadpool_size = threads
-    dataset = (tf.data.Dataset.from_tensor_slices(list(paths))
-               .map(decode, num_parallel_calls=threads, deterministic=False)
-               .with_options(options))
+    return (tf.data.Dataset.from_tensor_slices(list(paths))
+            .map(lambda path: tf.size(decode(tf.io.read_file(path))),
+                 num_parallel_calls=threads, deterministic=False)
+            .with_options(options))
+
+
+def _run_all(dataset, files: int) -> None:
+    count = sum(1 for _ in dataset)
+    if count != files:
+        raise RuntimeError(f"decoded {count} of {files} files")
+
+
+def _decode_whole(data):
+    import tensorflow as tf
+    return tf.io.decode_image(data, channels=3, expand_animations=False)
+
+
+def time_decode_limit(paths, threads: int) -> float:
+    """Seconds for tf.data to read and `tf.io.decode_image` every file, `threads` at a time."""
+    paths = list(paths)
+    dataset = _decoding(paths, _decode_whole, threads)
     started = time.perf_counter()
-    count = 0
-    for _ in dataset:
-        count += 1
-    seconds = time.perf_counter() - started
-    if count != len(paths):
-        raise RuntimeError(f"decoded {count} of {len(paths)} files")
-    return seconds
+    _run_all(dataset, len(paths))
+    return time.perf_counter() - started
 
 
 def job_scale_ratios(paths, analysis_size: int) -> dict:
@@ -66,23 +75,12 @@ def job_scale_decode_ms(paths, analysis_size: int, threads: int) -> float:
     floor of the end-to-end targets (`bench_costs`) counts this, not the full-size decode."""
     import tensorflow as tf
     by_ratio = job_scale_ratios(paths, analysis_size)
-
-    def decoder(ratio: int):
-        if ratio == 1:
-            return lambda data: tf.io.decode_image(data, channels=3, expand_animations=False)
-        return lambda data: tf.io.decode_jpeg(data, channels=3, ratio=ratio)
-
-    options = tf.data.Options()
-    options.threading.private_threadpool_size = threads
     started = own_cpu_seconds()
     for ratio, group in sorted(by_ratio.items()):
-        decode = decoder(ratio)
-        dataset = (tf.data.Dataset.from_tensor_slices(group)
-                   .map(lambda path, decode=decode: tf.size(decode(tf.io.read_file(path))),
-                        num_parallel_calls=threads, deterministic=False)
-                   .with_options(options))
-        for _ in dataset:
-            pass
+        _run_all(_decoding(group, _decode_whole if ratio == 1 else
+                           lambda data, ratio=ratio: tf.io.decode_jpeg(data, channels=3,
+                                                                       ratio=ratio),
+                           threads), len(group))
     return 1000.0 * (own_cpu_seconds() - started) / max(1, len(paths))
 
 
