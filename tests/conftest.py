@@ -23,7 +23,6 @@ controller collects their results before they exit.
 """
 from __future__ import annotations
 
-import gc
 import os
 import pathlib
 import subprocess
@@ -48,6 +47,7 @@ from tests.xdist_groups import (  # noqa: F401  (hooks)
     pytest_xdist_make_scheduler,
     remove_groups_file,
 )
+from transforms.gc_policy import collector_paused
 
 _EXIT_STATUS = {}
 
@@ -74,13 +74,8 @@ def pytest_collection(session):
     """Collection imports TensorFlow, Beam and every test module: with the cyclic collector
     paused, as the job imports them (`transforms.gc_policy`), ~1 s less per test process. Not
     frozen: tests check that a job leaves nothing frozen."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def pytest_sessionfinish(session, exitstatus):

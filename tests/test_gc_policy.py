@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from runners import cli
-from transforms.gc_policy import long_lived_imports, thawed_after
+from transforms.gc_policy import collector_paused, long_lived_imports, thawed_after
 from transforms.offline import isolation
 
 
@@ -38,6 +38,12 @@ def test_a_collector_that_was_off_stays_off_and_a_failed_import_still_freezes():
         assert gc.get_freeze_count() > 0
     finally:
         gc.enable()
+
+
+def test_a_paused_collector_freezes_nothing_and_comes_back_on():
+    with collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
 def test_thawed_after_unfreezes_when_the_body_raises():

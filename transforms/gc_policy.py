@@ -14,21 +14,30 @@ from __future__ import annotations
 import contextlib
 import gc
 
-__all__ = ["long_lived_imports", "thawed_after"]
+__all__ = ["collector_paused", "long_lived_imports", "thawed_after"]
 
 
 @contextlib.contextmanager
-def long_lived_imports():
-    """Runs the body (imports) without the cyclic collector, then freezes every object alive;
-    the collector's previous state is restored."""
+def collector_paused():
+    """Runs the body without the cyclic collector; its previous state is restored."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
         if enabled:
             gc.enable()
+
+
+@contextlib.contextmanager
+def long_lived_imports():
+    """Runs the body (imports) without the cyclic collector, then freezes every object alive
+    (also when the body fails); the collector's previous state is restored."""
+    with collector_paused():
+        try:
+            yield
+        finally:
+            gc.freeze()
 
 
 @contextlib.contextmanager
