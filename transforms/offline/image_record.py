@@ -91,8 +91,6 @@ def _restore(*values) -> ImageRecord:
 
 def _with_contract_metrics(*values) -> ImageRecord:
     """An ImageRecord from `__reduce__`'s values whose metrics are the values alone."""
-    record = object.__new__(ImageRecord)
-    fields = record.__dict__
-    fields.update(zip(_FIELD_NAMES, values))
-    fields["metrics"] = tuple(zip(RECORD_METRICS, values[_METRICS_AT]))
+    record = _restore(*values)
+    record.__dict__["metrics"] = tuple(zip(RECORD_METRICS, values[_METRICS_AT]))
     return record
