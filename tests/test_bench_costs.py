@@ -70,6 +70,20 @@ def test_many_classes_within_five_percent_of_four():
     assert _verdicts(costs.CostResult((photos, slower)))["many-class CPU vs 4 classes"] is False
 
 
+def test_many_classes_reads_the_median_of_back_to_back_pairs():
+    # One pair at 1.20x (a noisy neighbour) must not decide it when the other two agree.
+    pairs = tuple((_run(1000, cpu=many), _run(1000, cpu=few))
+                  for many, few in ((120.0, 100.0), (101.0, 100.0), (99.0, 100.0)))
+    many = dataclasses.replace(_cost("classes", small_images=None), class_pairs=pairs)
+    row, = [row for row in costs.cost_targets(costs.CostResult((_cost(), many)))
+            if row[1] == "many-class CPU vs 4 classes"]
+    assert row[2].startswith("1.010x (101.0 vs 100.0 s CPU, median of 3 pairs, ")
+    assert row[4] is True
+    worse = dataclasses.replace(many, class_pairs=pairs[:1] + tuple(
+        (_run(1000, cpu=106.0), few) for _, few in pairs[1:]))
+    assert _verdicts(costs.CostResult((_cost(), worse)))["many-class CPU vs 4 classes"] is False
+
+
 def test_startup_tests_and_identity_rows():
     result = costs.CostResult((), startup=costs.Startup(20, 15.0, 10.0),
                               tests=costs.TestSuite(170.0, 0),

@@ -64,6 +64,7 @@ class CorpusCost:
     naive_rate: float        # images/s of the naive loop
     job_decode_ms: float | None = None  # CPU ms per image of the bare decode at the job's scale
     pairs: tuple = ()        # (big JobRun, small JobRun) per repetition; () = ((job, small),)
+    class_pairs: tuple = ()  # target 2: (many-class JobRun, 4-class JobRun), back to back
 
     @property
     def images(self) -> int:
@@ -247,13 +248,18 @@ def _naive_target(cost: CorpusCost) -> float | None:
 
 
 def _classes_row(result: CostResult) -> tuple | None:
+    """Target 2: the median over back-to-back (many-class, 4-class) runs of their CPU ratio.
+    One run against another moved by +-10% on a quiet machine, twice the target's margin."""
     by_name = {cost.name: cost for cost in result.corpora}
     if "classes" not in by_name or "photos" not in by_name:
         return None
-    many, few = by_name["classes"].job, by_name["photos"].job
-    ratio = many.cpu_seconds / few.cpu_seconds
+    pairs = by_name["classes"].class_pairs or ((by_name["classes"].job, by_name["photos"].job),)
+    ordered = sorted(pairs, key=lambda pair: pair[0].cpu_seconds / pair[1].cpu_seconds)
+    ratio = statistics.median(many.cpu_seconds / few.cpu_seconds for many, few in pairs)
+    many, few = ordered[len(ordered) // 2]
+    rounds = f", median of {len(pairs)} pairs" if len(pairs) > 1 else ""
     return ("2", "many-class CPU vs 4 classes",
-            f"{ratio:.3f}x ({many.cpu_seconds:.1f} vs {few.cpu_seconds:.1f} s CPU, "
+            f"{ratio:.3f}x ({many.cpu_seconds:.1f} vs {few.cpu_seconds:.1f} s CPU{rounds}, "
             f"{by_name['classes'].what})",
             f"<= {COST_TARGETS['classes_cpu']:.2f}x", ratio <= COST_TARGETS["classes_cpu"])
 

@@ -89,8 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--camera", type=int, default=50,
                         help="camera corpus, 4000x3000 JPEGs (0: skip; default 50)")
     parser.add_argument("--classes", type=int, default=21841,
-                        help="the photo corpus labelled over this many classes, with --classes "
-                             "(0: skip; default 21841, ImageNet-21k's count)")
+                        help="the photo corpus labelled over this many classes, with --classes, "
+                             "once per repetition right after the photo job (0: skip; default "
+                             "21841, ImageNet-21k's count)")
     parser.add_argument("--startup_images", type=int, default=20,
                         help="start-up check: the whole command on this many photos against "
                              "the bare imports (0: skip; default 20)")
@@ -172,13 +173,32 @@ def _cores_used(workers: str) -> int:
                                              else int(workers))
 
 
+def _many_classes(args, workdir: str, corpus: Corpus) -> Corpus | None:
+    """The photos labelled over `--classes` classes, with their table (None: not asked)."""
+    if not args.classes:
+        return None
+    from runners.bench import bench_corpora
+    labels, table = bench_corpora.write_many_classes(
+        [os.path.relpath(path, corpus.root).replace(os.sep, "/") for path, _ in corpus.items],
+        os.path.join(workdir, f"classes_{args.classes}"), args.classes)
+    return Corpus(corpus.root, labels, corpus.items, corpus.seed, classes_file=table)
+
+
 def _repetitions(args, corpus: Corpus, workdir: str, threads: int, min_variance: float):
+    """Per repetition: the job, then (target 2's pair, back to back with it) the job over many
+    classes, the decode limit and the naive loop."""
     paths = [path for path, _ in corpus.items]
-    job_runs, decode, naive, written = [], ([], []), ([], []), 0
+    many_classes = _many_classes(args, workdir, corpus)
+    job_runs, class_runs, decode, naive, written = [], [], ([], []), ([], []), 0
     for repetition in range(1, args.repetitions + 1):
         job = time_job(corpus, os.path.join(workdir, "job_out"), args.workers, args.config,
                        args.overrides, os.path.join(workdir, f"job_{repetition}.log"))
         job_runs.append(job)
+        if many_classes is not None:
+            class_runs.append(time_job(
+                many_classes, os.path.join(workdir, "job_out_classes"), args.workers,
+                args.config, args.overrides,
+                os.path.join(workdir, f"job_classes_{repetition}.log")))
         cpu = own_cpu_seconds()
         decode[0].append(len(paths) / time_decode_limit(paths, threads))
         decode[1].append(1000.0 * (own_cpu_seconds() - cpu) / len(paths))
@@ -190,7 +210,7 @@ def _repetitions(args, corpus: Corpus, workdir: str, threads: int, min_variance:
         print(f"repetition {repetition}/{args.repetitions}: job {job.rate:.1f}, "
               f"decode {decode[0][-1]:.1f}, naive {naive[0][-1]:.1f} images/s", flush=True)
     os.remove(os.path.join(workdir, "naive.tfrecord"))
-    return job_runs, decode, naive, written
+    return job_runs, class_runs, decode, naive, written
 
 
 def _small_corpus_checks(args, small: Corpus, job_runs, workdir: str):
@@ -268,11 +288,12 @@ def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | Non
                       tuple(pairs) if small is not None else ())
 
 
-def _costs(args, workdir: str, photos, source: Corpus, threads: int, min_variance: float,
+def _costs(args, workdir: str, photos, class_pairs: tuple, threads: int, min_variance: float,
            analysis_size: int):
-    """The issue-22 figures: `photos` (the photo corpus's CorpusCost) and the other corpora,
-    start-up, the test suite, identity against --baseline; writes decisions.json."""
-    from runners.bench import bench_corpora, bench_costs
+    """The issue-22 figures: `photos` (the photo corpus's CorpusCost), `class_pairs` (target
+    2's (many-class JobRun, photo JobRun) pairs), the other corpora, start-up, the test suite, identity against
+    --baseline; writes decisions.json."""
+    from runners.bench import bench_costs
     costs = [photos]
     for name in ("thumbnails", "camera"):
         count = getattr(args, name)
@@ -283,16 +304,12 @@ def _costs(args, workdir: str, photos, source: Corpus, threads: int, min_varianc
             costs.append(_corpus_cost(args, name, what,
                                       _other_corpus(workdir, name, count, args.seed), small,
                                       workdir, threads, min_variance, analysis_size))
-    if args.classes and photos.job.images:
-        labels, table = bench_corpora.write_many_classes(
-            [os.path.relpath(path, source.root).replace(os.sep, "/") for path, _ in source.items],
-            os.path.join(workdir, f"classes_{args.classes}"), args.classes)
-        corpus = Corpus(source.root, labels, source.items, source.seed, classes_file=table)
-        run = time_job(corpus, os.path.join(workdir, "job_out_classes"), args.workers,
-                       args.config, args.overrides, os.path.join(workdir, "job_classes.log"))
+    if class_pairs and photos.job.images:
         costs.append(bench_costs.CorpusCost(
-            "classes", f"the photos over {args.classes} classes (--classes)", run, None,
-            photos.decode_rate, photos.decode_ms, photos.naive_rate, photos.job_decode_ms))
+            "classes", f"the photos over {args.classes} classes (--classes)",
+            sorted(class_pairs, key=lambda pair: pair[0].seconds)[len(class_pairs) // 2][0],
+            None, photos.decode_rate, photos.decode_ms, photos.naive_rate, photos.job_decode_ms,
+            class_pairs=class_pairs))
     startup = None
     if args.startup_images:
         startup = bench_costs.measure_startup(
@@ -324,8 +341,8 @@ def run(argv=None) -> BenchResult:
     corpus, small, what = _corpora(args, workdir)
     threads = args.decode_threads or _cores_used(args.workers)
     min_variance = (config.quality.min_std or 0.0) ** 2
-    job_runs, decode, naive, written = _repetitions(args, corpus, workdir, threads,
-                                                    min_variance)
+    job_runs, class_runs, decode, naive, written = _repetitions(args, corpus, workdir, threads,
+                                                                min_variance)
     paths = [path for path, _ in corpus.items]
     inspect = time_inspect(paths, config, args.inspect_images) if args.inspect_images else None
     memory = identity = nightly = None
@@ -341,7 +358,8 @@ def run(argv=None) -> BenchResult:
                         job_scale_decode_ms(paths, config.quality.analysis_size, threads),
                         tuple(zip(job_runs, small_runs)))
     costs, startup, tests, baseline, imports_cpu = _costs(
-        args, workdir, photos, corpus, threads, min_variance, config.quality.analysis_size)
+        args, workdir, photos, tuple(zip(class_runs, job_runs)), threads, min_variance,
+        config.quality.analysis_size)
     workers_text = {"default": "default local run (no runner flags)",
                     "in_memory": "in_memory"}.get(args.workers,
                                                   f"{args.workers} (multi_processing)")
