@@ -24,7 +24,7 @@ import json
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.parquetio import ReadAllFromParquet, WriteToParquet
+from apache_beam.io.parquetio import ReadAllFromParquet
 
 from configs.schema import Config
 from pipelines import staged_run
@@ -39,6 +39,7 @@ from transforms.offline.discover import DiscoverImages
 from transforms.offline.gather import Gather, constant
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
+from transforms.offline.index_writer import WriteIndexTable
 from transforms.offline.inspect_image import InspectImages
 from transforms.offline.join_labels import (
     KEPT,
@@ -341,9 +342,8 @@ class WriteLedgers(beam.PTransform):
         index_rows = ((accepted_rows,
                        rejected_images | "RejectedIndexRows" >> beam.Map(record_row))
                       | "AllIndexRows" >> beam.Flatten())
-        index_rows | "WriteIndex" >> WriteToParquet(
-            FileSystems.join(staging, layout.INDEX_STEM), INDEX_SCHEMA, num_shards=1,
-            shard_name_template="", file_name_suffix=layout.INDEX_SUFFIX)
+        index_rows | "WriteIndex" >> WriteIndexTable(
+            FileSystems.join(staging, layout.INDEX), INDEX_SCHEMA)
         return (index_rows
                 | "SummarizeIndex" >> beam.CombineGlobally(SummarizeIndexFn())
                 | "WriteIndexSummary" >> staged_run.write_index_summary(staging))

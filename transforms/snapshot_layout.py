@@ -33,7 +33,7 @@ from configs.schema import SPLITS
 __all__ = [
     "SNAPSHOTS", "LATEST", "MANIFEST", "CLASSES", "STATS", "STATS_PB", "REPORT", "REJECTS",
     "SUMMARY", "RETIRED", "FORGOTTEN",
-    "INDEX", "INDEX_STEM", "INDEX_SUFFIX", "TRANSFORM_FN", "STAGING", "WORK_DIR", "CANDIDATES",
+    "INDEX", "TRANSFORM_FN", "STAGING", "WORK_DIR", "CANDIDATES",
     "CANDIDATE", "LOCK", "LOCK_BLOCKED", "WORK_SHARDS", "WORK_COUNTS", "WORK_META_COLUMNS",
     "WORK_INDEX_SUMMARY", "WORK_TFT_TEMP",
     "Snapshot", "Storage", "GfileStorage", "GFILE", "Selection",
@@ -55,8 +55,7 @@ STATS_PB = "stats.pb"
 REPORT = "report.html"
 REJECTS = "rejects.jsonl"
 SUMMARY = "summary.json"         # a snapshot's stats and reject keys for later nights
-INDEX_STEM, INDEX_SUFFIX = "index", ".parquet"  # the writer names its file by stem + suffix
-INDEX = INDEX_STEM + INDEX_SUFFIX  # index.parquet
+INDEX = "index.parquet"
 RETIRED = "retired.jsonl"        # a snapshot's retirements of earlier records (live_view)
 FORGOTTEN = "forgotten.jsonl"    # OUTPUT/forgotten.jsonl: records `pixelmill forget` retired
 TRANSFORM_FN = "transform_fn"    # TFT's exported transform, next to the shards

@@ -13,6 +13,7 @@
     write_shards   WriteShards: deterministic sharded TFRecords (+ index rows, DALI indexes)
     dali_index     the DALI index lines (tfrecord2idx format) of a shard being written
     index_table    index.parquet rows
+    index_writer   index.parquet, sorted by path, written in ranges
     outputs        rejects.jsonl and small JSON outputs
     tft_analysis   AnalyzeAndWriteTransform: TFT analysis and the exported transform
     image_record, rejects   the element that flows through the job; the reject vocabulary

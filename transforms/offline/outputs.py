@@ -20,7 +20,7 @@ from transforms.offline.gather import Gather
 from transforms.s3_storage import create_file
 
 __all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "LEDGER_PART_LINES", "write_text",
-           "SampleAndCountFn"]
+           "SampleAndCountFn", "range_bounds", "already_joined", "remove_parts"]
 
 LEDGER_PART_LINES = 200_000   # lines per sorted range of the ledger (~40 MB on one worker)
 _LEDGER_SAMPLE = 1024         # keys sampled to cut the ranges (at most this many ranges)
@@ -51,12 +51,18 @@ class SampleAndCountFn(beam.CombineFn):
         return [], 0
 
     def add_input(self, accumulator, item):
-        sample, count = accumulator
         key, line = item
-        sample.append((zlib.crc32(line.encode("utf-8")), key))
-        if len(sample) >= 2 * self._size:
-            sample = heapq.nsmallest(self._size, sample)
-        return sample, count + 1
+        return self.add_hashed(accumulator, ((zlib.crc32(line.encode("utf-8")), key),))
+
+    def add_hashed(self, accumulator, hashed_keys):
+        """Adds (hash, sort key) pairs: for subclasses that add many items per element."""
+        sample, count = accumulator
+        for hashed_key in hashed_keys:
+            sample.append(hashed_key)
+            count += 1
+            if len(sample) >= 2 * self._size:
+                sample = heapq.nsmallest(self._size, sample)
+        return sample, count
 
     def merge_accumulators(self, accumulators):
         samples, total = [], 0
@@ -70,7 +76,7 @@ class SampleAndCountFn(beam.CombineFn):
         return [key for _hash, key in heapq.nsmallest(self._size, sample)], count
 
 
-def _range_bounds(sample_and_count, part_lines: int) -> list:
+def range_bounds(sample_and_count, part_lines: int) -> list:
     """Sort keys that cut `count` lines into ranges of about `part_lines` (from a sample)."""
     sample, count = sample_and_count
     parts = min(len(sample), math.ceil(count / part_lines)) if count else 0
@@ -92,19 +98,28 @@ def _join_ranges(ranges, path: str, parts_dir: str) -> str:
     may find ranges already removed: the parts are removed only after `path` is complete, so
     then `path` is the finished ledger and only the rest of the cleanup is left."""
     parts = [part for _index, part in ranges]
-    if parts and FileSystems.exists(path) and not all(FileSystems.exists(p) for p in parts):
-        _remove_parts([p for p in parts if FileSystems.exists(p)], parts_dir)
+    if already_joined(parts, path, parts_dir):
         return path
     with create_file(path) as out:
         for _index, part in sorted(ranges):
             with FileSystems.open(part, compression_type="uncompressed") as handle:
                 while chunk := handle.read(_COPY_CHUNK):
                     out.write(chunk)
-    _remove_parts(parts, parts_dir)
+    remove_parts(parts, parts_dir)
     return path
 
 
-def _remove_parts(parts: list, parts_dir: str) -> None:
+def already_joined(parts: list, path: str, parts_dir: str) -> bool:
+    """Whether a retried join finds `path` complete (some parts already removed); then it
+    removes what is left of the parts."""
+    if parts and FileSystems.exists(path) and not all(FileSystems.exists(p) for p in parts):
+        remove_parts([p for p in parts if FileSystems.exists(p)], parts_dir)
+        return True
+    return False
+
+
+def remove_parts(parts: list, parts_dir: str) -> None:
+    """Deletes the written parts, then their folder when it is a local one (now empty)."""
     if parts:
         FileSystems.delete(parts)
     if FileSystems.exists(parts_dir):  # a local folder, now empty
@@ -131,7 +146,7 @@ class WriteRejectsLedger(beam.PTransform):
         lines = rejects | "LedgerLines" >> beam.Map(_ledger_line)
         bounds = (lines
                   | "SampleAndCount" >> beam.CombineGlobally(SampleAndCountFn(_LEDGER_SAMPLE))
-                  | "RangeBounds" >> beam.Map(_range_bounds, part_lines))
+                  | "RangeBounds" >> beam.Map(range_bounds, part_lines))
         return (lines
                 | "KeyByRange" >> beam.Map(
                     lambda kv, cuts: (bisect.bisect_right(cuts, kv[0]), kv),
