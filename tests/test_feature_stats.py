@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import pickle
 import statistics
+import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow_metadata.proto.v0 import statistics_pb2
+from tfx_bsl import sketches
 
 from tests.jobutil import read_records, shard_files
 from transforms import codec
-from transforms.reporting.feature_stats import FeatureStatsFn, record_features, to_statistics_list
+from transforms.reporting.feature_stats import (
+    FeatureStatsFn,
+    record_features,
+    summarize_features,
+    to_statistics_list,
+)
 from transforms.snapshot_layout import feature_stats_name
 
 _FEATURE = statistics_pb2.FeatureNameStatistics
@@ -98,6 +106,89 @@ def test_statistics_do_not_depend_on_how_distinct_values_are_batched(batch, monk
     monkeypatch.setattr("transforms.reporting.feature_stats._KMV_BATCH", batch)
     assert _combine([range(7)]).SerializeToString(deterministic=True) == whole
     assert _combine([range(3), range(3, 7)]).SerializeToString(deterministic=True) == whole
+
+
+class _LoggedSketch:
+    """A tfx_bsl sketch that records every call it gets (values added, sketches merged)."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+
+    def AddValues(self, values):  # noqa: N802 (tfx_bsl's name)
+        self.calls.append(("add", values.to_pylist()))
+        self.inner.AddValues(values)
+
+    def Merge(self, other):  # noqa: N802
+        self.calls.append(("merge", other.calls))
+        self.inner.Merge(other.inner)
+
+    def __getattr__(self, name):
+        if name in ("inner", "calls") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+_LOGGED_SKETCHES = types.SimpleNamespace(**{
+    name: (lambda make: lambda *args: _LoggedSketch(make(*args)))(getattr(sketches, name))
+    for name in ("QuantilesSketch", "KmvSketch", "MisraGriesSketch")})
+
+
+def _odd_records(count: int) -> list:
+    """`record_features` tuples with lists of every length, NaN, infinities, -0.0, int64
+    extremes, strings mixed with digests (non-UTF-8 and long values) and a key some lack."""
+    odd = (math.nan, math.inf, -math.inf, 0.0, -0.0, 5e-324, 1e150, 0.1, -2.5)
+    records = []
+    for i in range(count):
+        features = [
+            ("f/list", "float_list", tuple(odd[(i + k) % len(odd)] if k % 2 else i / 7 + k
+                                           for k in range(i % 6))),
+            ("i/value", "int64_list", ((2**63 - 1, -2**63, 2**53 + 1, 0, i)[i % 5],)),
+            ("s/text", "bytes_list", tuple(
+                (b"w%d" % (i % 9), b"\xff\xfe%d" % (i % 4), b"x" * 1500, b"z")[:i % 5])),
+        ]
+        if i % 4:
+            features.append(("s/sometimes", "bytes_list", (b"v%d" % (i % 13),)))
+        records.append(summarize_features(sorted(features)))
+    return records
+
+
+def _combine_logged(records, cuts):
+    """(serialized statistics, every sketch's calls by key) of records cut into parts at
+    cuts, each part pickled, then merged."""
+    fn, parts, start = FeatureStatsFn(), [], 0
+    for end in (*cuts, len(records)):
+        accumulator = fn.create_accumulator()
+        for features in records[start:end]:
+            accumulator = fn.add_input(accumulator, features)
+        parts.append(pickle.loads(pickle.dumps(accumulator)))
+        start = end
+    merged = fn.merge_accumulators(parts)
+    dataset = fn.extract_output(merged)
+    calls = {(key, name): getattr(getattr(feature, name), "sketch", getattr(feature, name)).calls
+             for key, feature in merged.features.items()
+             for name in ("num_values_quantiles", "quantiles", "kmv", "top")
+             if getattr(feature, name) is not None}
+    return dataset.SerializeToString(deterministic=True), calls
+
+
+@pytest.mark.parametrize("cuts", [(), (2, 3, 21, 40)])
+def test_batched_records_pickled_and_merged_mid_batch_feed_the_sketches_as_one_by_one(
+        cuts, monkeypatch):
+    # Records wait in the accumulator and are added a batch at a time; a batch of 1 is adding
+    # them one by one. Small sketch buffers make batches cut across flushes; cuts fall inside
+    # batches, and each part is pickled before merging.
+    records = _odd_records(60)
+    monkeypatch.setattr("transforms.reporting.feature_stats.sketches", _LOGGED_SKETCHES)
+    monkeypatch.setattr("transforms.reporting.feature_stats._FLUSH", 7)
+    monkeypatch.setattr("transforms.reporting.feature_stats._KMV_BATCH", 5)
+    monkeypatch.setattr("transforms.reporting.feature_stats._RECORD_BATCH", 1)
+    one_by_one = _combine_logged(records, ())
+    one_by_one_cut = _combine_logged(records, cuts)
+    monkeypatch.setattr("transforms.reporting.feature_stats._RECORD_BATCH", 8)
+    batched = _combine_logged(records, cuts)
+    assert batched[1] == one_by_one_cut[1]  # the same values, in the same calls, per sketch
+    assert batched[0] == one_by_one[0]
+    assert any(len(calls) > 3 for calls in batched[1].values())
 
 
 def test_to_statistics_list_holds_one_named_dataset():

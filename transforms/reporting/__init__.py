@@ -2,7 +2,9 @@
 
     stats        index rows -> stats.json
     stats_proto  stats.json -> TFDV's stats.pb
-    feature_stats  the written records' features -> Split-<split>/FeatureStats.pb (TFX layout)
+    feature_stats  the written records' features -> Split-<split>/FeatureStats.pb (TFX layout;
+                 feature_stats_proto: one feature's accumulator -> its TFDV proto)
+    exact_sums   exact sums of many doubles at once, for stats and feature_stats
     tfds_metadata  dataset_info.json, features.json, label names: the snapshot as a TFDS dataset
     report       report.html
     thumbnails   small PNGs of rejected images for the report
