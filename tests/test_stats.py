@@ -252,6 +252,49 @@ def test_combining_in_different_orders_gives_identical_output():
     assert forward == _combine(rows)
 
 
+def _odd_rows(count: int) -> list:
+    """Rows with every kind of value a column can hold: None, NaN, infinities, -0.0, ints,
+    subnormals, huge values; accepted in four splits and rejected."""
+    odd = (None, math.nan, math.inf, -math.inf, 0.0, -0.0, 0, 3, 1e17, 5e-324, -1.5, 0.1)
+    rows = []
+    for i in range(count):
+        quality = {name: odd[(i + k) % len(odd)] if (i + k) % 3 == 0 else (i * 7 + k) / 9
+                   for k, name in enumerate(QUALITY_METRICS)}
+        width, height = (None, 0, 64, 4000)[i % 4], (48, None, 480)[i % 3]
+        if i % 5 == 0:
+            rows.append(_rejected(f"r{i % 11}.jpg", ("decode_error", "blurry")[i % 2],
+                                  size=None if i % 3 else 7, **quality))
+        else:
+            rows.append(_accepted(
+                f"a{i}.jpg", ("train", "validation", "test", "extra")[i % 4],
+                (None, "cat", "dog")[i % 3], width, height, boxes=i % 3, size=i,
+                image_format=("jpeg", "", None)[i % 3],
+                means=(odd[i % len(odd)] if i % 4 == 0 else 0.5, 0.25, i / 97),
+                sqmeans=(0.3, odd[(i + 1) % len(odd)] if i % 6 == 0 else 0.1, i / 89), **quality))
+    return rows
+
+
+@pytest.mark.parametrize("cuts", [(), (3, 5, 6, 21, 40)])
+def test_batched_rows_pickled_and_merged_mid_batch_give_the_one_by_one_result(cuts, monkeypatch):
+    # Rows wait in the accumulator and are added a batch at a time; a batch of 1 is adding
+    # them one by one. Cuts fall inside batches of 4, and each part is pickled before merging.
+    rows = _odd_rows(50)
+    monkeypatch.setattr("transforms.reporting.stats._ROW_BATCH", 1)
+    one_by_one = _combine(rows)
+    monkeypatch.setattr("transforms.reporting.stats._ROW_BATCH", 4)
+    fn = SummarizeIndexFn()
+    parts, start = [], 0
+    for end in (*cuts, len(rows)):
+        accumulator = fn.create_accumulator()
+        for row in rows[start:end]:
+            accumulator = fn.add_input(accumulator, row)
+        parts.append(pickle.loads(pickle.dumps(accumulator)))
+        start = end
+    batched = fn.extract_output(fn.merge_accumulators(parts))
+    assert json.dumps(batched) == json.dumps(one_by_one)
+    assert one_by_one["quality_all"][QUALITY_METRICS[0]]["non_finite"] > 0
+
+
 def test_exact_sum_makes_mean_correctly_rounded():
     rows = [_accepted(f"{v}.jpg", "train", "c", 64, 64, brightness_mean=v)
             for v in (0.3, 0.2, 0.1)]

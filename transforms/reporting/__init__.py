@@ -1,6 +1,6 @@
 """What the launcher builds from a staged run: statistics, the HTML report, drift.
 
-    stats        index rows -> stats.json
+    stats        index rows -> stats.json (moments: one value's exact moments and histogram)
     stats_proto  stats.json -> TFDV's stats.pb
     feature_stats  the written records' features -> Split-<split>/FeatureStats.pb (TFX layout;
                  feature_stats_proto: one feature's accumulator -> its TFDV proto)
