@@ -24,6 +24,7 @@ from transforms.reporting.feature_stats import (
     summarize_features,
     to_statistics_list,
 )
+from transforms.reporting.misra_gries import MisraGries
 from transforms.snapshot_layout import feature_stats_name
 
 _FEATURE = statistics_pb2.FeatureNameStatistics
@@ -130,7 +131,23 @@ class _LoggedSketch:
 
 _LOGGED_SKETCHES = types.SimpleNamespace(**{
     name: (lambda make: lambda *args: _LoggedSketch(make(*args)))(getattr(sketches, name))
-    for name in ("QuantilesSketch", "KmvSketch", "MisraGriesSketch")})
+    for name in ("QuantilesSketch", "KmvSketch")})
+
+
+class _LoggedMisraGries(MisraGries):
+    """The top-values sketch, recording its calls as `_LoggedSketch` does."""
+
+    def __init__(self, num_buckets):
+        super().__init__(num_buckets)
+        self.calls = []
+
+    def add_values(self, values):
+        self.calls.append(("add", list(values)))
+        super().add_values(values)
+
+    def merge(self, other):
+        self.calls.append(("merge", other.calls))
+        super().merge(other)
 
 
 def _odd_records(count: int) -> list:
@@ -179,6 +196,7 @@ def test_batched_records_pickled_and_merged_mid_batch_feed_the_sketches_as_one_b
     # batches, and each part is pickled before merging.
     records = _odd_records(60)
     monkeypatch.setattr("transforms.reporting.feature_stats.sketches", _LOGGED_SKETCHES)
+    monkeypatch.setattr("transforms.reporting.feature_stats.MisraGries", _LoggedMisraGries)
     monkeypatch.setattr("transforms.reporting.feature_stats._FLUSH", 7)
     monkeypatch.setattr("transforms.reporting.feature_stats._KMV_BATCH", 5)
     monkeypatch.setattr("transforms.reporting.feature_stats._RECORD_BATCH", 1)

@@ -2,8 +2,9 @@
 
 The shard writer hands each record's features over as it writes it (`record_features`: the
 values of every key; image bytes as their length and digest, not the bytes). `FeatureStatsFn`
-combines them per split with the sketches TFDV itself uses (tfx_bsl's quantiles, KMV and
-Misra-Gries sketches), so memory stays bounded whatever the number of records, and
+combines them per split with the sketches TFDV itself uses (tfx_bsl's quantiles and KMV, and
+its Misra-Gries algorithm in `misra_gries`, which gives one answer where tfx_bsl's varied
+between runs), so memory stays bounded whatever the number of records, and
 `extract_output` gives one `DatasetFeatureStatistics` per split. The job writes each as its own
 `DatasetFeatureStatisticsList` in TFX's layout (`Split-<split>/FeatureStats.pb`, see
 `transforms.snapshot_layout.feature_stats_name`), which `tfdv.load_stats_binary`, schema
@@ -39,6 +40,7 @@ from tfx_bsl import sketches
 
 from transforms.reporting.exact_sums import ExactSum, add_exactly, first_extremes
 from transforms.reporting.feature_stats_proto import feature_proto
+from transforms.reporting.misra_gries import MisraGries
 from transforms.s3_storage import create_file
 from transforms.snapshot_layout import feature_stats_name
 
@@ -176,9 +178,9 @@ class _Feature:
         # KMV keeps the smallest hashes of the distinct values: the same sketch whatever the
         # batches, so values wait here and enter it thousands at a time (one Arrow array each)
         self.kmv_pending: list = []
-        self.top = None if numeric else sketches.MisraGriesSketch(_MISRA_GRIES_BUCKETS)
+        self.top = None if numeric else MisraGries(_MISRA_GRIES_BUCKETS)
         # Misra-Gries counts its values one by one in order, so one call per thousands of
-        # values in the same order is the same sketch (a call per record cost ~0.04 ms)
+        # values in the same order is the same sketch
         self.top_pending: list = []
 
     def add_records(self, records: list) -> None:
@@ -269,7 +271,7 @@ class _Feature:
         """The Misra-Gries sketch of every UTF-8 value added so far (pending values go in
         first, in the order they were added)."""
         if self.top_pending:
-            self.top.AddValues(pa.array(self.top_pending, pa.binary()))
+            self.top.add_values(self.top_pending)
             self.top_pending = []
         return self.top
 
@@ -294,7 +296,7 @@ class _Feature:
             self.quantiles.merge(other.quantiles)
         else:
             self.distinct().Merge(other.distinct())
-            self.frequent().Merge(other.frequent())
+            self.frequent().merge(other.frequent())
 
 
 class _Split:

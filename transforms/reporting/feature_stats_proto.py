@@ -110,14 +110,12 @@ def _string_proto(strings, feature, examples: int) -> None:
     total_values = feature.num_values[2]
     strings.unique = feature.distinct().Estimate()
     strings.avg_length = feature.lengths[2] / total_values if total_values else 0.0
-    ranked = feature.frequent().Estimate().to_pylist()
-    for entry in ranked[:_TOP_VALUES]:
-        strings.top_values.add(value=entry["values"].decode("utf-8"),
-                               frequency=entry["counts"])
-    for rank, entry in enumerate(ranked):
+    ranked = feature.frequent().estimate()
+    for value, count in ranked[:_TOP_VALUES]:
+        strings.top_values.add(value=value.decode("utf-8"), frequency=count)
+    for rank, (value, count) in enumerate(ranked):
         strings.rank_histogram.buckets.add(low_rank=rank, high_rank=rank,
-                                           label=entry["values"].decode("utf-8"),
-                                           sample_count=entry["counts"])
+                                           label=value.decode("utf-8"), sample_count=count)
 
 
 def _bytes_proto(byte_stats, feature, examples: int) -> None:
