@@ -73,6 +73,27 @@ def test_stateless_beta_is_deterministic_in_range_and_has_the_right_mean():
     assert draws.mean() == pytest.approx(2.0 / 8.0, abs=0.01)
 
 
+@pytest.mark.parametrize("graph", [False, True])
+def test_stateless_beta_uses_tfs_stateless_gammas_bit_for_bit(graph):
+    """The gammas are drawn with TF's kernel and key derivation in fewer ops; the Beta must
+    stay X / (X + Y) of `tf.random.stateless_gamma` exactly (every Mixup/CutMix lambda)."""
+    seed = seeds.step_seed(5, 1, 2)
+
+    def ours():
+        return seeds.stateless_beta([500], 0.05, 2.0, seed)
+
+    def tfs():
+        seed_x, seed_y = tf.unstack(seeds.split(seed, 2))
+        x = tf.random.stateless_gamma([500], seed=seed_x, alpha=0.05)
+        y = tf.random.stateless_gamma([500], seed=seed_y, alpha=2.0)
+        total = x + y
+        return tf.where(total > 0, x / tf.where(total > 0, total, 1.0), 0.05 / 2.05)
+
+    if graph:
+        ours = tf.function(ours, autograph=False)
+    np.testing.assert_array_equal(ours().numpy(), tfs().numpy())
+
+
 def test_stateless_beta_symmetric_small_alpha_is_u_shaped():
     draws = seeds.stateless_beta([4000], 0.2, 0.2, seeds.step_seed(1, 0, 0)).numpy()
     assert np.isfinite(draws).all() and draws.min() >= 0.0 and draws.max() <= 1.0

@@ -17,8 +17,9 @@ derivation (`StatelessRandomGetKeyCounter`) is not used: under XLA on the CPU it
 another key, so compiled and uncompiled batches would differ.
 
 `tf.random.stateless_beta` does not exist: Beta(a, b) is `X / (X + Y)` with `X ~ Gamma(a)`,
-`Y ~ Gamma(b)` (`stateless_beta`). The gamma kernel has no XLA lowering, so it is sampled
-outside any `jit_compile` region.
+`Y ~ Gamma(b)` (`stateless_beta`), each `tf.random.stateless_gamma` bit for bit in a few ops
+(its kernel and key derivation, without the broadcasts a unit `beta` does not need). The
+gamma kernel has no XLA lowering, so it is sampled outside any `jit_compile` region.
 """
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ _TAG_REPLICA = 0x70786D72
 
 
 _PHILOX = 1  # tf.random.Algorithm.PHILOX, as the raw ops take it
+_AUTO_SELECT = 3  # tf.random.Algorithm.AUTO_SELECT: what tf.random.stateless_gamma uses
+_TINY = np.finfo(np.float32).tiny  # stateless_gamma's floor for draws that round to 0
 _SCRAMBLE_KEY = 0x02461E293EC8F720  # the key TF scrambles Philox seeds with
 
 
@@ -181,10 +184,22 @@ def stateless_beta(shape, alpha, beta, seed) -> tf.Tensor:
     `tf.function(jit_compile=True)`. `alpha` and `beta` must be > 0.
     """
     seed = tf.convert_to_tensor(seed, tf.int64)
-    seeds = split(seed, 2)
-    x = tf.random.stateless_gamma(shape, seed=seeds[0], alpha=alpha, dtype=tf.float32)
-    y = tf.random.stateless_gamma(shape, seed=seeds[1], alpha=beta, dtype=tf.float32)
+    seed_x, seed_y = tf.unstack(split(seed, 2), 2)
+    x = _gamma(shape, alpha, seed_x)
+    y = _gamma(shape, beta, seed_y)
     total = x + y
     # Both gammas underflow to 0 only for tiny alpha; fall back to the mean instead of 0/0.
     mean = tf.cast(alpha / (alpha + beta), tf.float32)
     return tf.where(total > 0, x / tf.where(total > 0, total, 1.0), mean)
+
+
+def _gamma(shape, alpha, seed) -> tf.Tensor:
+    """float32 Gamma(alpha, 1): `tf.random.stateless_gamma(shape, seed, alpha)`, bit for bit
+    (the same key derivation, kernel and floor at the smallest normal float; dividing by the
+    unit rate changes no bit), in 6 graph ops instead of 34. `alpha` broadcasts to the
+    trailing dimensions of `shape`, as there."""
+    key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)
+    draws = tf.raw_ops.StatelessRandomGammaV3(
+        shape=shape, key=key, counter=counter, alg=_AUTO_SELECT,
+        alpha=tf.convert_to_tensor(alpha, tf.float32))
+    return tf.maximum(_TINY, draws)
