@@ -300,6 +300,29 @@ def test_source_batch_base_config_xla_agrees_with_eager():
         np.testing.assert_allclose(actual[key].numpy(), expected[key].numpy(), atol=1e-5)
 
 
+# Graph ops of the base config's traced augmentation of a source batch with boxes (what
+# `make_dataset` traces for every setting): 1,928 before the slices were taken apart once and
+# the gamma and argsort wrappers dropped, 1,202 after. Each op costs trace time and the first
+# batch's graph set-up, so a regression past the margin fails here.
+TRACED_OPS_BUDGET = 1250
+
+
+def test_base_config_traced_augmentation_stays_within_its_op_budget():
+    config = dataclasses.replace(load_config().online, image_size=(224, 224))
+    augmenter = augment.build_batch_augmenter(config, 3, jit_compile=False,
+                                              image_size=(224, 224))
+    spec = {"source": tf.TensorSpec([None, 448, 448, 3], tf.uint8),
+            "source_size": tf.TensorSpec([None, 2], tf.int32),
+            "labels": tf.TensorSpec([None, 3], tf.float32),
+            "boxes": tf.TensorSpec([None, 3, 4], tf.float32),
+            "box_labels": tf.TensorSpec([None, 3], tf.int64),
+            "num_boxes": tf.TensorSpec([None], tf.int32)}
+    graph = augmenter.traced.get_concrete_function(spec, tf.TensorSpec([2], tf.int64)).graph
+    ops = graph.get_operations()
+    assert 1000 < len(ops) <= TRACED_OPS_BUDGET, len(ops)
+    assert sum(op.type == "StridedSlice" for op in ops) <= 20
+
+
 def test_source_batch_without_geometry_is_rejected():
     augmenter = augment.build_batch_augmenter(_config(pixel={"brightness": 0.3}), CLASSES,
                                               image_size=(SIZE, SIZE))

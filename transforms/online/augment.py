@@ -167,7 +167,8 @@ class BatchAugmenter:
         if "boxes" in batch:
             boxes = tf.cast(batch["boxes"], tf.float32)
             num_boxes = tf.cast(batch["num_boxes"], tf.int32)
-            real = tf.range(tf.shape(boxes)[1])[None, :] < num_boxes[:, None]
+            _, capacity, _ = tf.unstack(tf.shape(boxes), 3)
+            real = tf.range(capacity) < tf.expand_dims(num_boxes, -1)
             out["boxes"], out["box_labels"], out["num_boxes"] = compact_boxes(
                 boxes, tf.convert_to_tensor(batch["box_labels"]), real)
         return out

@@ -57,6 +57,13 @@ def _matrix(rows) -> tf.Tensor:
     return tf.stack([tf.stack(row, axis=-1) for row in rows], axis=-2)
 
 
+def _entries(matrix, trailing=()) -> list[tf.Tensor]:
+    """The nine entries of [B, 3, 3] matrices, row-major, each float32 [B, *trailing] (1s), in
+    two ops: a strided slice (and its three constants) each was much of the traced graph."""
+    flat = tf.reshape(tf.cast(matrix, tf.float32), [-1, 9, *trailing])
+    return tf.unstack(flat, 9, axis=1)
+
+
 def compose_matrices(height, width, *, flip_horizontal, flip_vertical, rot90, angle, shear,
                      scale, translate, crop) -> tuple[tf.Tensor, tf.Tensor]:
     """Composes the per-sample geometry into (matrix, forward), both float32 [B, 3, 3].
@@ -87,10 +94,9 @@ def compose_matrices(height, width, *, flip_horizontal, flip_vertical, rot90, an
     sin_t = sin90 * cos_a + cos90 * sin_a
     shear_t = tf.tan(shear)
     zoom = tf.cast(scale, tf.float32)
-    ty = tf.cast(translate[:, 0], tf.float32) * height
-    tx = tf.cast(translate[:, 1], tf.float32) * width
-    crop = tf.cast(crop, tf.float32)
-    y0, x0, ch, cw = crop[:, 0], crop[:, 1], crop[:, 2], crop[:, 3]
+    ty, tx = tf.unstack(tf.cast(translate, tf.float32), 2, axis=1)
+    ty, tx = ty * height, tx * width
+    y0, x0, ch, cw = tf.unstack(tf.cast(crop, tf.float32), 4, axis=1)
 
     # Linear part A = Z * Sh * R * F (2x2), with y down: R = [[c, s], [-s, c]] is CCW on screen.
     # Sh * R:
@@ -128,10 +134,7 @@ def compose_matrices(height, width, *, flip_horizontal, flip_vertical, rot90, an
 
 def invert_matrices(matrix: tf.Tensor) -> tf.Tensor:
     """Inverse of each [B, 3, 3] matrix by the adjugate (closed form, XLA-friendly)."""
-    m = tf.convert_to_tensor(matrix, tf.float32)
-    a, b, c = m[:, 0, 0], m[:, 0, 1], m[:, 0, 2]
-    d, e, f = m[:, 1, 0], m[:, 1, 1], m[:, 1, 2]
-    g, h, i = m[:, 2, 0], m[:, 2, 1], m[:, 2, 2]
+    a, b, c, d, e, f, g, h, i = _entries(tf.convert_to_tensor(matrix, tf.float32))
     co00, co01, co02 = e * i - f * h, -(d * i - f * g), d * h - e * g
     det = a * co00 + b * co01 + c * co02
     adj = _matrix([[co00, -(b * i - c * h), b * f - c * e],
@@ -142,21 +145,20 @@ def invert_matrices(matrix: tf.Tensor) -> tf.Tensor:
 
 def map_points(matrix: tf.Tensor, points: tf.Tensor) -> tf.Tensor:
     """Applies [B, 3, 3] matrices to points [B, P, 2] given as (x, y) in pixel units."""
-    points = tf.convert_to_tensor(points, tf.float32)
-    m = tf.convert_to_tensor(matrix, tf.float32)
-    x, y = points[..., 0], points[..., 1]
-    new_x = m[:, 0:1, 0] * x + m[:, 0:1, 1] * y + m[:, 0:1, 2]
-    new_y = m[:, 1:2, 0] * x + m[:, 1:2, 1] * y + m[:, 1:2, 2]
-    w = m[:, 2:3, 0] * x + m[:, 2:3, 1] * y + m[:, 2:3, 2]
+    x, y = tf.unstack(tf.convert_to_tensor(points, tf.float32), 2, axis=-1)
+    m00, m01, m02, m10, m11, m12, m20, m21, m22 = _entries(
+        tf.convert_to_tensor(matrix, tf.float32), trailing=(1,))  # each [B, 1]
+    new_x = m00 * x + m01 * y + m02
+    new_y = m10 * x + m11 * y + m12
+    w = m20 * x + m21 * y + m22
     return tf.stack([new_x / w, new_y / w], axis=-1)
 
 
 def _fill_index(index: tf.Tensor, size: tf.Tensor, fill_mode: str):
-    """Maps integer-valued float32 indices outside [0, size) per fill mode; returns (int32
-    index, inside mask). Float arithmetic is exact here (integers far below 2**24) and, unlike
-    an integer floormod, vectorizes (XLA:CPU ran the integer version slower with per-image
-    sizes; docs/benchmarks.md)."""
-    size = tf.cast(size, tf.float32)
+    """Maps integer-valued float32 indices outside [0, size) (float32) per fill mode; returns
+    (int32 index, inside mask). Float arithmetic is exact here (integers far below 2**24) and,
+    unlike an integer floormod, vectorizes (XLA:CPU ran the integer version slower with
+    per-image sizes; docs/benchmarks.md)."""
     inside = (index >= 0.0) & (index < size)
     if fill_mode == "reflect":  # half-sample symmetric: d c b a | a b c d | d c b a
         period = index - 2.0 * size * tf.floor(index / (2.0 * size))
@@ -191,18 +193,18 @@ def warp_images(images: tf.Tensor, matrix: tf.Tensor, interpolation: str = "bili
         raise ValueError(f"Unknown fill_mode {fill_mode!r}. Expected one of {FILL_MODES[1:]}. "
                          f"Received: fill_mode={fill_mode!r}")
     images = tf.convert_to_tensor(images)
-    shape = tf.shape(images)
-    batch, in_height, in_width, channels = shape[0], shape[1], shape[2], shape[3]
+    batch, in_height, in_width, channels = tf.unstack(tf.shape(images), 4)
     out_height, out_width = (in_height, in_width) if output_size is None else output_size
     ys = tf.cast(tf.range(out_height), tf.float32) + 0.5
     xs = tf.cast(tf.range(out_width), tf.float32) + 0.5
     grid_y, grid_x = tf.meshgrid(ys, xs, indexing="ij")  # [H_out, W_out]
-    m = tf.cast(matrix, tf.float32)[:, :, :, None, None]  # [B, 3, 3, 1, 1]
-    src_x = m[:, 0, 0] * grid_x + m[:, 0, 1] * grid_y + m[:, 0, 2]
-    src_y = m[:, 1, 0] * grid_x + m[:, 1, 1] * grid_y + m[:, 1, 2]
-    src_w = m[:, 2, 0] * grid_x + m[:, 2, 1] * grid_y + m[:, 2, 2]
-    src_x, src_y = src_x / src_w, src_y / src_w  # [B, H_out, W_out]
+    m00, m01, m02, m10, m11, m12, m20, m21, m22 = _entries(matrix, trailing=(1, 1))
+    src_x = m00 * grid_x + m01 * grid_y + m02  # [B, 1, 1] entries: [B, H_out, W_out]
+    src_y = m10 * grid_x + m11 * grid_y + m12
+    src_w = m20 * grid_x + m21 * grid_y + m22
+    src_x, src_y = src_x / src_w, src_y / src_w
     if displacement is not None:
+        # Sliced: unstacked, grappler sums differently uncompiled (batches move by ~1e-6).
         src_x = src_x + displacement[..., 0]
         src_y = src_y + displacement[..., 1]
     # Back to index space: the centre of pixel j is at j + 0.5. Points beyond 2**22 px (only a
@@ -213,37 +215,47 @@ def warp_images(images: tf.Tensor, matrix: tf.Tensor, interpolation: str = "bili
 
     if source_size is None:
         height, width = in_height, in_width
-    else:
-        source_size = tf.cast(source_size, tf.int32)
-        height, width = source_size[:, 0, None, None], source_size[:, 1, None, None]
+    else:  # each [B, 1, 1]
+        height, width = tf.unstack(tf.reshape(tf.cast(source_size, tf.int32), [-1, 2, 1, 1]),
+                                   2, axis=1)
+    height, width = tf.cast(height, tf.float32), tf.cast(width, tf.float32)
     flat = tf.reshape(images, [-1, channels])
-    base = (tf.range(batch) * in_height * in_width)[:, None, None]
+    base = tf.reshape(tf.range(batch) * in_height * in_width, [-1, 1, 1])
     from_bytes = images.dtype == tf.uint8
     dtype = tf.float32 if from_bytes else images.dtype
     fill = tf.cast(fill_value * 255.0 if from_bytes else fill_value, dtype)
 
-    def tap(iy, ix):
-        iy, inside_y = _fill_index(iy, height, fill_mode)
-        ix, inside_x = _fill_index(ix, width, fill_mode)
-        values = tf.cast(tf.gather(flat, base + iy * in_width + ix), dtype)  # [B, H, W, C]
+    # Each row and column index is mapped once and shared by the taps that read it.
+    def row(y):
+        iy, inside_y = _fill_index(y, height, fill_mode)
+        return base + iy * in_width, inside_y
+
+    def column(x):
+        return _fill_index(x, width, fill_mode)
+
+    def tap(row_, column_):
+        (start, inside_y), (ix, inside_x) = row_, column_
+        values = tf.cast(tf.gather(flat, start + ix), dtype)  # [B, H, W, C]
         if fill_mode == "constant":
-            values = tf.where((inside_y & inside_x)[..., None], values, fill)
+            values = tf.where(tf.expand_dims(inside_y & inside_x, -1), values, fill)
         return values
 
     def finish(values):
         return tf.clip_by_value(values / 255.0, 0.0, 1.0) if from_bytes else values
 
     if interpolation == "nearest":
-        return finish(tap(tf.floor(src_y + 0.5), tf.floor(src_x + 0.5)))
+        return finish(tap(row(tf.floor(src_y + 0.5)), column(tf.floor(src_x + 0.5))))
     if interpolation != "bilinear":
         raise ValueError(
             f"Unknown interpolation {interpolation!r}. Expected one of ('bilinear', 'nearest')."
             f" Received: interpolation={interpolation!r}")
     y0f, x0f = tf.floor(src_y), tf.floor(src_x)
-    wy, wx = (src_y - y0f)[..., None], (src_x - x0f)[..., None]
-    y1f, x1f = y0f + 1.0, x0f + 1.0
-    top = tap(y0f, x0f) * (1.0 - wx) + tap(y0f, x1f) * wx
-    bottom = tap(y1f, x0f) * (1.0 - wx) + tap(y1f, x1f) * wx
+    wy, wx = tf.expand_dims(src_y - y0f, -1), tf.expand_dims(src_x - x0f, -1)
+    y0, y1 = row(y0f), row(y0f + 1.0)
+    x0, x1 = column(x0f), column(x0f + 1.0)
+    left = 1.0 - wx
+    top = tap(y0, x0) * left + tap(y0, x1) * wx
+    bottom = tap(y1, x0) * left + tap(y1, x1) * wx
     return finish(top * (1.0 - wy) + bottom * wy)
 
 
@@ -252,9 +264,9 @@ def source_matrices(source_size, output_size) -> tf.Tensor:
     `source_size` int32 [B, 2] (h, w): the resize the reader would do, as a matrix. Composed as
     `source_matrices(...) @ matrix`, a warp from the source equals resize-then-warp in one pass;
     alone (with fill mode nearest) it is `tf.image.resize` bilinear to float rounding."""
-    size = tf.cast(source_size, tf.float32)
-    sy = size[:, 0] / float(output_size[0])
-    sx = size[:, 1] / float(output_size[1])
+    size_y, size_x = tf.unstack(tf.cast(source_size, tf.float32), 2, axis=1)
+    sy = size_y / float(output_size[0])
+    sx = size_x / float(output_size[1])
     one = tf.ones_like(sx)
     zero = tf.zeros_like(sx)
     return _matrix([[sx, zero, zero], [zero, sy, zero], [zero, zero, one]])
@@ -265,11 +277,13 @@ def compact_boxes(boxes: tf.Tensor, box_labels: tf.Tensor, keep: tf.Tensor):
 
     Padded rows are boxes of zeros with label `BOX_PADDING_LABEL`; count is int32 [B].
     """
-    n = tf.shape(keep)[1]
-    position = tf.range(n)[None, :]
-    order = tf.argsort(tf.where(keep, position, position + n), axis=1, stable=True)
+    _, n = tf.unstack(tf.shape(keep), 2)
+    position = tf.range(n)  # [N], broadcast over the batch
+    # Kept rows first, each group in order: a stable argsort of (kept ? i : i + N), as one
+    # top_k of distinct keys (tf.argsort wraps the same top_k in ~13 ops).
+    order = tf.math.top_k(tf.where(keep, n - position, -position), k=n).indices
     kept = tf.gather(keep, order, batch_dims=1)
-    boxes = tf.where(kept[..., None], tf.gather(boxes, order, batch_dims=1), 0.0)
+    boxes = tf.where(tf.expand_dims(kept, -1), tf.gather(boxes, order, batch_dims=1), 0.0)
     padding = tf.cast(BOX_PADDING_LABEL, box_labels.dtype)
     labels = tf.where(kept, tf.gather(box_labels, order, batch_dims=1), padding)
     return boxes, labels, tf.reduce_sum(tf.cast(keep, tf.int32), axis=1)
@@ -287,21 +301,23 @@ def transform_boxes(boxes, box_labels, num_boxes, forward, height, width,
     boxes = tf.convert_to_tensor(boxes, tf.float32)
     h = tf.cast(height, tf.float32)
     w = tf.cast(width, tf.float32)
-    ymin, xmin, ymax, xmax = (boxes[..., k] for k in range(4))
-    corners = tf.stack([tf.stack([xmin * w, ymin * h], -1), tf.stack([xmax * w, ymin * h], -1),
-                        tf.stack([xmin * w, ymax * h], -1), tf.stack([xmax * w, ymax * h], -1)],
-                       axis=2)  # [B, N, 4, 2]
-    n = tf.shape(boxes)[1]
-    mapped = tf.reshape(map_points(forward, tf.reshape(corners, [tf.shape(boxes)[0], -1, 2])),
-                        [tf.shape(boxes)[0], n, 4, 2])
-    new_xmin = tf.reduce_min(mapped[..., 0], axis=2) / w
-    new_xmax = tf.reduce_max(mapped[..., 0], axis=2) / w
-    new_ymin = tf.reduce_min(mapped[..., 1], axis=2) / h
-    new_ymax = tf.reduce_max(mapped[..., 1], axis=2) / h
+    ymin, xmin, ymax, xmax = tf.unstack(boxes, 4, axis=-1)
+    left, right, top, bottom = xmin * w, xmax * w, ymin * h, ymax * h
+    corners = tf.stack([left, top, right, top, left, bottom, right, bottom],
+                       axis=-1)  # [B, N, 8]: 4 corners (x, y)
+    batch, n, _ = tf.unstack(tf.shape(boxes), 3)
+    mapped = tf.reshape(map_points(forward, tf.reshape(corners, [batch, -1, 2])),
+                        [batch, n, 4, 2])
+    mapped_x, mapped_y = tf.unstack(mapped, 2, axis=-1)  # [B, N, 4]
+    new_xmin = tf.reduce_min(mapped_x, axis=2) / w
+    new_xmax = tf.reduce_max(mapped_x, axis=2) / w
+    new_ymin = tf.reduce_min(mapped_y, axis=2) / h
+    new_ymax = tf.reduce_max(mapped_y, axis=2) / h
     area = (new_ymax - new_ymin) * (new_xmax - new_xmin)
     clipped = tf.clip_by_value(tf.stack([new_ymin, new_xmin, new_ymax, new_xmax], -1), 0.0, 1.0)
-    clipped_area = ((clipped[..., 2] - clipped[..., 0]) * (clipped[..., 3] - clipped[..., 1]))
-    real = tf.range(n)[None, :] < tf.cast(num_boxes, tf.int32)[:, None]
+    clipped_ymin, clipped_xmin, clipped_ymax, clipped_xmax = tf.unstack(clipped, 4, axis=-1)
+    clipped_area = (clipped_ymax - clipped_ymin) * (clipped_xmax - clipped_xmin)
+    real = tf.range(n) < tf.expand_dims(tf.cast(num_boxes, tf.int32), -1)
     keep = real & (clipped_area > 0) & (clipped_area >= min_area * area)
     return compact_boxes(clipped, box_labels, keep)
 
@@ -337,33 +353,35 @@ class GeometryOp:
         height, width = image_size
         h = tf.cast(height, tf.float32)
         w = tf.cast(width, tf.float32)
-        u = seeds_lib.uniform([batch_size, 12], seeds_lib.fold_in_name(seed, self.name))
-        flip_horizontal = u[:, 0] < cfg.horizontal_flip
-        flip_vertical = u[:, 1] < cfg.vertical_flip
+        # One [B, 12] draw, its columns taken apart once (column 11 is unused).
+        u = tf.unstack(seeds_lib.uniform([batch_size, 12], seeds_lib.fold_in_name(
+            seed, self.name)), 12, axis=1)
+        flip_horizontal = u[0] < cfg.horizontal_flip
+        flip_vertical = u[1] < cfg.vertical_flip
         if cfg.rot90:
-            rot90 = tf.minimum(tf.cast(tf.floor(u[:, 2] * 4.0), tf.int32), 3)
+            rot90 = tf.minimum(tf.cast(tf.floor(u[2] * 4.0), tf.int32), 3)
         else:
             rot90 = tf.zeros([batch_size], tf.int32)
         max_angle = math.radians(cfg.rotation_degrees)
-        angle = (2.0 * u[:, 3] - 1.0) * max_angle
+        angle = (2.0 * u[3] - 1.0) * max_angle
         max_shear = math.radians(cfg.shear_degrees)
-        shear = (2.0 * u[:, 4] - 1.0) * max_shear
+        shear = (2.0 * u[4] - 1.0) * max_shear
         low, high = cfg.scale
-        scale = low + (high - low) * u[:, 5]
-        translate = (2.0 * u[:, 6:8] - 1.0) * cfg.translate
+        scale = low + (high - low) * u[5]
+        translate = (2.0 * tf.stack(u[6:8], axis=1) - 1.0) * cfg.translate
         # Random-resized crop: area fraction and log-uniform aspect, clamped to the image.
-        do_crop = u[:, 8] < cfg.crop_probability
-        area = cfg.crop_area[0] + (cfg.crop_area[1] - cfg.crop_area[0]) * u[:, 9]
+        do_crop = u[8] < cfg.crop_probability
+        area = cfg.crop_area[0] + (cfg.crop_area[1] - cfg.crop_area[0]) * u[9]
         log_lo, log_hi = math.log(cfg.crop_aspect_ratio[0]), math.log(cfg.crop_aspect_ratio[1])
-        ratio = tf.exp(log_lo + (log_hi - log_lo) * u[:, 10])
+        ratio = tf.exp(log_lo + (log_hi - log_lo) * u[10])
         crop_w = tf.minimum(tf.sqrt(area * h * w * ratio), w)
         crop_h = tf.minimum(tf.sqrt(area * h * w / ratio), h)
         crop_w = tf.where(do_crop, crop_w, w)
         crop_h = tf.where(do_crop, crop_h, h)
-        position = seeds_lib.uniform([batch_size, 2], seeds_lib.fold_in_name(
-            seed, self.name + "/crop"))
-        crop_y = (h - crop_h) * position[:, 0]
-        crop_x = (w - crop_w) * position[:, 1]
+        position_y, position_x = tf.unstack(seeds_lib.uniform(
+            [batch_size, 2], seeds_lib.fold_in_name(seed, self.name + "/crop")), 2, axis=1)
+        crop_y = (h - crop_h) * position_y
+        crop_x = (w - crop_w) * position_x
         crop = tf.stack([crop_y, crop_x, crop_h, crop_w], axis=-1)
         matrix, _ = compose_matrices(
             height, width, flip_horizontal=flip_horizontal, flip_vertical=flip_vertical,
@@ -386,17 +404,17 @@ class GeometryOp:
             source, source_size = out.pop("source"), out.pop("source_size")
             height, width = self._output_size()
             to_source = source_matrices(source_size, (height, width))
-            sampling, scale = tf.matmul(to_source, matrix), to_source[:, None, None, :2, :2]
+            sampling = tf.matmul(to_source, matrix)
         else:
-            source, source_size, sampling, scale = batch["images"], None, matrix, None
-            shape = tf.shape(source)
-            height, width = shape[1], shape[2]
+            source, source_size, sampling, to_source = batch["images"], None, matrix, None
+            _, height, width, _ = tf.unstack(tf.shape(source), 4)
         displacement = None
         if "displacement_grid" in params:
             displacement = tf.image.resize(params["displacement_grid"], [height, width],
                                            method="bilinear")
-            if scale is not None:  # output-frame pixels -> source pixels
-                displacement = displacement * tf.stack([scale[..., 0, 0], scale[..., 1, 1]], -1)
+            if to_source is not None:  # output-frame pixels -> source pixels: (sx, sy)
+                scales = _entries(to_source, trailing=(1, 1, 1))  # each [B, 1, 1, 1]
+                displacement = displacement * tf.concat([scales[0], scales[4]], -1)
         with_boxes = "boxes" in batch
         warning = cfg.unboxed_copies_warning() if with_boxes else None
         if warning and not self._warned:  # at trace time: once per op, not per batch
@@ -404,7 +422,7 @@ class GeometryOp:
             _LOG.warning(warning)
         out["images"] = warp_images(
             source, sampling, cfg.interpolation, cfg.fill_mode_for(with_boxes), cfg.fill_value,
-            displacement, None if scale is None else (height, width), source_size)
+            displacement, None if to_source is None else (height, width), source_size)
         previous = batch.get("matrix")
         # Chained geometry composes: output -> this op's input -> the original input.
         out["matrix"] = matrix if previous is None else tf.matmul(previous, matrix)

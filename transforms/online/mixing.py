@@ -43,8 +43,9 @@ def cutmix_box(lam, center, height, width) -> tf.Tensor:
     ratio = tf.sqrt(tf.maximum(1.0 - tf.cast(lam, tf.float32), 0.0))
     cut_h = tf.cast(tf.floor(h * ratio), tf.int32)
     cut_w = tf.cast(tf.floor(w * ratio), tf.int32)
-    cy = tf.cast(tf.floor(center[:, 0] * h), tf.int32)
-    cx = tf.cast(tf.floor(center[:, 1] * w), tf.int32)
+    center_y, center_x = tf.unstack(tf.convert_to_tensor(center), 2, axis=1)
+    cy = tf.cast(tf.floor(center_y * h), tf.int32)
+    cx = tf.cast(tf.floor(center_x * w), tf.int32)
     height = tf.cast(height, tf.int32)
     width = tf.cast(width, tf.int32)
     y0 = tf.clip_by_value(cy - cut_h // 2, 0, height)
@@ -56,11 +57,10 @@ def cutmix_box(lam, center, height, width) -> tf.Tensor:
 
 def cutmix_mask(box, height, width) -> tf.Tensor:
     """bool [B, H, W]: true inside each sample's (y0, x0, y1, x1) box."""
-    rows = tf.range(height)[None, :, None]
-    cols = tf.range(width)[None, None, :]
-    box = tf.cast(box, tf.int32)
-    return ((rows >= box[:, 0, None, None]) & (rows < box[:, 2, None, None])
-            & (cols >= box[:, 1, None, None]) & (cols < box[:, 3, None, None]))
+    rows = tf.expand_dims(tf.range(height), -1)  # [H, 1]
+    cols = tf.range(width)
+    y0, x0, y1, x1 = tf.unstack(tf.reshape(tf.cast(box, tf.int32), [-1, 4, 1, 1]), 4, axis=1)
+    return (rows >= y0) & (rows < y1) & (cols >= x0) & (cols < x1)
 
 
 def mix_images(images, permutation, lam, use_cutmix, box) -> tf.Tensor:
@@ -70,8 +70,8 @@ def mix_images(images, permutation, lam, use_cutmix, box) -> tf.Tensor:
     CutMix (`x * 0 + p * 1` is exactly `p`), so each pixel is computed once, not blended and
     pasted and then selected."""
     partner = tf.gather(images, permutation)
-    shape = tf.shape(images)
-    inside = cutmix_mask(box, shape[1], shape[2])[..., None]
+    _, height, width, _ = tf.unstack(tf.shape(images), 4)
+    inside = tf.expand_dims(cutmix_mask(box, height, width), -1)
     cut = tf.reshape(tf.cast(use_cutmix, tf.bool), [-1, 1, 1, 1])
     lam = tf.reshape(tf.cast(lam, images.dtype), [-1, 1, 1, 1])
     weight = tf.where(cut, tf.cast(~inside, images.dtype), lam)
@@ -80,40 +80,45 @@ def mix_images(images, permutation, lam, use_cutmix, box) -> tf.Tensor:
 
 def mix_labels(labels, permutation, lam) -> tf.Tensor:
     """`lam * y + (1 - lam) * y[perm]` for float labels [B, C]."""
-    weight = tf.cast(lam, labels.dtype)[:, None]
+    weight = tf.expand_dims(tf.cast(lam, labels.dtype), -1)
     return labels * weight + tf.gather(labels, permutation) * (1.0 - weight)
 
 
-def _area(boxes):
-    return (tf.maximum(boxes[..., 2] - boxes[..., 0], 0.0)
-            * tf.maximum(boxes[..., 3] - boxes[..., 1], 0.0))
+def _area(corners):
+    """Box areas from (low (ymin, xmin), high (ymax, xmax)) halves, each [..., 2]; empty
+    boxes 0."""
+    low_y, low_x = tf.unstack(corners[0], 2, axis=-1)
+    high_y, high_x = tf.unstack(corners[1], 2, axis=-1)
+    return tf.maximum(high_y - low_y, 0.0) * tf.maximum(high_x - low_x, 0.0)
 
 
 def mix_boxes(boxes, box_labels, num_boxes, permutation, mixed, use_cutmix, box, height,
               width, min_box_area: float):
     """Applies the box rule in the module docstring. Returns ([B, 2N, 4], [B, 2N], [B])."""
     boxes = tf.convert_to_tensor(boxes, tf.float32)
-    n = tf.shape(boxes)[1]
-    real = tf.range(n)[None, :] < tf.cast(num_boxes, tf.int32)[:, None]
+    _, n, _ = tf.unstack(tf.shape(boxes), 3)
+    real = tf.range(n) < tf.expand_dims(tf.cast(num_boxes, tf.int32), -1)
     cut = tf.cast(box, tf.float32) / tf.cast(
-        tf.stack([height, width, height, width]), tf.float32)[None, :]  # normalized y0 x0 y1 x1
-    cut = cut[:, None, :]
-    use_cutmix = tf.cast(use_cutmix, tf.bool)[:, None]
-    mixed = tf.cast(mixed, tf.bool)[:, None]
-    area = _area(boxes)
-    overlap = _area(tf.concat([tf.maximum(boxes[..., :2], cut[..., :2]),
-                               tf.minimum(boxes[..., 2:], cut[..., 2:])], axis=-1))
+        tf.stack([height, width, height, width]), tf.float32)  # normalized y0 x0 y1 x1
+    # Every box as its (ymin, xmin) and (ymax, xmax) halves, each [B, 1 or N, 2].
+    cut_low, cut_high = tf.split(tf.expand_dims(cut, 1), 2, axis=-1)
+    use_cutmix = tf.expand_dims(tf.cast(use_cutmix, tf.bool), -1)
+    mixed = tf.expand_dims(tf.cast(mixed, tf.bool), -1)
+    low, high = tf.split(boxes, 2, axis=-1)
+    area = _area((low, high))
+    overlap = _area((tf.maximum(low, cut_low), tf.minimum(high, cut_high)))
     own_keep = real & (~use_cutmix | ((area - overlap) >= min_box_area * area))
     partner_boxes = tf.gather(boxes, permutation)
     partner_real = tf.gather(real, permutation)
-    clipped = tf.concat([tf.clip_by_value(partner_boxes[..., :2], cut[..., :2], cut[..., 2:]),
-                         tf.clip_by_value(partner_boxes[..., 2:], cut[..., :2], cut[..., 2:])],
-                        axis=-1)
-    clipped_area = _area(clipped)
-    partner_area = _area(partner_boxes)
+    partner_low, partner_high = tf.split(partner_boxes, 2, axis=-1)
+    clipped_low = tf.clip_by_value(partner_low, cut_low, cut_high)
+    clipped_high = tf.clip_by_value(partner_high, cut_low, cut_high)
+    clipped_area = _area((clipped_low, clipped_high))
+    partner_area = tf.gather(area, permutation)
     partner_cut_keep = (clipped_area > 0) & (clipped_area >= min_box_area * partner_area)
     partner_keep = partner_real & mixed & (~use_cutmix | partner_cut_keep)
-    partner_boxes = tf.where(use_cutmix[..., None], clipped, partner_boxes)
+    partner_boxes = tf.where(tf.expand_dims(use_cutmix, -1),
+                             tf.concat([clipped_low, clipped_high], axis=-1), partner_boxes)
     all_boxes = tf.concat([boxes, partner_boxes], axis=1)
     all_labels = tf.concat([box_labels, tf.gather(box_labels, permutation)], axis=1)
     return compact_boxes(all_boxes, all_labels, tf.concat([own_keep, partner_keep], axis=1))
@@ -144,9 +149,10 @@ class MixOp:
         per_batch = cfg.lambda_mode == "batch"
         if per_batch:  # one draw for the whole batch
             u = tf.broadcast_to(u[:1], tf.shape(u))
-        mixed = u[:, 0] < cfg.probability
+        u = tf.unstack(u, 4, axis=1)
+        mixed = u[0] < cfg.probability
         if cfg.mixup_alpha > 0 and cfg.cutmix_alpha > 0:
-            use_cutmix = u[:, 1] < cfg.switch_probability
+            use_cutmix = u[1] < cfg.switch_probability
         else:
             use_cutmix = tf.fill([batch_size], cfg.cutmix_alpha > 0)
         use_cutmix = use_cutmix & mixed
@@ -157,9 +163,10 @@ class MixOp:
         lam_cutmix = ones
         if cfg.cutmix_alpha > 0:
             lam_cutmix = self._beta(per_batch, batch_size, cfg.cutmix_alpha, seed, "cutmix")
-        box = cutmix_box(lam_cutmix, u[:, 2:4], height, width)
-        box = tf.where(use_cutmix[:, None], box, tf.zeros_like(box))
-        area = tf.cast((box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1]), tf.float32)
+        box = cutmix_box(lam_cutmix, tf.stack(u[2:4], axis=1), height, width)
+        box = tf.where(tf.expand_dims(use_cutmix, -1), box, tf.zeros_like(box))
+        y0, x0, y1, x1 = tf.unstack(box, 4, axis=1)
+        area = tf.cast((y1 - y0) * (x1 - x0), tf.float32)
         lam_cut_corrected = 1.0 - area / tf.cast(height * width, tf.float32)
         lam = tf.where(use_cutmix, lam_cut_corrected, tf.where(mixed, lam_mixup, 1.0))
         return {"permutation": permutation, "mixed": mixed, "use_cutmix": use_cutmix,
@@ -180,9 +187,9 @@ class MixOp:
                                    params["use_cutmix"], params["cut_box"])
         out["labels"] = mix_labels(batch["labels"], params["permutation"], params["lam"])
         if "boxes" in batch:
-            shape = tf.shape(images)
+            _, height, width, _ = tf.unstack(tf.shape(images), 4)
             out["boxes"], out["box_labels"], out["num_boxes"] = mix_boxes(
                 batch["boxes"], batch["box_labels"], batch["num_boxes"], params["permutation"],
-                params["mixed"], params["use_cutmix"], params["cut_box"], shape[1], shape[2],
+                params["mixed"], params["use_cutmix"], params["cut_box"], height, width,
                 self.min_box_area)
         return out

@@ -84,10 +84,10 @@ def _mean_luma(images) -> tf.Tensor:
     with the luma weights tiled over the pixels: XLA:CPU runs that as a GEMV, faster than its
     reduction of the 3-wide channel axis followed by the spatial mean (docs/benchmarks.md);
     equal to `mean(_luma(images))` to float rounding."""
-    shape = tf.shape(images)
-    pixels = shape[1] * shape[2]
+    batch, height, width, _ = tf.unstack(tf.shape(images), 4)
+    pixels = height * width
     weights = tf.tile(tf.constant(LUMA_WEIGHTS, images.dtype), [pixels])
-    total = tf.linalg.matvec(tf.reshape(images, [shape[0], pixels * 3]), weights)
+    total = tf.linalg.matvec(tf.reshape(images, [batch, pixels * 3]), weights)
     return total / tf.cast(pixels, images.dtype)
 
 
@@ -127,10 +127,10 @@ def _hue_matrices(delta) -> tf.Tensor:
 
 def _saturation_matrices(factor) -> tf.Tensor:
     """[B, 3, 3] RGB matrices of `luma + f * (x - luma)`."""
-    f = tf.cast(factor, tf.float32)[:, None, None]
-    luma_rows = tf.broadcast_to(tf.constant(LUMA_WEIGHTS, tf.float32)[None, None, :],
-                                [tf.shape(f)[0], 3, 3])
-    return f * tf.eye(3, dtype=tf.float32)[None] + (1.0 - f) * luma_rows
+    f = tf.reshape(tf.cast(factor, tf.float32), [-1, 1, 1])
+    luma_rows = tf.broadcast_to(tf.constant([[LUMA_WEIGHTS]], tf.float32),
+                                [tf.size(f), 3, 3])
+    return f * tf.constant(np.eye(3)[None], tf.float32) + (1.0 - f) * luma_rows
 
 
 def apply_color_matrix(images, matrix, offset) -> tf.Tensor:
@@ -138,10 +138,11 @@ def apply_color_matrix(images, matrix, offset) -> tf.Tensor:
 
     Written as 9 broadcast multiply-adds, which XLA fuses into one elementwise loop.
     """
-    m = tf.cast(matrix, images.dtype)[:, None, None, :, :]  # [B, 1, 1, 3, 3]
-    o = tf.cast(offset, images.dtype)[:, None, None, :]     # [B, 1, 1, 3]
-    r, g, b = images[..., 0:1], images[..., 1:2], images[..., 2:3]
-    return _clip(r * m[..., :, 0] + g * m[..., :, 1] + b * m[..., :, 2] + o)
+    m = tf.reshape(tf.cast(matrix, images.dtype), [-1, 1, 1, 3, 3])
+    o = tf.reshape(tf.cast(offset, images.dtype), [-1, 1, 1, 3])
+    r, g, b = tf.split(images, 3, axis=-1)  # each [B, H, W, 1]
+    m_r, m_g, m_b = tf.unstack(m, 3, axis=-1)  # the matrix's columns, each [B, 1, 1, 3]
+    return _clip(r * m_r + g * m_g + b * m_b + o)
 
 
 def adjust_hue(images, delta) -> tf.Tensor:
@@ -162,18 +163,19 @@ def color_matrices(mean_luma, brightness=None, contrast=None, saturation=None,
     greys grey, the composition is `f * S @ x + (d + (1 - f) * mean_luma)` with S = hue @ sat.
     """
     mean_luma = tf.cast(mean_luma, tf.float32)
-    batch = tf.shape(mean_luma)[0]
-    matrix = tf.eye(3, batch_shape=[batch], dtype=tf.float32)
+    batch = tf.size(mean_luma)
     if saturation is not None:
         matrix = _saturation_matrices(saturation)
+    else:
+        matrix = tf.eye(3, batch_shape=[batch], dtype=tf.float32)
     if hue is not None:
         matrix = tf.matmul(_hue_matrices(hue), matrix)
     delta = tf.zeros([batch]) if brightness is None else tf.cast(brightness, tf.float32)
     if contrast is not None:
         factor = tf.cast(contrast, tf.float32)
-        matrix = factor[:, None, None] * matrix
+        matrix = tf.reshape(factor, [-1, 1, 1]) * matrix
         delta = delta + (1.0 - factor) * mean_luma
-    return matrix, tf.broadcast_to(delta[:, None], [batch, 3])
+    return matrix, tf.broadcast_to(tf.expand_dims(delta, -1), [batch, 3])
 
 
 def adjust_gamma(images, gamma) -> tf.Tensor:
@@ -203,14 +205,14 @@ def gaussian_blur(images, sigma, radius: int) -> tf.Tensor:
     `radius` (static) is the kernel half-width; use at least `ceil(3 * max sigma)`. Written as
     a sum of shifted slices, so it is vectorized over samples with different kernels.
     """
-    weights = tf.cast(_blur_kernel(sigma, radius), images.dtype)
     size = 2 * radius + 1
+    weights = tf.unstack(tf.reshape(tf.cast(_blur_kernel(sigma, radius), images.dtype),
+                                    [-1, size, 1, 1, 1]), size, axis=1)  # each [B, 1, 1, 1]
     padded = tf.pad(images, [[0, 0], [radius, radius], [0, 0], [0, 0]], mode="SYMMETRIC")
-    height, width = tf.shape(images)[1], tf.shape(images)[2]
-    rows = sum(weights[:, k, None, None, None] * padded[:, k:k + height] for k in range(size))
+    _, height, width, _ = tf.unstack(tf.shape(images), 4)
+    rows = sum(weights[k] * padded[:, k:k + height] for k in range(size))
     padded = tf.pad(rows, [[0, 0], [0, 0], [radius, radius], [0, 0]], mode="SYMMETRIC")
-    return _clip(sum(weights[:, k, None, None, None] * padded[:, :, k:k + width]
-                     for k in range(size)))
+    return _clip(sum(weights[k] * padded[:, :, k:k + width] for k in range(size)))
 
 
 def _quant_tables(quality) -> tf.Tensor:
@@ -273,9 +275,13 @@ class _PixelOp:
     def __init__(self, config):
         self.config = config
 
-    def _uniform(self, batch_size, seed, columns: int = 1, tag: str = "") -> tf.Tensor:
-        return seeds_lib.uniform([batch_size, columns],
-                                 seeds_lib.fold_in_name(seed, self.name + tag))
+    def _uniform(self, batch_size, seed, columns: int | None = None,
+                 tag: str = "") -> tf.Tensor:
+        """[B] uniforms, or [B, columns] taken apart into `columns` [B] tensors (the same
+        numbers: a draw's values do not depend on its shape, only on their count)."""
+        draws = seeds_lib.uniform([batch_size] if columns is None else [batch_size, columns],
+                                  seeds_lib.fold_in_name(seed, self.name + tag))
+        return draws if columns is None else tf.unstack(draws, columns, axis=1)
 
     def apply(self, batch: dict, params: dict) -> dict:
         out = dict(batch)
@@ -299,7 +305,7 @@ class ColorJitterOp(_PixelOp):
         for key in self._KEYS:
             magnitude = getattr(self.config, key)
             if magnitude > 0:
-                signed = (2.0 * self._uniform(batch_size, seed, tag="/" + key)[:, 0] - 1.0)
+                signed = (2.0 * self._uniform(batch_size, seed, tag="/" + key) - 1.0)
                 params[key] = signed * magnitude + (1.0 if key in ("contrast", "saturation")
                                                     else 0.0)
         return params
@@ -316,7 +322,7 @@ class GammaOp(_PixelOp):
 
     def sample(self, batch_size, image_size, seed):
         low, high = self.config.gamma
-        return {"gamma": low + (high - low) * self._uniform(batch_size, seed)[:, 0]}
+        return {"gamma": low + (high - low) * self._uniform(batch_size, seed)}
 
     def _apply(self, images, params):
         return adjust_gamma(images, params["gamma"])
@@ -328,7 +334,7 @@ class GrayscaleOp(_PixelOp):
 
     def sample(self, batch_size, image_size, seed):
         p = self.config.grayscale_probability
-        return {"apply": self._uniform(batch_size, seed)[:, 0] < p}
+        return {"apply": self._uniform(batch_size, seed) < p}
 
     def _apply(self, images, params):
         return to_grayscale(images, params["apply"])
@@ -344,9 +350,9 @@ class BlurOp(_PixelOp):
 
     def sample(self, batch_size, image_size, seed):
         low, high = self.config.blur_sigma
-        u = self._uniform(batch_size, seed, columns=2)
-        sigma = low + (high - low) * u[:, 1]
-        return {"sigma": tf.where(u[:, 0] < self.config.blur_probability, sigma, 0.0)}
+        chance, position = self._uniform(batch_size, seed, columns=2)
+        sigma = low + (high - low) * position
+        return {"sigma": tf.where(chance < self.config.blur_probability, sigma, 0.0)}
 
     def _apply(self, images, params):
         static = images.shape[1:3]
@@ -362,9 +368,9 @@ class JpegOp(_PixelOp):
 
     def sample(self, batch_size, image_size, seed):
         low, high = self.config.jpeg_quality
-        u = self._uniform(batch_size, seed, columns=2)
-        return {"quality": low + (high - low) * u[:, 1],
-                "apply": u[:, 0] < self.config.jpeg_probability}
+        chance, position = self._uniform(batch_size, seed, columns=2)
+        return {"quality": low + (high - low) * position,
+                "apply": chance < self.config.jpeg_probability}
 
     def _apply(self, images, params):
         return jpeg_compress(images, params["quality"], params["apply"])
@@ -375,7 +381,7 @@ class _NoiseOp(_PixelOp):
 
     def sample(self, batch_size, image_size, seed):
         height, width = image_size
-        std = getattr(self.config, self._std_key) * self._uniform(batch_size, seed)[:, 0]
+        std = getattr(self.config, self._std_key) * self._uniform(batch_size, seed)
         noise = seeds_lib.normal(
             [batch_size, height, width, 3], seeds_lib.fold_in_name(seed, self.name + "/n"))
         return {"std": std, "noise": noise}
