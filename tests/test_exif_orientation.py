@@ -8,6 +8,7 @@ import io
 import json
 import os
 import struct
+import types
 
 import numpy as np
 import pytest
@@ -70,14 +71,28 @@ def pixels() -> np.ndarray:
     return photo(7, HEIGHT, WIDTH)
 
 
+@pytest.fixture(scope="module")
+def graphs():
+    """The graph forms the tests call, each traced with only the bytes as input: the tag
+    reader and the three decode paths. Shared by the module, so each is traced once per test
+    process instead of once per test and orientation (the bytes are their only input)."""
+    spec = [tf.TensorSpec([], tf.string)]
+    return types.SimpleNamespace(
+        read_orientation=tf.function(read_orientation, input_signature=spec),
+        decode_image=tf.function(decode_image, input_signature=spec),
+        decode_scaled=tf.function(lambda b: decode_scaled(b, (24, 24)),  # DCT scale 4
+                                  input_signature=spec),
+        decode_for_model=tf.function(lambda b: decode_for_model(b, (40, 40)),
+                                     input_signature=spec))
+
+
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
 @pytest.mark.parametrize("orientation", ORIENTATIONS)
-def test_both_readers_of_the_tag_agree_with_pil(pixels, orientation, fmt):
+def test_both_readers_of_the_tag_agree_with_pil(pixels, graphs, orientation, fmt):
     data = _with_orientation(pixels, orientation, fmt)
     assert Image.open(io.BytesIO(data)).getexif().get(exif.ORIENTATION_TAG) == orientation
     assert exif.read_orientation(data) == orientation
-    graph = tf.function(read_orientation, input_signature=[tf.TensorSpec([], tf.string)])
-    assert int(graph(tf.constant(data))) == orientation
+    assert int(graphs.read_orientation(tf.constant(data))) == orientation
     header = read_header(data)
     assert header.orientation == orientation
     expected = (HEIGHT, WIDTH) if orientation >= 5 else (WIDTH, HEIGHT)
@@ -124,17 +139,17 @@ def _variants(pixels) -> list[tuple[bytes, int]]:
     return made
 
 
-def test_hand_made_and_broken_blocks_read_the_same_in_python_and_in_the_graph(pixels):
-    graph = tf.function(read_orientation, input_signature=[tf.TensorSpec([], tf.string)])
+def test_hand_made_and_broken_blocks_read_the_same_in_python_and_in_the_graph(pixels, graphs):
+    graph = graphs.read_orientation
     for data, expected in _variants(pixels):
         assert exif.read_orientation(data) == expected, data[:40]
         assert int(graph(tf.constant(data))) == expected, data[:40]
 
 
-def test_mutated_heads_never_fail_and_agree(pixels):
+def test_mutated_heads_never_fail_and_agree(pixels, graphs):
     """Random byte changes in the first 200 bytes of an EXIF JPEG: both readers agree and
     neither raises."""
-    graph = tf.function(read_orientation, input_signature=[tf.TensorSpec([], tf.string)])
+    graph = graphs.read_orientation
     base = bytearray(_with_orientation(pixels, 6))
     rng = np.random.default_rng(0)
     for _ in range(60):
@@ -147,20 +162,17 @@ def test_mutated_heads_never_fail_and_agree(pixels):
 
 
 @pytest.mark.parametrize("orientation", ORIENTATIONS)
-def test_every_decode_path_matches_exif_transpose(pixels, orientation):
+def test_every_decode_path_matches_exif_transpose(pixels, graphs, orientation):
     """decode_image, decode_scaled and decode_for_model, traced with only the bytes as input."""
     data = _with_orientation(pixels, orientation)
     upright = _upright(data)
-    spec = [tf.TensorSpec([], tf.string)]
-    image = tf.function(decode_image, input_signature=spec)(tf.constant(data)).numpy()
+    image = graphs.decode_image(tf.constant(data)).numpy()
     assert image.shape == upright.shape
     assert np.abs(image.astype(int) - upright).mean() < 3.0
-    scaled = tf.function(lambda b: decode_scaled(b, (24, 24)), input_signature=spec)(
-        tf.constant(data)).numpy()                       # DCT scale 4: short side 96 -> 24
+    scaled = graphs.decode_scaled(tf.constant(data)).numpy()  # DCT scale 4: short side 96 -> 24
     assert scaled.shape[:2] == (upright.shape[0] // 4, upright.shape[1] // 4)
     assert np.abs(scaled - _resized(upright, scaled.shape[:2])).mean() < 8.0
-    model = tf.function(lambda b: decode_for_model(b, (40, 40)), input_signature=spec)(
-        tf.constant(data)).numpy()
+    model = graphs.decode_for_model(tf.constant(data)).numpy()
     assert np.abs(model * 255.0 - _resized(upright, (40, 40))).mean() < 8.0
     stored = tf.io.decode_jpeg(data, channels=3).numpy()
     assert _best_turn(image, stored) == orientation
