@@ -196,13 +196,22 @@ def test_lock_create_heartbeat_and_loss(local_s3):
     assert local_s3.keys("pm-lock") == []  # released
 
 
+def _wait_until_older_than(local_s3, bucket: str, key: str, seconds: float) -> None:
+    """Returns once the object's S3 time (LastModified, whole seconds) is more than `seconds`
+    old by this machine's clock: the age the lock's staleness check computes."""
+    written = local_s3.client.head_object(Bucket=bucket, Key=key)["LastModified"].timestamp()
+    while time.time() - written <= seconds:
+        time.sleep(0.05)
+
+
 def test_lock_takeover_race_has_one_winner(local_s3):
     url = local_s3.bucket("pm-race") + "/out"
     for attempt in range(3):
         stale = json.dumps({"run_id": f"dead-{attempt}", "pid": 1, "host": "elsewhere"})
         local_s3.client.put_object(Bucket="pm-race", Key="out/.lock", Body=stale.encode())
-        time.sleep(3.1)  # older than stale_after_s below; S3 times are whole seconds, so a
-        # fresh lock may look up to 1 s old: the stale limit stays above that
+        # older than stale_after_s below (S3 times are whole seconds, so a fresh lock may
+        # look up to 1 s old: the stale limit stays above that)
+        _wait_until_older_than(local_s3, "pm-race", "out/.lock", 2.0 + 0.1)
         start, results = threading.Barrier(4), {}
         locks = {}
 
