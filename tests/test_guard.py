@@ -3,6 +3,8 @@ whose labels match no image, is refused (exit 4), publishes its ledger and repor
 candidate, and leaves LATEST and the live view as they were; `--accept_shrink` publishes it."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -152,16 +154,19 @@ def test_a_first_full_run_counts_ten_live_images(first):
 
 @slow_fixture(scope="module")
 def refused_full(first, tmp_path_factory):
-    """A full run with a header-only labels CSV on top of the first: every image unlabeled."""
+    """A full run with a header-only labels CSV on top of the first: every image unlabeled.
+    (world, the state before, the exit code, what the command wrote to stderr)."""
     world = first.copy(tmp_path_factory.mktemp("refused") / "w")
     before = _state(world.out)
     world.write_labels({})
-    code = cli.main(["preprocess", *world.argv("--run_id", "empty")])
-    return world, before, code
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = cli.main(["preprocess", *world.argv("--run_id", "empty")])
+    return world, before, code, err.getvalue()
 
 
 def test_a_full_run_losing_everything_is_refused_with_exit_4(refused_full, capsys):
-    world, before, code = refused_full
+    world, before, code, _ = refused_full
     assert code == EXIT_REFUSED == 4
     assert _state(world.out) == before  # LATEST, classes.txt, snapshots: as they were
     candidate = _refused_candidate(world, "empty", 10, 0)
@@ -182,16 +187,14 @@ def test_after_a_refusal_training_still_reads_the_first_snapshot(refused_full):
     assert len(list(dataset.take(1))) == 1
 
 
-def test_the_refusal_is_one_line_saying_why(first, tmp_path, capsys):
-    world = first.copy(tmp_path / "w")
-    world.write_labels({})
-    capsys.readouterr()
-    assert cli.main(["preprocess", *world.argv("--run_id", "again")]) == EXIT_REFUSED
-    err = [line for line in capsys.readouterr().err.splitlines() if "refused" in line]
+def test_the_refusal_is_one_line_saying_why(refused_full):
+    world, _, code, stderr = refused_full
+    assert code == EXIT_REFUSED
+    err = [line for line in stderr.splitlines() if "refused" in line]
     assert err == [
         f"pixelmill preprocess: refused: the live set would fall from 10 to 0 images (more "
         f"than --max_shrink 0.5); nothing published; ledger and report in "
-        f"{world.out}/{layout.CANDIDATES}/again/ (--accept_shrink publishes it)"]
+        f"{world.out}/{layout.CANDIDATES}/empty/ (--accept_shrink publishes it)"]
 
 
 def test_accept_shrink_publishes_it(first, tmp_path):
