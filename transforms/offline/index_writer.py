@@ -80,11 +80,34 @@ def _split_batch(batch: pa.RecordBatch, cuts: list):
         yield index, batch.take(pa.array(rows, pa.int64()))
 
 
+class _Sink:
+    """What pyarrow needs of a file it writes to, over a `create_file` handle (an object
+    store's writer has no `closed` or `tell`); closing it leaves the handle to its owner."""
+
+    def __init__(self, handle):
+        self._handle, self._written, self.closed = handle, 0, False
+
+    def write(self, data) -> int:
+        self._handle.write(data)
+        self._written += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._written
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
 def _write_part(item, parts_dir: str, schema: pa.Schema) -> tuple:
     index, batches = item
     path = FileSystems.join(parts_dir, f"part-{index:05d}.arrows")
     table = pa.Table.from_batches(list(batches), schema=schema).sort_by(_SORT)
-    with create_file(path) as handle, pa.ipc.new_stream(handle, schema) as stream:
+    with create_file(path) as handle, pa.ipc.new_stream(pa.PythonFile(_Sink(handle), mode="w"),
+                                                         schema) as stream:
         stream.write_table(table)
     return index, path
 
@@ -95,10 +118,11 @@ def _join_parts(ranges, path: str, parts_dir: str, schema: pa.Schema) -> str:
     parts = [part for _index, part in ranges]
     if already_joined(parts, path, parts_dir):
         return path
-    with create_file(path) as out, pq.ParquetWriter(out, schema, compression="none") as writer:
+    with create_file(path) as out, pq.ParquetWriter(
+            pa.PythonFile(_Sink(out), mode="w"), schema, compression="none") as writer:
         for _index, part in sorted(ranges):
             with FileSystems.open(part, compression_type="uncompressed") as handle:
-                writer.write_table(pa.ipc.open_stream(handle).read_all())
+                writer.write_table(pa.ipc.open_stream(pa.py_buffer(handle.read())).read_all())
     remove_parts(parts, parts_dir)
     return path
 
