@@ -5,12 +5,14 @@ step with several outputs is checked with one `assert_outputs` instead of one pe
 """
 from __future__ import annotations
 
+import pickle
+
 import apache_beam as beam
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-__all__ = ["fn_api_pipeline", "assert_outputs"]
+__all__ = ["fn_api_pipeline", "assert_outputs", "merged_in_parts"]
 
 
 def fn_api_pipeline() -> test_pipeline.TestPipeline:
@@ -29,3 +31,16 @@ def assert_outputs(outputs: dict, expected: dict, label: str = "AssertOutputs") 
               for name, pcoll in outputs.items()]
     assert_that(tagged | f"{label}Flatten" >> beam.Flatten(),
                 equal_to([(name, x) for name, xs in expected.items() for x in xs]), label=label)
+
+
+def merged_in_parts(fn: beam.CombineFn, items: list, cuts=()):
+    """`fn`'s merged accumulator of `items` cut into parts at `cuts`, each part pickled first,
+    as a runner moves partial accumulators between bundles."""
+    parts, start = [], 0
+    for end in (*cuts, len(items)):
+        accumulator = fn.create_accumulator()
+        for item in items[start:end]:
+            accumulator = fn.add_input(accumulator, item)
+        parts.append(pickle.loads(pickle.dumps(accumulator)))
+        start = end
+    return fn.merge_accumulators(parts)

@@ -16,6 +16,7 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import statistics_pb2
 from tfx_bsl import sketches
 
+from tests.beamutil import merged_in_parts
 from tests.jobutil import read_records, shard_files
 from transforms import codec
 from transforms.reporting.feature_stats import (
@@ -172,14 +173,8 @@ def _odd_records(count: int) -> list:
 def _combine_logged(records, cuts):
     """(serialized statistics, every sketch's calls by key) of records cut into parts at
     cuts, each part pickled, then merged."""
-    fn, parts, start = FeatureStatsFn(), [], 0
-    for end in (*cuts, len(records)):
-        accumulator = fn.create_accumulator()
-        for features in records[start:end]:
-            accumulator = fn.add_input(accumulator, features)
-        parts.append(pickle.loads(pickle.dumps(accumulator)))
-        start = end
-    merged = fn.merge_accumulators(parts)
+    fn = FeatureStatsFn()
+    merged = merged_in_parts(fn, records, cuts)
     dataset = fn.extract_output(merged)
     calls = {(key, name): getattr(getattr(feature, name), "sketch", getattr(feature, name)).calls
              for key, feature in merged.features.items()

@@ -11,6 +11,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import BeamAssertException, assert_that
 
+from tests.beamutil import merged_in_parts
 from transforms.codec import QUALITY_METRICS
 from transforms.offline.index_table import make_row
 from transforms.reporting.stats import HISTOGRAM_EDGES, SummarizeIndexFn, finalize_stats
@@ -283,14 +284,7 @@ def test_batched_rows_pickled_and_merged_mid_batch_give_the_one_by_one_result(cu
     one_by_one = _combine(rows)
     monkeypatch.setattr("transforms.reporting.stats._ROW_BATCH", 4)
     fn = SummarizeIndexFn()
-    parts, start = [], 0
-    for end in (*cuts, len(rows)):
-        accumulator = fn.create_accumulator()
-        for row in rows[start:end]:
-            accumulator = fn.add_input(accumulator, row)
-        parts.append(pickle.loads(pickle.dumps(accumulator)))
-        start = end
-    batched = fn.extract_output(fn.merge_accumulators(parts))
+    batched = fn.extract_output(merged_in_parts(fn, rows, cuts))
     assert json.dumps(batched) == json.dumps(one_by_one)
     assert one_by_one["quality_all"][QUALITY_METRICS[0]]["non_finite"] > 0
 
