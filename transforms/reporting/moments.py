@@ -14,13 +14,13 @@ import numpy as np
 
 from transforms.reporting.exact_sums import exponent_groups, first_extremes, sum_of_squares
 
-__all__ = ["SCALE_BITS", "Moments", "exact_parts", "measure"]
+__all__ = ["SCALE_BITS", "EXACT_INTEGERS", "Moments", "exact_parts"]
 
 # Exact sums: a finite double is numerator / 2**k with k <= 1074, so value * 2**1074 is an
 # integer, and value**2 * 2**2148 is one too.
 SCALE_BITS = 1074
 SQUARE_SCALE_BITS = 2 * SCALE_BITS
-_EXACT_INTEGERS = 2.0 ** 53  # every int below is exactly a float64
+EXACT_INTEGERS = 2.0 ** 53  # every int below is exactly a float64
 
 
 def exact_parts(value) -> tuple[int, int]:
@@ -35,16 +35,9 @@ def _bin_index(value: float, edges: tuple) -> int:
     return min(max(bisect.bisect_right(edges, value) - 1, 0), len(edges) - 2)
 
 
-def measure(value, edges: tuple) -> tuple[int, int, int] | None:
-    """(`exact_parts`, `_bin_index`) of a finite value; None for any other."""
-    if not math.isfinite(value):
-        return None
-    return (*exact_parts(value), _bin_index(value, edges))
-
-
 class Moments:
     """Exact running count, sum, sum of squares, min, max and fixed-bin histogram of a value.
-    Values come one by one (`add`, `add_measured`) or many at a time (`add_many`)."""
+    Values come many at a time (`add_many`), or one by one (`add`)."""
 
     __slots__ = ("edges", "count", "zeros", "non_finite", "total", "total_squares", "minimum",
                  "maximum", "bins")
@@ -61,22 +54,17 @@ class Moments:
         self.bins = [0] * (len(edges) - 1)
 
     def add(self, value) -> None:
-        self.add_measured(value, measure(value, self.edges))
-
-    def add_measured(self, value, measured: tuple | None) -> None:
-        """Adds value, whose `measure` for these edges is given (one value goes into several
-        summaries: measured once)."""
-        if measured is None:
+        if not math.isfinite(value):
             self.non_finite += 1
             return
-        scaled, scaled_square, bin_index = measured
+        scaled, scaled_square = exact_parts(value)
         self.count += 1
         self.zeros += value == 0
         self.total += scaled
         self.total_squares += scaled_square
         self.minimum = value if self.minimum is None else min(self.minimum, value)
         self.maximum = value if self.maximum is None else max(self.maximum, value)
-        self.bins[bin_index] += 1
+        self.bins[_bin_index(value, self.edges)] += 1
 
     def add_many(self, values: list, numbers: np.ndarray) -> None:
         """Adds values (none None; numbers: them as float64) as `add` of each in turn would,
@@ -88,7 +76,7 @@ class Moments:
             values, numbers = [values[i] for i in kept], numbers[finite]
         if not values:
             return
-        if np.abs(numbers).max() >= _EXACT_INTEGERS:  # an int may not be its float64
+        if np.abs(numbers).max() >= EXACT_INTEGERS:  # an int may not be its float64
             for value in values:
                 self.add(value)
             return

@@ -35,7 +35,7 @@ from transforms.codec import QUALITY_METRICS
 from transforms.offline import quality_rules
 from transforms.offline.rejects import KINDS, REASONS
 from transforms.reporting.exact_sums import exponent_groups
-from transforms.reporting.moments import SCALE_BITS, Moments, exact_parts
+from transforms.reporting.moments import EXACT_INTEGERS, SCALE_BITS, Moments, exact_parts
 
 __all__ = ["SummarizeIndexFn", "HISTOGRAM_EDGES", "empty_summary", "finalize_stats"]
 
@@ -203,7 +203,7 @@ def _add_pixel_moments(accumulator: _Accumulator, accepted: list) -> None:
 
 def _weighted_scaled_sum(weights: list, values: list, numbers: np.ndarray) -> int:
     """sum(w * exact_parts(v)[0]) over weights and values (numbers: values as float64)."""
-    if np.abs(numbers).max() >= 2.0 ** 53:  # an int may not be its float64
+    if np.abs(numbers).max() >= EXACT_INTEGERS:  # an int may not be its float64
         return sum(weight * exact_parts(value)[0] for weight, value in zip(weights, values))
     total = 0
     for exponent, numerators, positions in exponent_groups(numbers):
