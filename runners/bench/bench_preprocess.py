@@ -173,6 +173,15 @@ def _cores_used(workers: str) -> int:
                                              else int(workers))
 
 
+def _first(pair: tuple):
+    return pair[0]
+
+
+def _middle(items, run=lambda item: item):
+    """The item whose JobRun (`run(item)`) took the median time (the upper one of two)."""
+    return sorted(items, key=lambda item: run(item).seconds)[len(items) // 2]
+
+
 def _many_classes(args, workdir: str, corpus: Corpus) -> Corpus | None:
     """The photos labelled over `--classes` classes, with their table (None: not asked)."""
     if not args.classes:
@@ -273,7 +282,7 @@ def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | Non
         pairs.append((run, None if small is None else time_job(
             small, os.path.join(workdir, f"job_out_{name}_small"), args.workers, args.config,
             args.overrides, os.path.join(workdir, f"job_{name}_small.log"))))
-    run, small_run = sorted(pairs, key=lambda pair: pair[0].seconds)[len(pairs) // 2]
+    run, small_run = _middle(pairs, _first)
     paths = [path for path, _ in corpus.items]
     cpu = own_cpu_seconds()
     decode_rate = len(paths) / time_decode_limit(paths, threads)
@@ -291,8 +300,8 @@ def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | Non
 def _costs(args, workdir: str, photos, class_pairs: tuple, threads: int, min_variance: float,
            analysis_size: int):
     """The issue-22 figures: `photos` (the photo corpus's CorpusCost), `class_pairs` (target
-    2's (many-class JobRun, photo JobRun) pairs), the other corpora, start-up, the test suite, identity against
-    --baseline; writes decisions.json."""
+    2's (many-class JobRun, photo JobRun) pairs), the other corpora, start-up, the test suite,
+    identity against --baseline; writes decisions.json."""
     from runners.bench import bench_costs
     costs = [photos]
     for name in ("thumbnails", "camera"):
@@ -307,7 +316,7 @@ def _costs(args, workdir: str, photos, class_pairs: tuple, threads: int, min_var
     if class_pairs and photos.job.images:
         costs.append(bench_costs.CorpusCost(
             "classes", f"the photos over {args.classes} classes (--classes)",
-            sorted(class_pairs, key=lambda pair: pair[0].seconds)[len(class_pairs) // 2][0],
+            _middle(class_pairs, _first)[0],
             None, photos.decode_rate, photos.decode_ms, photos.naive_rate, photos.job_decode_ms,
             class_pairs=class_pairs))
     startup = None
@@ -351,7 +360,7 @@ def run(argv=None) -> BenchResult:
         memory, identity, nightly, small_runs = _small_corpus_checks(args, small, job_runs,
                                                                      workdir)
     from runners.bench.bench_costs import CorpusCost, CostResult
-    middle = sorted(job_runs, key=lambda j: j.seconds)[len(job_runs) // 2]
+    middle = _middle(job_runs)
     photos = CorpusCost("photos", what, middle, small_runs[0] if small_runs else None,
                         statistics.median(decode[0]), statistics.median(decode[1]),
                         statistics.median(naive[0]),
