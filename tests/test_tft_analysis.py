@@ -25,7 +25,8 @@ from transforms.decode import decode_for_model, decode_image, pick_jpeg_ratio
 from transforms.offline import tft_analysis as ta
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import make_row
-from transforms.offline.tft_class_assets import class_frequencies_file
+from transforms.offline.tft_analyzer import class_frequencies_file
+from transforms.offline.tft_totals import Totals
 
 CLASS_TABLE = ["cat", "dog", "bird", "fish"]       # fish: in the table, no image
 LABELS = ["cat"] * 6 + ["dog"] * 4 + ["bird"] * 2
@@ -260,19 +261,19 @@ def test_raw_features_refuse_an_unlabelled_record():
 
 def test_class_table_with_duplicates_is_refused():
     with pytest.raises(ValueError, match=r"lists \['cat'\] more than once"):
-        ta.make_preprocessing_fn(["cat", "dog", "cat"], 16)
+        ta.make_preprocessing_fn(["cat", "dog", "cat"], Totals(), 16)
 
 
 def test_empty_class_table_is_refused():
     with pytest.raises(ValueError, match="at least one class"):
-        ta.make_preprocessing_fn([], 16)
+        ta.make_preprocessing_fn([], Totals(), 16)
 
 
 def test_bad_image_size_is_refused():
     with pytest.raises(ValueError, match=r"image_size must be.*Received: image_size=\(16, 0\)"):
-        ta.make_preprocessing_fn(["cat"], (16, 0))
+        ta.make_preprocessing_fn(["cat"], Totals(), (16, 0))
 
 
 def test_bad_size_quantiles_is_refused():
     with pytest.raises(ValueError, match="size_quantiles must be an int in \\[2, 1000\\]"):
-        ta.make_preprocessing_fn(["cat"], 16, size_quantiles=1)
+        ta.make_preprocessing_fn(["cat"], Totals(), 16, size_quantiles=1)

@@ -16,5 +16,7 @@
     index_writer   index.parquet, sorted by path, written in ranges
     outputs        rejects.jsonl and small JSON outputs
     tft_analysis   AnalyzeAndWriteTransform: TFT analysis and the exported transform
+    tft_totals     the one combine the transform's numbers and class counts come from
+    tft_analyzer   the transform's analyzers: class assets and numbers from those totals
     image_record, rejects   the element that flows through the job; the reject vocabulary
 """

@@ -1,9 +1,11 @@
 """TensorFlow Transform analysis of the accepted images, and the exported transform.
 
-`AnalyzeAndWriteTransform` runs TFT's analyzers over the accepted records: the rows per
-label (asset `class_frequencies`: class weights, `tft_summary`), the exact per-channel pixel mean
-and std weighted by pixel count (from each record's measured moments: no image is decoded a
-second time, no pixel is shipped through TFT), and width/height quantiles. `transform_fn/` is
+`AnalyzeAndWriteTransform` analyzes the accepted records in one combine
+(`transforms.offline.tft_totals`): the rows per label (asset `class_frequencies`: class weights,
+`tft_summary`), the exact per-channel pixel mean and std weighted by pixel count (from each
+record's measured moments: no image is decoded a second time, no pixel is shipped through
+TFT), and width/height quantiles. TFT writes the transform with these as its analyzer's
+values (`transforms.offline.tft_analyzer`). `transform_fn/` is
 written next to the shards; its `preprocessing_fn` maps `image/encoded` to the model's input
 with the training reader's own decoder (upright, resized, normalized) and `image/class/text`
 to the id in the job's append-only class table (asset `pixelmill_class_table`, never a
@@ -33,13 +35,14 @@ from transforms import codec
 from transforms.decode import decode_for_model
 from transforms.offline import progress
 from transforms.offline.image_record import ImageRecord
-from transforms.offline.tft_class_assets import (
+from transforms.offline.tft_analyzer import (
     CLASS_FREQUENCIES,
     CLASS_TABLE_ASSET,
     NO_CLASS,
-    analyze_class_assets,
+    analyze_job,
     check_class_table,
 )
+from transforms.offline.tft_totals import Totals, TotalsFn
 from transforms.offline.tft_write import WriteTransformFnOnce
 
 __all__ = [
@@ -82,7 +85,6 @@ _WIDTH_QUANTILES = STATS_PREFIX + "width_quantiles"
 _HEIGHT_QUANTILES = STATS_PREFIX + "height_quantiles"
 
 DEFAULT_SIZE_QUANTILES = 10
-_QUANTILE_EPSILON = 0.001
 
 
 def raw_metadata() -> tft.DatasetMetadata:
@@ -181,7 +183,7 @@ def _model_decoder(size: tuple[int, int], orientation) -> Callable:
                        autograph=False)
 
 
-def make_preprocessing_fn(class_table, image_size,
+def make_preprocessing_fn(class_table, totals, image_size,
                           size_quantiles: int = DEFAULT_SIZE_QUANTILES,
                           exif_orientation: bool = True) -> Callable:
     """The `preprocessing_fn` for `tft_beam.AnalyzeDataset` (see the module docstring).
@@ -189,6 +191,8 @@ def make_preprocessing_fn(class_table, image_size,
     Args:
       class_table: the class names in id order: a list, or (inside a Beam job) a singleton
         PCollection holding that list.
+      totals: what the analyzed constants come from: a `tft_totals.Totals`, or (inside a Beam
+        job) a singleton PCollection of it (`TotalsFn` over the accepted records).
       image_size: the model's input size, an int (square) or (height, width).
       size_quantiles: number of buckets of the width/height quantiles (boundaries: n - 1).
       exif_orientation: `decode.exif_orientation`: the graph turns images upright by the
@@ -198,6 +202,9 @@ def make_preprocessing_fn(class_table, image_size,
     orientation = None if exif_orientation else 1
     if not isinstance(class_table, beam.PCollection):
         class_table = check_class_table(class_table, "class_table")
+    if not isinstance(totals, (beam.PCollection, Totals)):
+        raise ValueError(f"totals must be a tft_totals.Totals or a PCollection of one. "
+                         f"Received: {type(totals).__name__}")
     if (isinstance(size_quantiles, bool) or not isinstance(size_quantiles, int)
             or not 2 <= size_quantiles <= 1000):
         raise ValueError(
@@ -206,29 +213,15 @@ def make_preprocessing_fn(class_table, image_size,
 
     def preprocessing_fn(inputs: dict) -> dict:
         encoded, text = inputs[codec.IMAGE_ENCODED], inputs[codec.CLASS_TEXT]
-
-        count = tf.cast(inputs[PIXEL_COUNT], tf.float64)
-        pixels = tft.sum(count, name="pixel_count")
-        measured = tft.sum(tf.cast(count > 0, tf.float64), name="measured_images")
-        images = tft.size(text, name="images")
-        sums = tft.sum(tf.cast(inputs[CHANNEL_SUM], tf.float64), reduce_instance_dims=False,
-                       name="channel_sum")
-        square_sums = tft.sum(tf.cast(inputs[CHANNEL_SQSUM], tf.float64),
-                              reduce_instance_dims=False, name="channel_sqsum")
+        table_path, vector, quantiles = analyze_job(text, class_table, totals, size_quantiles)
+        images, measured, pixels = vector[0], vector[1], vector[2]
+        sums, square_sums = vector[3:6], vector[6:9]
         mean = tf.math.divide_no_nan(sums, pixels)
         variance = tf.maximum(tf.math.divide_no_nan(square_sums, pixels) - mean * mean, 0.0)
         std = tf.sqrt(variance)
         mean32 = tf.cast(mean, tf.float32)
         std32 = tf.cast(tf.where(std > 0.0, std, tf.ones_like(std)), tf.float32)
-
-        width_quantiles = tft.quantiles(tf.cast(inputs[WIDTH], tf.float32), size_quantiles,
-                                        _QUANTILE_EPSILON, name="width_quantiles")
-        height_quantiles = tft.quantiles(tf.cast(inputs[HEIGHT], tf.float32), size_quantiles,
-                                         _QUANTILE_EPSILON, name="height_quantiles")
-
-        label = tft.apply_vocabulary(text, analyze_class_assets(text, class_table),
-                                     lookup_fn=_lookup_class_ids,
-                                     name="label")
+        label = tft.apply_vocabulary(text, table_path, lookup_fn=_lookup_class_ids, name="label")
 
         image = (_model_decoder(size, orientation)(encoded) - mean32) / std32
         return {
@@ -239,8 +232,8 @@ def make_preprocessing_fn(class_table, image_size,
             _IMAGES: _per_row(encoded, images, tf.int64),
             _MEASURED: _per_row(encoded, measured, tf.int64),
             _PIXELS: _per_row(encoded, pixels, tf.int64),
-            _WIDTH_QUANTILES: _per_row(encoded, width_quantiles),
-            _HEIGHT_QUANTILES: _per_row(encoded, height_quantiles),
+            _WIDTH_QUANTILES: _per_row(encoded, quantiles[0]),
+            _HEIGHT_QUANTILES: _per_row(encoded, quantiles[1]),
         }
 
     return preprocessing_fn
@@ -262,14 +255,21 @@ class AnalyzeAndWriteTransform(beam.PTransform):
         super().__init__()
         self._output_dir = output_dir
         self._temp_dir = temp_dir
-        self._preprocessing_fn = make_preprocessing_fn(class_table, image_size, size_quantiles,
-                                                       exif_orientation)
+        self._class_table = class_table
+        self._preprocessing_fn_args = (image_size, size_quantiles, exif_orientation)
 
     def expand(self, accepted):
-        raw = accepted | "RawFeatures" >> beam.Map(raw_features)
+        # One combine gives every analyzed number; TFT gets no row and writes the transform
+        # (`transforms.offline.tft_analyzer`).
+        totals = (accepted
+                  | "RawFeatures" >> beam.Map(raw_features)
+                  | "Totals" >> beam.CombineGlobally(TotalsFn()))
+        preprocessing_fn = make_preprocessing_fn(self._class_table, totals,
+                                                 *self._preprocessing_fn_args)
+        no_rows = accepted.pipeline | "NoRows" >> beam.Create([])
         with tft_beam.Context(temp_dir=self._temp_dir, force_tf_compat_v1=False):
-            transform_fn = ((raw, raw_metadata())
-                            | "AnalyzeDataset" >> tft_beam.AnalyzeDataset(self._preprocessing_fn))
+            transform_fn = ((no_rows, raw_metadata())
+                            | "AnalyzeDataset" >> tft_beam.AnalyzeDataset(preprocessing_fn))
             return transform_fn | "WriteTransformFn" >> WriteTransformFnOnce(self._output_dir)
 
 

@@ -1,12 +1,21 @@
-"""The class assets of the TFT transform: the class table and the rows per label.
+"""The one TFT analyzer of the transform: the class assets and the analyzed numbers.
 
-`analyze_class_assets`, called inside `preprocessing_fn`, adds one TFT analyzer over the
-labels that writes both assets during analysis: `pixelmill_class_table` (the job's append-only
-class table, a list or the job's singleton PCollection of it: one name per line, id = line
-index) and `class_frequencies` (rows per label, the file `tft.vocabulary(store_frequency=True)`
-writes, byte for byte). One combine here, where TFT's vocabulary analyzer added ten stages and
-a tenth of the launcher's graph building to every job. Both are registered with
-`tft.annotate_asset`, so `TFTransformOutput.vocabulary_by_name` finds them.
+`analyze_job`, called inside `preprocessing_fn`, adds one `tft.experimental.ptransform_analyzer`
+whose values come from the job's own combine over the accepted records
+(`transforms.offline.tft_totals`), not from rows fed through TFT: TFT is handed no row and only
+writes the transform. It gives
+
+* the path of `pixelmill_class_table` (the job's append-only class table, a list or the job's
+  singleton PCollection of it: one name per line, id = line index), for `tft.apply_vocabulary`;
+* `class_frequencies` (rows per label, the file `tft.vocabulary(store_frequency=True)` writes,
+  byte for byte), written and registered alongside;
+* the totals vector and the size quantiles (`tft_totals.Totals`), which TFT bakes into the
+  transform as constants.
+
+Both assets are registered with `tft.annotate_asset`, so `TFTransformOutput.vocabulary_by_name`
+finds them. Fed every record, TFT encoded each one as a tf.Example, ran a saved model over the
+batches and packed six analyzers: about 1.5 s of graph building and running per job, and
+launcher time per record (docs/benchmarks.md, seventh round).
 """
 from __future__ import annotations
 
@@ -22,8 +31,9 @@ import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.offline.classes import class_name_problem
+from transforms.offline.tft_totals import VECTOR_SIZE
 
-__all__ = ["CLASS_TABLE_ASSET", "CLASS_FREQUENCIES", "NO_CLASS", "analyze_class_assets",
+__all__ = ["CLASS_TABLE_ASSET", "CLASS_FREQUENCIES", "NO_CLASS", "analyze_job",
            "check_class_table", "class_frequencies_file"]
 
 CLASS_TABLE_ASSET = "pixelmill_class_table"
@@ -41,16 +51,24 @@ _EMPTY_VOCABULARY_DUMMY = b"49d0cd50-04bb-48c0-bc6f-5b575dce351a"
 NO_CLASS = "\x1fno class: no image was accepted"
 
 
-def analyze_class_assets(labels: tf.Tensor, class_table) -> tf.Tensor:
-    """Inside `preprocessing_fn`: the path of the class-table asset (for
-    `tft.apply_vocabulary`); the frequencies asset is written and registered alongside."""
+def analyze_job(labels: tf.Tensor, class_table, totals, size_quantiles: int
+                ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Inside `preprocessing_fn`: (class-table asset path, totals float64 [9], size quantiles
+    float32 [2, size_quantiles - 1]); see the module docstring. `totals` is the job's
+    singleton PCollection of `tft_totals.Totals` (or a `Totals`); `labels` only anchors the
+    analyzer in TFT's graph."""
+    # Two analyzers over the same `totals`: TFT takes every output of an analyzer that has
+    # asset outputs for an asset (a None default is written as a file and fails).
     table_path, _ = tft.experimental.ptransform_analyzer(
-        [labels], _ClassAssets(class_table), [tf.string, tf.string], [[], []],
+        [labels], _ClassAssets(class_table, totals), [tf.string, tf.string], [[], []],
         output_asset_default_values=[_TABLE_BEFORE_ANALYSIS, _FREQUENCIES_BEFORE_ANALYSIS],
         name="class_table")
+    vector, quantiles = tft.experimental.ptransform_analyzer(
+        [labels], _Numbers(totals, size_quantiles), [tf.float64, tf.float32],
+        [[VECTOR_SIZE], [2, size_quantiles - 1]], name="totals")
     tft.annotate_asset(CLASS_FREQUENCIES, CLASS_FREQUENCIES)
     tft.annotate_asset(CLASS_TABLE_ASSET, CLASS_TABLE_ASSET)
-    return table_path
+    return table_path, vector, quantiles
 
 
 def check_class_table(names, source: str, allow_empty: bool = False) -> list[str]:
@@ -71,46 +89,47 @@ def check_class_table(names, source: str, allow_empty: bool = False) -> list[str
     return names
 
 
-class _LabelCounts(beam.CombineFn):
-    """Batches of the analyzer's label input -> {label bytes: rows}."""
-
-    def create_accumulator(self):
-        return collections.Counter()
-
-    def add_input(self, counts, batch):
-        counts.update(batch[0].tolist())
-        return counts
-
-    def merge_accumulators(self, accumulators):
-        merged = collections.Counter()
-        for counts in accumulators:
-            merged.update(counts)
-        return merged
-
-    def extract_output(self, counts):
-        return dict(counts)
+def _as_pcollection(value, batches, label: str):
+    if isinstance(value, beam.PCollection):
+        return value
+    return batches.pipeline | label >> beam.Create([value])
 
 
 class _ClassAssets(tft_beam.experimental.PTransformAnalyzer):
-    """Label batches -> (class-table asset path, frequencies asset path); see the module
-    docstring."""
+    """TFT's (ignored) batches -> (class-table asset path, frequencies asset path), from the
+    job's class table and `Totals`."""
 
-    def __init__(self, class_table):
+    def __init__(self, class_table, totals):
         super().__init__()
         self._class_table = class_table
+        self._totals = totals
 
     def expand(self, batches):
         table = self._class_table
         if not isinstance(table, beam.PCollection):
             table = batches.pipeline | "ClassTableList" >> beam.Create([list(table)])
+        totals = _as_pcollection(self._totals, batches, "TotalsValue")
         base_dir = self.base_temp_dir
         table_path = table | "WriteClassTableAsset" >> beam.Map(_write_class_table_asset, base_dir)
-        frequencies_path = (batches
-                            | "CountLabels" >> beam.CombineGlobally(_LabelCounts())
-                            | "WriteClassFrequencies" >> beam.Map(
-                                lambda counts: _write_asset(base_dir, CLASS_FREQUENCIES,
-                                                             class_frequencies_file(counts))))
+        frequencies_path = totals | "WriteClassFrequencies" >> beam.Map(
+            lambda t: _write_asset(base_dir, CLASS_FREQUENCIES,
+                                   class_frequencies_file(t.label_counts)))
         return table_path, frequencies_path
+
+
+class _Numbers(beam.PTransform):
+    """TFT's (ignored) batches -> (totals vector, size quantiles) of the job's `Totals`."""
+
+    def __init__(self, totals, size_quantiles: int):
+        super().__init__()
+        self._totals = totals
+        self._size_quantiles = size_quantiles
+
+    def expand(self, batches):
+        totals = _as_pcollection(self._totals, batches, "TotalsValue")
+        buckets = self._size_quantiles
+        return (totals | "Vector" >> beam.Map(lambda t: t.vector()),
+                totals | "SizeQuantiles" >> beam.Map(lambda t: t.quantiles(buckets)))
 
 
 def class_frequencies_file(counts: Mapping[bytes, int]) -> bytes:

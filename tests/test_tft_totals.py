@@ -1,0 +1,90 @@
+"""The combine the TFT transform is analyzed from (`transforms.offline.tft_totals`): the same
+totals however the records are split and merged, exact sums, and `tft.quantiles`' boundaries."""
+from __future__ import annotations
+
+import fractions
+
+import numpy as np
+import pytest
+from tensorflow_transform import analyzers
+
+from tests.beamutil import merged_in_parts
+from transforms.offline import tft_analysis as ta
+from transforms.offline.tft_totals import Totals, TotalsFn, quantile_boundaries
+
+
+def _features(label: bytes, width: int, height: int, sums, square_sums, count=None) -> dict:
+    return {ta.codec.CLASS_TEXT: label, ta.WIDTH: width, ta.HEIGHT: height,
+            ta.PIXEL_COUNT: width * height if count is None else count,
+            ta.CHANNEL_SUM: np.asarray(sums, np.float32),
+            ta.CHANNEL_SQSUM: np.asarray(square_sums, np.float32)}
+
+
+def _rows(n: int, seed: int = 3) -> list:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for index in range(n):
+        width, height = int(rng.integers(8, 400)), int(rng.integers(8, 400))
+        means = rng.random(3)
+        rows.append(_features(b"cat" if index % 3 else b"dog", width, height,
+                              width * height * means, width * height * means ** 2,
+                              count=0 if index % 7 == 0 else None))
+    return rows
+
+
+def test_totals_count_rows_measured_rows_pixels_labels_and_sizes():
+    rows = [_features(b"cat", 2, 3, [1, 2, 3], [4, 5, 6]),
+            _features(b"dog", 4, 5, [0.5, 0.25, 0.125], [1, 1, 1], count=0),
+            _features(b"cat", 2, 7, [1, 1, 1], [2, 2, 2])]
+    totals = merged_in_parts(TotalsFn(), rows)
+    assert (totals.images, totals.measured, totals.pixels) == (3, 2, 6 + 14)
+    assert totals.label_counts == {b"cat": 2, b"dog": 1}
+    assert totals.widths == {2: 2, 4: 1} and totals.heights == {3: 1, 5: 1, 7: 1}
+    assert totals.vector().tolist() == [3, 2, 20, 2.5, 3.25, 4.125, 7, 8, 9]
+
+
+def test_split_and_merged_in_any_order_the_vector_is_the_same():
+    rows = _rows(400)
+    whole = merged_in_parts(TotalsFn(), rows)
+    for cuts in [(1,), (57, 58, 300), tuple(range(10, 400, 10))]:
+        parts = merged_in_parts(TotalsFn(), rows[::-1], cuts)
+        assert parts.vector().tobytes() == whole.vector().tobytes()
+        assert parts.quantiles(10).tobytes() == whole.quantiles(10).tobytes()
+        assert parts.label_counts == whole.label_counts
+
+
+def test_channel_sums_are_exact_and_rounded_once():
+    # 2**53 then ones: a float64 running sum rounds each 2**53 + 1 back to 2**53.
+    rows = [_features(b"cat", 1, 1, [2.0 ** 53, 1.0, 0.5], [1, 1, 1])]
+    rows += [_features(b"cat", 1, 1, [1.0, 2.0 ** -30, 0.1], [1, 1, 1]) for _ in range(1000)]
+    naive = np.zeros(3)
+    for row in rows:
+        naive += row[ta.CHANNEL_SUM].astype(np.float64)
+    vector = merged_in_parts(TotalsFn(), rows).vector()
+    exact = [sum(fractions.Fraction(float(row[ta.CHANNEL_SUM][c])) for row in rows)
+             for c in range(3)]
+    assert vector[3:6].tolist() == [float(value) for value in exact]
+    assert vector[3] == 2.0 ** 53 + 1000 != naive[0]
+
+
+def test_quantiles_are_tfts_fed_in_batches():
+    rng = np.random.default_rng(11)
+    values = rng.integers(16, 5000, size=6000)
+    combiner = analyzers.QuantilesCombiner(10, 0.001, np.float32)
+    accumulator = combiner.create_accumulator()
+    for batch in np.array_split(values.astype(np.float32), 13):
+        accumulator = combiner.add_input(accumulator, [batch])
+    expected = combiner.extract_output(accumulator)[0]
+    counts = {int(v): int(n) for v, n in zip(*np.unique(values, return_counts=True))}
+    assert quantile_boundaries(counts, 10).tolist() == expected.tolist()
+
+
+def test_no_row_gives_zeros_as_tft_did():
+    totals = Totals()
+    assert totals.vector().tolist() == [0.0] * 9
+    assert totals.quantiles(4).tolist() == [[0.0] * 3, [0.0] * 3]
+
+
+def test_make_preprocessing_fn_wants_totals():
+    with pytest.raises(ValueError, match="totals must be a tft_totals.Totals"):
+        ta.make_preprocessing_fn(["cat"], {"images": 1}, 16)

@@ -1,0 +1,124 @@
+"""What the TFT transform is analyzed from: one combine over the accepted records.
+
+`TotalsFn` folds the raw features of every accepted record (`tft_analysis.raw_features`) into
+`Totals`: rows, measured rows, pixels, the per-channel pixel-weighted sums and square sums,
+rows per label, and rows per width and per height. From them come the transform's constants:
+
+* `vector`: float64 [9] = images, measured images, pixel count, 3 channel sums, 3 square
+  sums; the sums are exact and rounded once, so they do not depend on how a runner splits and
+  merges the work (TFT's `tft.sum` added float64 batch sums in whatever order Beam batched).
+  On inputs whose float64 sum is exact anyway (the demo and bench corpora) they are TFT's bits.
+* `quantiles`: float32 [2, num_buckets - 1], width then height boundaries, from the
+  `tfx_bsl` sketch `tft.quantiles` uses, fed every value (sorted) in one call.
+* `label_counts`: for the class-frequencies asset.
+
+The job's Beam graph used to hand every record to TFT, which encoded it as a tf.Example, ran a
+saved model over the batches and packed six analyzers; one combine here does the same sums
+for a fraction of the graph and the per-record cost (docs/benchmarks.md, seventh round).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Mapping
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+
+from transforms import codec
+from transforms.reporting.exact_sums import ExactSum
+
+__all__ = ["Totals", "TotalsFn", "VECTOR_SIZE", "quantile_boundaries"]
+
+# The feature names of `tft_analysis.RAW_FEATURE_SPEC` (imported there from here would cycle).
+_PIXEL_COUNT, _CHANNEL_SUM, _CHANNEL_SQSUM = ("analysis/pixel_count", "analysis/channel_sum",
+                                              "analysis/channel_sqsum")
+_WIDTH, _HEIGHT = "analysis/width", "analysis/height"
+VECTOR_SIZE = 9
+# tft.quantiles' sketch: error bound epsilon for up to 2**32 values, one stream.
+_QUANTILE_EPSILON = 0.001
+_MAX_VALUES = 1 << 32
+
+
+@dataclasses.dataclass
+class Totals:
+    """The accumulator and the result of `TotalsFn`; merge with `TotalsFn.merge_accumulators`."""
+    images: int = 0
+    measured: int = 0
+    pixels: int = 0
+    sums: list = dataclasses.field(default_factory=lambda: [ExactSum() for _ in range(3)])
+    square_sums: list = dataclasses.field(default_factory=lambda: [ExactSum() for _ in range(3)])
+    label_counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    widths: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    heights: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+    def vector(self) -> np.ndarray:
+        """float64 [VECTOR_SIZE]: see the module docstring."""
+        exact = [float(s.value()) for s in (*self.sums, *self.square_sums)]
+        return np.asarray([self.images, self.measured, self.pixels, *exact], np.float64)
+
+    def quantiles(self, num_buckets: int) -> np.ndarray:
+        """float32 [2, num_buckets - 1]: width and height boundaries."""
+        return np.stack([quantile_boundaries(self.widths, num_buckets),
+                         quantile_boundaries(self.heights, num_buckets)])
+
+
+def _add_exact(total: ExactSum, value: float) -> None:
+    numerator, denominator = float(value).as_integer_ratio()
+    total.add(numerator, denominator.bit_length() - 1)
+
+
+class TotalsFn(beam.CombineFn):
+    """Raw feature dicts of accepted records -> `Totals`."""
+
+    def create_accumulator(self) -> Totals:
+        return Totals()
+
+    def add_input(self, totals: Totals, features: Mapping) -> Totals:
+        totals.images += 1
+        count = int(features[_PIXEL_COUNT])
+        if count > 0:
+            totals.measured += 1
+            totals.pixels += count
+        # TFT cast the float32 features to float64: these are the same values.
+        for total, value in zip(totals.sums, features[_CHANNEL_SUM].tolist()):
+            _add_exact(total, value)
+        for total, value in zip(totals.square_sums, features[_CHANNEL_SQSUM].tolist()):
+            _add_exact(total, value)
+        totals.label_counts[features[codec.CLASS_TEXT]] += 1
+        totals.widths[int(features[_WIDTH])] += 1
+        totals.heights[int(features[_HEIGHT])] += 1
+        return totals
+
+    def merge_accumulators(self, accumulators) -> Totals:
+        accumulators = iter(accumulators)
+        merged = next(accumulators)
+        for totals in accumulators:
+            merged.images += totals.images
+            merged.measured += totals.measured
+            merged.pixels += totals.pixels
+            for mine, theirs in zip(merged.sums + merged.square_sums,
+                                    totals.sums + totals.square_sums):
+                mine.merge(theirs)
+            merged.label_counts.update(totals.label_counts)
+            merged.widths.update(totals.widths)
+            merged.heights.update(totals.heights)
+        return merged
+
+    def extract_output(self, totals: Totals) -> Totals:
+        return totals
+
+
+def quantile_boundaries(counts: Mapping[int, int], num_buckets: int) -> np.ndarray:
+    """float32 [num_buckets - 1]: `tft.quantiles(x, num_buckets, 0.001)` of the values that
+    `counts` holds ({value: rows}), from the same `tfx_bsl` sketch; zeros when empty, as TFT."""
+    from tfx_bsl import sketches
+    if not counts:
+        return np.zeros([num_buckets - 1], np.float32)
+    values = sorted(counts)
+    flat = np.repeat(np.asarray(values, np.float32), [counts[v] for v in values])
+    sketch = sketches.QuantilesSketch(_QUANTILE_EPSILON, _MAX_VALUES, 1)
+    sketch.AddValues(pa.array(flat))
+    boundaries = np.asarray(sketch.GetQuantiles(num_buckets).to_pylist(), np.float32)
+    return boundaries[0, 1:-1]
