@@ -42,7 +42,15 @@ from transforms.offline.tft_analyzer import (
     analyze_job,
     check_class_table,
 )
-from transforms.offline.tft_totals import Totals, TotalsFn
+from transforms.offline.tft_totals import (
+    CHANNEL_SQSUM,
+    CHANNEL_SUM,
+    HEIGHT,
+    PIXEL_COUNT,
+    WIDTH,
+    Totals,
+    TotalsFn,
+)
 from transforms.offline.tft_write import WriteTransformFnOnce
 
 __all__ = [
@@ -53,12 +61,8 @@ __all__ = [
     "AnalyzeAndWriteTransform", "tft_summary", "read_normalization",
 ]
 
-# Raw features that exist only to feed the analyzers (see the module docstring).
-PIXEL_COUNT = "analysis/pixel_count"      # int64: original width * height (0: not measured)
-CHANNEL_SUM = "analysis/channel_sum"      # float32 [3]: pixel_count * mean of pixel/255
-CHANNEL_SQSUM = "analysis/channel_sqsum"  # float32 [3]: pixel_count * mean of (pixel/255)**2
-WIDTH = "analysis/width"                  # int64
-HEIGHT = "analysis/height"                # int64
+# Raw features that exist only to feed the analysis (PIXEL_COUNT, CHANNEL_SUM, CHANNEL_SQSUM,
+# WIDTH, HEIGHT: defined with the combine that reads them, `tft_totals`).
 ANALYSIS_FEATURES = (PIXEL_COUNT, CHANNEL_SUM, CHANNEL_SQSUM, WIDTH, HEIGHT)
 
 RAW_FEATURE_SPEC = {

@@ -29,12 +29,15 @@ import pyarrow as pa
 from transforms import codec
 from transforms.reporting.exact_sums import ExactSum
 
-__all__ = ["Totals", "TotalsFn", "VECTOR_SIZE", "quantile_boundaries"]
+__all__ = ["Totals", "TotalsFn", "VECTOR_SIZE", "quantile_boundaries", "PIXEL_COUNT",
+           "CHANNEL_SUM", "CHANNEL_SQSUM", "WIDTH", "HEIGHT"]
 
-# The feature names of `tft_analysis.RAW_FEATURE_SPEC` (imported there from here would cycle).
-_PIXEL_COUNT, _CHANNEL_SUM, _CHANNEL_SQSUM = ("analysis/pixel_count", "analysis/channel_sum",
-                                              "analysis/channel_sqsum")
-_WIDTH, _HEIGHT = "analysis/width", "analysis/height"
+# The analysis-only raw features (`tft_analysis.RAW_FEATURE_SPEC`, which imports them).
+PIXEL_COUNT = "analysis/pixel_count"      # int64: original width * height (0: not measured)
+CHANNEL_SUM = "analysis/channel_sum"      # float32 [3]: pixel_count * mean of pixel/255
+CHANNEL_SQSUM = "analysis/channel_sqsum"  # float32 [3]: pixel_count * mean of (pixel/255)**2
+WIDTH = "analysis/width"                  # int64
+HEIGHT = "analysis/height"                # int64
 VECTOR_SIZE = 9
 # tft.quantiles' sketch: error bound epsilon for up to 2**32 values, one stream.
 _QUANTILE_EPSILON = 0.001
@@ -77,18 +80,18 @@ class TotalsFn(beam.CombineFn):
 
     def add_input(self, totals: Totals, features: Mapping) -> Totals:
         totals.images += 1
-        count = int(features[_PIXEL_COUNT])
+        count = int(features[PIXEL_COUNT])
         if count > 0:
             totals.measured += 1
             totals.pixels += count
         # TFT cast the float32 features to float64: these are the same values.
-        for total, value in zip(totals.sums, features[_CHANNEL_SUM].tolist()):
+        for total, value in zip(totals.sums, features[CHANNEL_SUM].tolist()):
             _add_exact(total, value)
-        for total, value in zip(totals.square_sums, features[_CHANNEL_SQSUM].tolist()):
+        for total, value in zip(totals.square_sums, features[CHANNEL_SQSUM].tolist()):
             _add_exact(total, value)
         totals.label_counts[features[codec.CLASS_TEXT]] += 1
-        totals.widths[int(features[_WIDTH])] += 1
-        totals.heights[int(features[_HEIGHT])] += 1
+        totals.widths[int(features[WIDTH])] += 1
+        totals.heights[int(features[HEIGHT])] += 1
         return totals
 
     def merge_accumulators(self, accumulators) -> Totals:
