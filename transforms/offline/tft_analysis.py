@@ -26,9 +26,11 @@ from typing import Callable, Mapping, Sequence
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
+from tfx_bsl.public import tfxio
 
 from configs.online import image_size_pair
 from transforms import codec
@@ -270,9 +272,13 @@ class AnalyzeAndWriteTransform(beam.PTransform):
                   | "Totals" >> beam.CombineGlobally(TotalsFn()))
         preprocessing_fn = make_preprocessing_fn(self._class_table, totals,
                                                  *self._preprocessing_fn_args)
-        no_rows = accepted.pipeline | "NoRows" >> beam.Create([])
+        # No row, as an (empty) Arrow source: TFT's instance-dict path would add a dozen
+        # steps that encode and batch rows, and warn that it is slow.
+        source = tfxio.TFExampleBeamRecord("inmem", ["pixelmill"], raw_metadata().schema)
+        no_rows = accepted.pipeline | "NoRows" >> beam.Create(
+            [], reshuffle=False).with_output_types(pa.RecordBatch)
         with tft_beam.Context(temp_dir=self._temp_dir, force_tf_compat_v1=False):
-            transform_fn = ((no_rows, raw_metadata())
+            transform_fn = ((no_rows, source.TensorAdapterConfig())
                             | "AnalyzeDataset" >> tft_beam.AnalyzeDataset(preprocessing_fn))
             return transform_fn | "WriteTransformFn" >> WriteTransformFnOnce(self._output_dir)
 
