@@ -88,3 +88,25 @@ def test_no_row_gives_zeros_as_tft_did():
 def test_make_preprocessing_fn_wants_totals():
     with pytest.raises(ValueError, match="totals must be a tft_totals.Totals"):
         ta.make_preprocessing_fn(["cat"], {"images": 1}, 16)
+
+
+@pytest.mark.slow
+def test_tft_is_fed_no_row_and_the_records_reach_only_the_combine(tmp_path):
+    """The records go to `TotalsFn` alone: TFT's steps that encode and batch rows (about a
+    second of every job's fixed cost with its analyzers) must not come back."""
+    import apache_beam as beam
+
+    pipeline = beam.Pipeline()          # built, never run: the graph is what is checked
+    _ = (pipeline | "Records" >> beam.Create([])
+         | ta.AnalyzeAndWriteTransform(str(tmp_path / "out"), ["cat"], 8, str(tmp_path / "tmp")))
+    components = pipeline.to_runner_api().components
+    names = {t.unique_name for t in components.transforms.values()}
+    assert not [n for n in names if "InstanceDict" in n or "TfExampleToRecordBatch" in n]
+    made_by = {pid: t.unique_name for t in components.transforms.values() if not t.subtransforms
+               for pid in t.outputs.values()}
+    readers = sorted({made_by.get(pid, "?").split("/")[1]
+                      for t in components.transforms.values() if not t.subtransforms
+                      and t.unique_name.split("/")[1:2] == ["AnalyzeDataset"]
+                      for pid in t.inputs.values()
+                      if made_by.get(pid, "").split("/")[1:2] != ["AnalyzeDataset"]})
+    assert readers == ["NoRows", "Totals"]
