@@ -259,21 +259,26 @@ def test_raw_features_refuse_an_unlabelled_record():
         ta.raw_features(record)
 
 
+def _totals():
+    """A totals PCollection of a pipeline that is built, never run (for argument checks)."""
+    return beam.Pipeline() | beam.Create([Totals()])
+
+
 def test_class_table_with_duplicates_is_refused():
     with pytest.raises(ValueError, match=r"lists \['cat'\] more than once"):
-        ta.make_preprocessing_fn(["cat", "dog", "cat"], Totals(), 16)
+        ta.make_preprocessing_fn(["cat", "dog", "cat"], _totals(), 16)
 
 
 def test_empty_class_table_is_refused():
     with pytest.raises(ValueError, match="at least one class"):
-        ta.make_preprocessing_fn([], Totals(), 16)
+        ta.make_preprocessing_fn([], _totals(), 16)
 
 
 def test_bad_image_size_is_refused():
     with pytest.raises(ValueError, match=r"image_size must be.*Received: image_size=\(16, 0\)"):
-        ta.make_preprocessing_fn(["cat"], Totals(), (16, 0))
+        ta.make_preprocessing_fn(["cat"], _totals(), (16, 0))
 
 
 def test_bad_size_quantiles_is_refused():
     with pytest.raises(ValueError, match="size_quantiles must be an int in \\[2, 1000\\]"):
-        ta.make_preprocessing_fn(["cat"], Totals(), 16, size_quantiles=1)
+        ta.make_preprocessing_fn(["cat"], _totals(), 16, size_quantiles=1)

@@ -50,7 +50,6 @@ from transforms.offline.tft_totals import (
     HEIGHT,
     PIXEL_COUNT,
     WIDTH,
-    Totals,
     TotalsFn,
 )
 from transforms.offline.tft_write import WriteTransformFnOnce
@@ -197,8 +196,8 @@ def make_preprocessing_fn(class_table, totals, image_size,
     Args:
       class_table: the class names in id order: a list, or (inside a Beam job) a singleton
         PCollection holding that list.
-      totals: what the analyzed constants come from: a `tft_totals.Totals`, or (inside a Beam
-        job) a singleton PCollection of it (`TotalsFn` over the accepted records).
+      totals: what the analyzed constants come from: the singleton PCollection of
+        `tft_totals.Totals` that `TotalsFn` makes of the accepted records.
       image_size: the model's input size, an int (square) or (height, width).
       size_quantiles: number of buckets of the width/height quantiles (boundaries: n - 1).
       exif_orientation: `decode.exif_orientation`: the graph turns images upright by the
@@ -208,9 +207,9 @@ def make_preprocessing_fn(class_table, totals, image_size,
     orientation = None if exif_orientation else 1
     if not isinstance(class_table, beam.PCollection):
         class_table = check_class_table(class_table, "class_table")
-    if not isinstance(totals, (beam.PCollection, Totals)):
-        raise ValueError(f"totals must be a tft_totals.Totals or a PCollection of one. "
-                         f"Received: {type(totals).__name__}")
+    if not isinstance(totals, beam.PCollection):
+        raise ValueError(f"totals must be a tft_totals.Totals PCollection (TotalsFn's one "
+                         f"element). Received: {type(totals).__name__}")
     if (isinstance(size_quantiles, bool) or not isinstance(size_quantiles, int)
             or not 2 <= size_quantiles <= 1000):
         raise ValueError(

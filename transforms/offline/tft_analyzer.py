@@ -55,8 +55,8 @@ def analyze_job(labels: tf.Tensor, class_table, totals, size_quantiles: int
                 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Inside `preprocessing_fn`: (class-table asset path, totals float64 [9], size quantiles
     float32 [2, size_quantiles - 1]); see the module docstring. `totals` is the job's
-    singleton PCollection of `tft_totals.Totals` (or a `Totals`); `labels` only anchors the
-    analyzer in TFT's graph."""
+    singleton PCollection of `tft_totals.Totals`; `labels` only anchors the analyzer in TFT's
+    graph."""
     # Two analyzers over the same `totals`: TFT takes every output of an analyzer that has
     # asset outputs for an asset (a None default is written as a file and fails).
     table_path, _ = tft.experimental.ptransform_analyzer(
@@ -89,12 +89,6 @@ def check_class_table(names, source: str, allow_empty: bool = False) -> list[str
     return names
 
 
-def _as_pcollection(value, batches, label: str):
-    if isinstance(value, beam.PCollection):
-        return value
-    return batches.pipeline | label >> beam.Create([value])
-
-
 class _ClassAssets(tft_beam.experimental.PTransformAnalyzer):
     """TFT's (ignored) batches -> (class-table asset path, frequencies asset path), from the
     job's class table and `Totals`."""
@@ -108,10 +102,9 @@ class _ClassAssets(tft_beam.experimental.PTransformAnalyzer):
         table = self._class_table
         if not isinstance(table, beam.PCollection):
             table = batches.pipeline | "ClassTableList" >> beam.Create([list(table)])
-        totals = _as_pcollection(self._totals, batches, "TotalsValue")
         base_dir = self.base_temp_dir
         table_path = table | "WriteClassTableAsset" >> beam.Map(_write_class_table_asset, base_dir)
-        frequencies_path = totals | "WriteClassFrequencies" >> beam.Map(
+        frequencies_path = self._totals | "WriteClassFrequencies" >> beam.Map(
             lambda t: _write_asset(base_dir, CLASS_FREQUENCIES,
                                    class_frequencies_file(t.label_counts)))
         return table_path, frequencies_path
@@ -126,8 +119,7 @@ class _Numbers(beam.PTransform):
         self._size_quantiles = size_quantiles
 
     def expand(self, batches):
-        totals = _as_pcollection(self._totals, batches, "TotalsValue")
-        buckets = self._size_quantiles
+        totals, buckets = self._totals, self._size_quantiles
         return (totals | "Vector" >> beam.Map(lambda t: t.vector()),
                 totals | "SizeQuantiles" >> beam.Map(lambda t: t.quantiles(buckets)))
 
