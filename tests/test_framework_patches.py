@@ -220,4 +220,4 @@ def test_the_job_graph_is_the_same_with_and_without_the_patches(tmp_path):
     finally:
         if not was_on:
             framework_patches.disable()
-    assert len(plain) > 300 and patched == plain  # the whole job: ~390 transforms
+    assert len(plain) > 300 and patched == plain  # the whole job: ~365 transforms
