@@ -67,11 +67,6 @@ class Totals:
                          quantile_boundaries(self.heights, num_buckets)])
 
 
-def _add_exact(total: ExactSum, value: float) -> None:
-    numerator, denominator = float(value).as_integer_ratio()
-    total.add(numerator, denominator.bit_length() - 1)
-
-
 class TotalsFn(beam.CombineFn):
     """Raw feature dicts of accepted records -> `Totals`."""
 
@@ -86,9 +81,9 @@ class TotalsFn(beam.CombineFn):
             totals.pixels += count
         # TFT cast the float32 features to float64: these are the same values.
         for total, value in zip(totals.sums, features[CHANNEL_SUM].tolist()):
-            _add_exact(total, value)
+            total.add_float(value)
         for total, value in zip(totals.square_sums, features[CHANNEL_SQSUM].tolist()):
-            _add_exact(total, value)
+            total.add_float(value)
         totals.label_counts[features[codec.CLASS_TEXT]] += 1
         totals.widths[int(features[WIDTH])] += 1
         totals.heights[int(features[HEIGHT])] += 1

@@ -29,6 +29,11 @@ class ExactSum:
     def add(self, numerator: int, scale: int) -> None:
         self.by_scale[scale] = self.by_scale.get(scale, 0) + numerator
 
+    def add_float(self, value: float) -> None:
+        """Adds one finite number (n / 2**k, as `add_exactly` splits an array of them)."""
+        numerator, denominator = float(value).as_integer_ratio()
+        self.add(numerator, denominator.bit_length() - 1)
+
     def merge(self, other: "ExactSum") -> None:
         for scale, numerator in other.by_scale.items():
             self.add(numerator, scale)
