@@ -298,7 +298,8 @@ class WriteSnapshot(beam.PTransform):
                  staging, class_table, config.online.image_size,
                  work_file(staging, layout.WORK_TFT_TEMP),
                  size_quantiles=config.transform.size_quantiles,
-                 exif_orientation=config.decode.exif_orientation))
+                 exif_orientation=config.decode.exif_orientation)
+             | "WriteTransformSummary" >> staged_run.write_transform_summary(staging))
         written[FEATURES] | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging)
         (written[FILES]
          | "SortedShardFiles" >> Gather(lambda files: sorted(

@@ -32,13 +32,20 @@ from pipelines.beam_files import (
     write_atomically,
 )
 from pipelines.job import PreprocessJob
-from pipelines.staged_run import BOX_ROWS, IMAGES, LABEL_ROWS, LIVE, Counts, read_staged
+from pipelines.staged_run import (
+    BOX_ROWS,
+    IMAGES,
+    LABEL_ROWS,
+    LIVE,
+    Counts,
+    read_staged,
+    read_transform_summary,
+)
 from transforms import file_reads
 from transforms import snapshot_layout as layout
 from transforms.file_reads import read_bytes
 from transforms.offline import classes, file_kinds, quality_rules
 from transforms.offline.rejects import REASONS
-from transforms.offline.tft_analysis import tft_summary
 from transforms.reporting.history import fingerprint, reject_key, snapshot_summary
 from transforms.reporting.report import render_report
 from transforms.reporting.stats import finalize_stats
@@ -173,8 +180,8 @@ def _checked_accounting(staged) -> dict:
 
 
 def staged_accounting(job: PreprocessJob) -> dict:
-    """The staged run's accounting alone (what the guard decides on), without the stats:
-    those load the TFT transform (~0.4 s); AccountingError when inputs went missing."""
+    """The staged run's accounting alone (what the guard decides on), without the stats;
+    AccountingError when inputs went missing."""
     return _checked_accounting(read_staged(job.staging_dir))
 
 
@@ -188,7 +195,7 @@ def staged_stats(job: PreprocessJob) -> tuple[dict, dict]:
     stats[file_kinds.OTHER_FILES] = staged.counts.other_files()
     stats["classes"] = classes.read_class_table(FileSystems.join(staging, layout.CLASSES))
     if job.config.transform.enabled:
-        stats["transform"] = tft_summary(staging)
+        stats["transform"] = read_transform_summary(staging)
     return accounting, stats
 
 

@@ -17,13 +17,14 @@ from transforms.snapshot_layout import (
     WORK_INDEX_SUMMARY,
     WORK_META_COLUMNS,
     WORK_SHARDS,
+    WORK_TRANSFORM_SUMMARY,
     work_file,
 )
 
 __all__ = ["IMAGES", "LABEL_ROWS", "BOX_ROWS", "LIVE", "SEEDED_COUNTS", "count_key",
            "reason_key", "retired_key", "other_files_key", "Counts", "StagedRun",
            "write_counts", "write_index_summary", "write_meta_columns", "write_shard_list",
-           "read_counts", "read_staged"]
+           "write_transform_summary", "read_counts", "read_staged", "read_transform_summary"]
 
 IMAGES, LABEL_ROWS, BOX_ROWS, LIVE = "images", "label_rows", "box_rows", "live"
 _REASONS, _RETIRED = "reasons", "retired"
@@ -110,6 +111,15 @@ def write_meta_columns(staging: str) -> WriteJson:
 
 def write_shard_list(staging: str) -> WriteJson:
     return WriteJson(work_file(staging, WORK_SHARDS))
+
+
+def write_transform_summary(staging: str) -> WriteJson:
+    """Writes the TFT transform's summary (`tft_analysis.job_summary`) for stats.json."""
+    return WriteJson(work_file(staging, WORK_TRANSFORM_SUMMARY))
+
+
+def read_transform_summary(staging: str) -> dict:
+    return read_json(work_file(staging, WORK_TRANSFORM_SUMMARY))
 
 
 def read_counts(staging: str) -> Counts:

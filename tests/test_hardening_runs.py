@@ -45,6 +45,8 @@ def test_a_run_that_accepts_nothing_publishes_its_rejects_report_and_transform(t
     transform = json.load(open(os.path.join(snapshot.path, "stats.json")))["transform"]
     assert (transform["images"], transform["classes"], transform["labels_outside_table"]) == (
         0, [], {})
+    from transforms.offline.tft_analysis import tft_summary
+    assert transform == tft_summary(snapshot.path)  # the job's summary is the transform's
     assert (out / "LATEST").read_text().strip() == snapshot.run_id
     assert (out / "classes.txt").read_text() == ""
     with pytest.raises(FileNotFoundError, match="No shards for split 'train'"):

@@ -7,6 +7,7 @@ PCollection, as inside the offline job.
 from __future__ import annotations
 
 import io
+import json
 import os
 
 import apache_beam as beam
@@ -25,6 +26,7 @@ from transforms.decode import decode_for_model, decode_image, pick_jpeg_ratio
 from transforms.offline import tft_analysis as ta
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import make_row
+from transforms.offline.outputs import WriteJson
 from transforms.offline.tft_analyzer import class_frequencies_file
 from transforms.offline.tft_totals import Totals
 
@@ -71,15 +73,18 @@ def analyzed(tmp_path_factory):
             label_id=CLASS_TABLE.index(label), split="train"))
         encoded_images.append(encoded)
     output_dir = str(tmp_path_factory.mktemp("transform"))
+    job_summary_path = os.path.join(str(tmp_path_factory.mktemp("summary")), "summary.json")
     with beam.Pipeline(runner=FnApiRunner()) as pipeline:
         class_table = pipeline | "ClassTable" >> beam.Create([list(CLASS_TABLE)])
         _ = (pipeline
              | "Accepted" >> beam.Create(records)
              | "Analyze" >> ta.AnalyzeAndWriteTransform(
                  output_dir, class_table, IMAGE_SIZE, os.path.join(output_dir, "_tmp"),
-                 size_quantiles=QUANTILE_BUCKETS))
+                 size_quantiles=QUANTILE_BUCKETS)
+             | "WriteSummary" >> WriteJson(job_summary_path))
     return {"dir": output_dir, "records": records, "encoded": encoded_images,
-            "summary": ta.tft_summary(output_dir)}
+            "summary": ta.tft_summary(output_dir),
+            "job_summary": json.load(open(job_summary_path, encoding="utf-8"))}
 
 
 def _expected_mean_std(records) -> tuple[np.ndarray, np.ndarray]:
@@ -103,6 +108,13 @@ def test_transform_files_written(analyzed):
     spec = tft.TFTransformOutput(analyzed["dir"]).transformed_feature_spec()
     assert spec[ta.IMAGE] == tf.io.FixedLenFeature([16, 20, 3], tf.float32)
     assert spec[ta.LABEL] == tf.io.FixedLenFeature([], tf.int64)
+
+
+def test_the_jobs_summary_is_what_the_written_transform_says(analyzed):
+    # stats.json takes the summary from the analysis (`job_summary`), not from loading the
+    # transform back: every number, bit for bit, and the classes, counts and weights.
+    assert analyzed["job_summary"] == analyzed["summary"]
+    assert analyzed["summary"]["pixel_stats"]["images"] == len(LABELS) - 1  # one unmeasured
 
 
 def test_pixel_mean_std_weighted_by_pixel_count(analyzed):

@@ -50,6 +50,7 @@ from transforms.offline.tft_totals import (
     HEIGHT,
     PIXEL_COUNT,
     WIDTH,
+    Totals,
     TotalsFn,
 )
 from transforms.offline.tft_write import WriteTransformFnOnce
@@ -59,7 +60,7 @@ __all__ = [
     "RAW_FEATURE_SPEC", "IMAGE", "LABEL", "STATS_PREFIX", "CLASS_TABLE_ASSET",
     "CLASS_FREQUENCIES", "DEFAULT_SIZE_QUANTILES",
     "raw_metadata", "raw_features", "make_preprocessing_fn",
-    "AnalyzeAndWriteTransform", "tft_summary", "read_normalization",
+    "AnalyzeAndWriteTransform", "tft_summary", "job_summary", "read_normalization",
 ]
 
 # Raw features that exist only to feed the analysis (PIXEL_COUNT, CHANNEL_SUM, CHANNEL_SQSUM,
@@ -218,25 +219,19 @@ def make_preprocessing_fn(class_table, totals, image_size,
 
     def preprocessing_fn(inputs: dict) -> dict:
         encoded, text = inputs[codec.IMAGE_ENCODED], inputs[codec.CLASS_TEXT]
-        table_path, vector, quantiles = analyze_job(text, class_table, totals, size_quantiles)
-        images, measured, pixels = vector[0], vector[1], vector[2]
-        sums, square_sums = vector[3:6], vector[6:9]
-        mean = tf.math.divide_no_nan(sums, pixels)
-        variance = tf.maximum(tf.math.divide_no_nan(square_sums, pixels) - mean * mean, 0.0)
-        std = tf.sqrt(variance)
-        mean32 = tf.cast(mean, tf.float32)
-        std32 = tf.cast(tf.where(std > 0.0, std, tf.ones_like(std)), tf.float32)
+        table_path, counts, mean, std, quantiles = analyze_job(text, class_table, totals,
+                                                               size_quantiles)
         label = tft.apply_vocabulary(text, table_path, lookup_fn=_lookup_class_ids, name="label")
 
-        image = (_model_decoder(size, orientation)(encoded) - mean32) / std32
+        image = (_model_decoder(size, orientation)(encoded) - mean) / std
         return {
             IMAGE: image,
             LABEL: label,
-            _PIXEL_MEAN: _per_row(encoded, mean32),
-            _PIXEL_STD: _per_row(encoded, std32),
-            _IMAGES: _per_row(encoded, images, tf.int64),
-            _MEASURED: _per_row(encoded, measured, tf.int64),
-            _PIXELS: _per_row(encoded, pixels, tf.int64),
+            _PIXEL_MEAN: _per_row(encoded, mean),
+            _PIXEL_STD: _per_row(encoded, std),
+            _IMAGES: _per_row(encoded, counts[0], tf.int64),
+            _MEASURED: _per_row(encoded, counts[1], tf.int64),
+            _PIXELS: _per_row(encoded, counts[2], tf.int64),
             _WIDTH_QUANTILES: _per_row(encoded, quantiles[0]),
             _HEIGHT_QUANTILES: _per_row(encoded, quantiles[1]),
         }
@@ -249,10 +244,10 @@ class AnalyzeAndWriteTransform(beam.PTransform):
 
     Input: accepted `ImageRecord`s (or accepted index rows, see `raw_features`). `class_table`
     is the list of class names in id order, or the job's singleton PCollection of it.
-    `temp_dir` holds TFT's scratch files (keep it out of what gets published). Returns
-    a one-element PCollection, which exists once the transform is written (a side input on it
-    orders later steps after the write). Writing survives retried bundles
-    (`transforms.offline.tft_write`).
+    `temp_dir` holds TFT's scratch files (keep it out of what gets published). Returns the
+    one-element PCollection of the transform's summary (`job_summary`: what `tft_summary`
+    reads back from the written transform), which exists once the transform is written.
+    Writing survives retried bundles (`transforms.offline.tft_write`).
     """
 
     def __init__(self, output_dir: str, class_table, image_size, temp_dir: str,
@@ -269,7 +264,11 @@ class AnalyzeAndWriteTransform(beam.PTransform):
         totals = (accepted
                   | "RawFeatures" >> beam.Map(raw_features)
                   | "Totals" >> beam.CombineGlobally(TotalsFn()))
-        preprocessing_fn = make_preprocessing_fn(self._class_table, totals,
+        class_table = self._class_table
+        if not isinstance(class_table, beam.PCollection):
+            class_table = accepted.pipeline | "ClassTable" >> beam.Create(
+                [check_class_table(class_table, "class_table")])
+        preprocessing_fn = make_preprocessing_fn(class_table, totals,
                                                  *self._preprocessing_fn_args)
         # No row, as an (empty) Arrow source: TFT's instance-dict path would add a dozen
         # steps that encode and batch rows, and warn that it is slow.
@@ -279,7 +278,11 @@ class AnalyzeAndWriteTransform(beam.PTransform):
         with tft_beam.Context(temp_dir=self._temp_dir, force_tf_compat_v1=False):
             transform_fn = ((no_rows, source.TensorAdapterConfig())
                             | "AnalyzeDataset" >> tft_beam.AnalyzeDataset(preprocessing_fn))
-            return transform_fn | "WriteTransformFn" >> WriteTransformFnOnce(self._output_dir)
+            written = transform_fn | "WriteTransformFn" >> WriteTransformFnOnce(self._output_dir)
+        size_quantiles = self._preprocessing_fn_args[1]
+        return totals | "Summary" >> beam.Map(
+            lambda totals_, names, _: job_summary(totals_, names, size_quantiles),
+            beam.pvalue.AsSingleton(class_table), beam.pvalue.AsSingleton(written))
 
 
 def _constant(transformed: Mapping, key: str) -> list:
@@ -309,7 +312,8 @@ def _class_counts(output: tft.TFTransformOutput) -> dict:
 
 
 def tft_summary(transform_output_dir: str) -> dict:
-    """What the analysis found, for stats.json (JSON-able, keys sorted by `json.dumps`).
+    """What the analysis found, read back from a written transform, for stats.json and the
+    training reader (JSON-able, keys sorted by `json.dumps`).
 
     * `images`: accepted images analyzed.
     * `classes`: the class table in id order, `{id, name, count, weight}` per class.
@@ -324,10 +328,32 @@ def tft_summary(transform_output_dir: str) -> dict:
     output = tft.TFTransformOutput(transform_output_dir)
     constants = _analyzed_constants(output, transform_output_dir)
     table = [line.decode("utf-8") for line in output.vocabulary_by_name(CLASS_TABLE_ASSET)]
-    table = [] if table == [NO_CLASS] else table
     images = constants[_IMAGES][0]
     # An empty dataset's vocabulary holds TFT's one dummy entry, not a label.
-    counts = _class_counts(output) if images else {}
+    return _summary(constants, [] if table == [NO_CLASS] else table,
+                    _class_counts(output) if images else {})
+
+
+def job_summary(totals: Totals, class_table: Sequence[str], size_quantiles: int) -> dict:
+    """`tft_summary` of the transform that the job writes from `totals` and `class_table`,
+    from the same numbers (`Totals.analyzed`) without loading the transform back: that load
+    was ~0.4 s of every job, over 1 s in a fresh process (docs/benchmarks.md, eighth round).
+    A test holds the two equal."""
+    analyzed = totals.analyzed(size_quantiles)
+    constants = {_IMAGES: analyzed.counts[:1].tolist(), _MEASURED: analyzed.counts[1:2].tolist(),
+                 _PIXELS: analyzed.counts[2:].tolist(), _PIXEL_MEAN: analyzed.mean.tolist(),
+                 _PIXEL_STD: analyzed.std.tolist(),
+                 _WIDTH_QUANTILES: analyzed.quantiles[0].tolist(),
+                 _HEIGHT_QUANTILES: analyzed.quantiles[1].tolist()}
+    counts = ({label.decode("utf-8"): n for label, n in totals.label_counts.items()}
+              if analyzed.counts[0] else {})
+    return _summary(constants, list(class_table), counts)
+
+
+def _summary(constants: Mapping, table: list, counts: Mapping) -> dict:
+    """stats.json's `transform` from the `stats/*` constants (Python numbers, as row 0 of
+    the transform's outputs), the class table and the rows per label."""
+    images = constants[_IMAGES][0]
     present = sum(1 for name in table if counts.get(name, 0) > 0)
     classes, weights_by_id = [], []
     for class_id, name in enumerate(table):

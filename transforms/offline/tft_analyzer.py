@@ -10,8 +10,8 @@ writes the transform. It gives
   singleton PCollection of it: one name per line, id = line index), for `tft.apply_vocabulary`;
 * `class_frequencies` (rows per label, the file `tft.vocabulary(store_frequency=True)` writes,
   byte for byte), written and registered alongside;
-* the totals vector and the size quantiles (`tft_totals.Totals`), which TFT bakes into the
-  transform as constants.
+* the analyzed numbers (`tft_totals.Analyzed`: counts, pixel mean and std, size quantiles),
+  which TFT bakes into the transform as constants.
 
 Both assets are registered with `tft.annotate_asset`, so `TFTransformOutput.vocabulary_by_name`
 finds them. Fed every record, TFT encoded each one as a tf.Example, ran a saved model over the
@@ -32,7 +32,6 @@ import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.offline.classes import class_name_problem
-from transforms.offline.tft_totals import VECTOR_SIZE
 
 __all__ = ["CLASS_TABLE_ASSET", "CLASS_FREQUENCIES", "NO_CLASS", "analyze_job",
            "check_class_table", "class_frequencies_file"]
@@ -53,23 +52,23 @@ NO_CLASS = "\x1fno class: no image was accepted"
 
 
 def analyze_job(labels: tf.Tensor, class_table, totals, size_quantiles: int
-                ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Inside `preprocessing_fn`: (class-table asset path, totals float64 [9], size quantiles
-    float32 [2, size_quantiles - 1]); see the module docstring. `totals` is the job's
-    singleton PCollection of `tft_totals.Totals`; `labels` only anchors the analyzer in TFT's
-    graph."""
+                ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Inside `preprocessing_fn`: (class-table asset path, then `tft_totals.Analyzed`'s
+    counts int64 [3], mean float32 [3], std float32 [3] and quantiles float32
+    [2, size_quantiles - 1]); see the module docstring. `totals` is the job's singleton
+    PCollection of `tft_totals.Totals`; `labels` only anchors the analyzer in TFT's graph."""
     # Two analyzers over the same `totals`: TFT takes every output of an analyzer that has
     # asset outputs for an asset (a None default is written as a file and fails).
     table_path, _ = tft.experimental.ptransform_analyzer(
         [labels], _ClassAssets(class_table, totals), [tf.string, tf.string], [[], []],
         output_asset_default_values=[_TABLE_BEFORE_ANALYSIS, _FREQUENCIES_BEFORE_ANALYSIS],
         name="class_table")
-    vector, quantiles = tft.experimental.ptransform_analyzer(
-        [labels], _Numbers(totals, size_quantiles), [tf.float64, tf.float32],
-        [[VECTOR_SIZE], [2, size_quantiles - 1]], name="totals")
+    counts, mean, std, quantiles = tft.experimental.ptransform_analyzer(
+        [labels], _Numbers(totals, size_quantiles), [tf.int64, tf.float32, tf.float32, tf.float32],
+        [[3], [3], [3], [2, size_quantiles - 1]], name="totals")
     tft.annotate_asset(CLASS_FREQUENCIES, CLASS_FREQUENCIES)
     tft.annotate_asset(CLASS_TABLE_ASSET, CLASS_TABLE_ASSET)
-    return table_path, vector, quantiles
+    return table_path, counts, mean, std, quantiles
 
 
 def check_class_table(names, source: str, allow_empty: bool = False) -> list[str]:
@@ -112,7 +111,7 @@ class _ClassAssets(tft_beam.experimental.PTransformAnalyzer):
 
 
 class _Numbers(beam.PTransform):
-    """TFT's (ignored) batches -> (totals vector, size quantiles) of the job's `Totals`."""
+    """TFT's (ignored) batches -> (counts, mean, std, quantiles): `Totals.analyzed`."""
 
     def __init__(self, totals, size_quantiles: int):
         super().__init__()
@@ -120,9 +119,19 @@ class _Numbers(beam.PTransform):
         self._size_quantiles = size_quantiles
 
     def expand(self, batches):
-        totals, buckets = self._totals, self._size_quantiles
-        return (totals | "Vector" >> beam.Map(lambda t: t.vector()),
-                totals | "SizeQuantiles" >> beam.Map(lambda t: t.quantiles(buckets)))
+        buckets = self._size_quantiles
+        outputs = self._totals | "Analyzed" >> beam.FlatMap(
+            lambda t: _tagged(t.analyzed(buckets))).with_outputs(*_ANALYZED_FIELDS)
+        return tuple(outputs[field] for field in _ANALYZED_FIELDS)
+
+
+_ANALYZED_FIELDS = ("counts", "mean", "std", "quantiles")
+
+
+def _tagged(analyzed):
+    """`Analyzed`'s fields as tagged outputs, one step for the four of them."""
+    return [beam.pvalue.TaggedOutput(field, getattr(analyzed, field))
+            for field in _ANALYZED_FIELDS]
 
 
 def class_frequencies_file(counts: Mapping[bytes, int]) -> bytes:

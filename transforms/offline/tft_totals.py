@@ -12,6 +12,10 @@ rows per label, and rows per width and per height. From them come the transform'
   `tfx_bsl` sketch `tft.quantiles` uses, fed every value (sorted) in one call.
 * `label_counts`: for the class-frequencies asset.
 
+`Totals.analyzed` turns them into the numbers the transform bakes in (`Analyzed`: counts, the
+float32 mean and std it normalizes with, the quantiles), once, here: the graph uses them as
+they are and stats.json reports the same values without loading the transform back.
+
 The job's Beam graph used to hand every record to TFT, which encoded it as a tf.Example, ran a
 saved model over the batches and packed six analyzers; one combine here does the same sums
 for a fraction of the graph and the per-record cost (docs/benchmarks.md, seventh round).
@@ -29,7 +33,7 @@ import pyarrow as pa
 from transforms import codec
 from transforms.reporting.exact_sums import ExactSum
 
-__all__ = ["Totals", "TotalsFn", "VECTOR_SIZE", "quantile_boundaries", "PIXEL_COUNT",
+__all__ = ["Totals", "TotalsFn", "Analyzed", "VECTOR_SIZE", "quantile_boundaries", "PIXEL_COUNT",
            "CHANNEL_SUM", "CHANNEL_SQSUM", "WIDTH", "HEIGHT"]
 
 # The analysis-only raw features (`tft_analysis.RAW_FEATURE_SPEC`, which imports them).
@@ -42,6 +46,15 @@ VECTOR_SIZE = 9
 # tft.quantiles' sketch: error bound epsilon for up to 2**32 values, one stream.
 _QUANTILE_EPSILON = 0.001
 _MAX_VALUES = 1 << 32
+
+
+@dataclasses.dataclass(frozen=True)
+class Analyzed:
+    """The transform's analyzed constants (`Totals.analyzed`)."""
+    counts: np.ndarray     # int64 [3]: images, measured images, pixel count
+    mean: np.ndarray       # float32 [3]: per-channel pixel mean on the 0-1 scale
+    std: np.ndarray        # float32 [3]: per-channel pixel std; 1 where it is 0
+    quantiles: np.ndarray  # float32 [2, num_buckets - 1]: width, height boundaries
 
 
 @dataclasses.dataclass
@@ -65,6 +78,21 @@ class Totals:
         """float32 [2, num_buckets - 1]: width and height boundaries."""
         return np.stack([quantile_boundaries(self.widths, num_buckets),
                          quantile_boundaries(self.heights, num_buckets)])
+
+    def analyzed(self, num_buckets: int) -> Analyzed:
+        """The constants of the transform, in the float64 arithmetic and float32 rounding
+        the transform's graph used when it computed them itself (divide with 0 for no pixel,
+        a variance clipped at 0, a std of 0 replaced by 1), so they are its bits."""
+        vector = self.vector()
+        pixels, sums, square_sums = vector[2], vector[3:6], vector[6:9]
+        if pixels:
+            mean = sums / pixels
+            std = np.sqrt(np.maximum(square_sums / pixels - mean * mean, 0.0))
+        else:
+            mean = std = np.zeros(3, np.float64)
+        return Analyzed(counts=vector[:3].astype(np.int64), mean=mean.astype(np.float32),
+                        std=np.where(std > 0.0, std, 1.0).astype(np.float32),
+                        quantiles=self.quantiles(num_buckets))
 
 
 class TotalsFn(beam.CombineFn):
