@@ -66,4 +66,4 @@ def test_the_decoders_forkserver_imports_tensorflow_and_the_inspection_frozen():
     sys.modules.pop("transforms.offline.decoder_imports", None)
     import transforms.offline.decoder_imports  # noqa: F401
     assert gc.get_freeze_count() > 0 and gc.isenabled()
-    assert {"tensorflow", "transforms.offline.inspect_image"} <= set(sys.modules)
+    assert {"tensorflow", "transforms.offline.image_inspection"} <= set(sys.modules)

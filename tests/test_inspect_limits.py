@@ -14,8 +14,8 @@ from PIL import Image
 
 from configs.schema import load_config
 from transforms.offline.image_header import jpeg_scans
+from transforms.offline.image_inspection import ImageInspector
 from transforms.offline.image_record import ImageRecord
-from transforms.offline.inspect_image import InspectImageFn
 
 
 def _jpeg(progressive: bool, size=(96, 64), exif: bytes = b"") -> bytes:
@@ -38,10 +38,10 @@ def _scan_bomb(copies: int) -> bytes:
 def _inspect(tmp_path, data: bytes, name: str = "x.jpg") -> ImageRecord:
     path = tmp_path / name
     path.write_bytes(data)
-    inspect_fn = InspectImageFn(load_config(None, ()))
-    inspect_fn.setup()
-    return inspect_fn._inspect(ImageRecord(uri=str(path), path=name,
-                                           file_bytes=os.path.getsize(path)))
+    inspector = ImageInspector(load_config(None, ()))
+    inspector.setup()
+    return inspector.inspect(ImageRecord(uri=str(path), path=name,
+                                         file_bytes=os.path.getsize(path)))
 
 
 def test_scans_of_baseline_and_progressive_jpegs():

@@ -60,22 +60,22 @@ def test_fixed_shard_count_writes_every_shard_even_empty_ones(folder_snapshot):
     assert len(read_records(snap)) == 6
 
 
-class _FragileInspectFn(inspect_image.InspectImageFn):
+class _FragileInspector(inspect_image.ImageInspector):
     """A decoder that segfaults on cat/1.jpg and hangs on dog/2.jpg (it runs in the isolating
     child process, which unpickles it by importing this module)."""
 
-    def _inspect(self, record):
+    def inspect(self, record):
         if record.path == "cat/1.jpg":
             os._exit(139)
         if record.path == "dog/2.jpg":
             time.sleep(60)
-        return super()._inspect(record)
+        return super().inspect(record)
 
 
 @pytest.mark.slow
 def test_crashing_and_hanging_decoder_reject_one_file_each(folder_dataset, tmp_path,
                                                            monkeypatch):
-    monkeypatch.setattr(inspect_image, "InspectImageFn", _FragileInspectFn)
+    monkeypatch.setattr(inspect_image, "ImageInspector", _FragileInspector)
     snap = run_job(folder_dataset, tmp_path / "out",
                    isolation="subprocess", sets=["decode.timeout_s=2"])
     rows = index_rows(snap)

@@ -7,19 +7,49 @@ botocore parses its JSON service models again each time, ~110 ms of CPU per call
 (discovery's head, inspection, shard writing). `s3://` is read here through one shared client
 with the settings Beam's FileSystems use in this process (`transforms.s3_storage`); every other
 scheme through Beam's FileSystems, as before. Errors leave as OSError, as Beam's do.
+
+A local path (no `scheme://`, Beam's own test) is opened with `open(path, "rb")`, which is what
+Beam's LocalFileSystem does for an uncompressed read: so a process that reads only local files
+(the decoding children, `transforms.offline.image_inspection`) never imports Beam. A child that
+got its parent's FileSystems options (`apply_options_on_first_use`) applies them before its
+first read of another scheme.
 """
 from __future__ import annotations
 
-from apache_beam.io.filesystems import FileSystems
+import pickle
+import re
 
 from transforms import s3_storage
 
-__all__ = ["read_bytes", "open_file", "exists", "match"]
+__all__ = ["read_bytes", "open_file", "exists", "match", "apply_options_on_first_use"]
+
+# Beam's `FileSystems.URI_SCHEMA_PATTERN`: a path it does not match is LocalFileSystem's.
+_SCHEME = re.compile(r"(?P<scheme>[a-zA-Z][-a-zA-Z0-9+.]*)://.*")
+_PENDING_OPTIONS: list = []  # pickled options for Beam's FileSystems, not applied yet
+
+
+def _is_local(path: str) -> bool:
+    return _SCHEME.match(path.strip()) is None
+
+
+def apply_options_on_first_use(pickled_options: bytes) -> None:
+    """For a child process: Beam's FileSystems options, pickled by the parent, to apply when a
+    path that is not local is first used (unpickling them imports Beam)."""
+    _PENDING_OPTIONS[:] = [pickled_options]
+
+
+def _filesystems():
+    """Beam's FileSystems, with options a parent handed over applied first."""
+    from apache_beam.io.filesystems import FileSystems
+    if _PENDING_OPTIONS:
+        FileSystems.set_options(pickle.loads(_PENDING_OPTIONS.pop()))
+    return FileSystems
 
 
 def read_bytes(path: str, limit: int | None = None) -> bytes:
     """The bytes of `path`, or its first `limit` bytes (fewer when the file is shorter)."""
     if s3_storage.is_s3(path):
+        _filesystems()  # the S3 settings are the ones Beam's FileSystems have
         return s3_storage.read_object(path, limit)
     with open_file(path) as handle:
         return handle.read() if limit is None else handle.read(limit)
@@ -27,16 +57,19 @@ def read_bytes(path: str, limit: int | None = None) -> bytes:
 
 def open_file(path: str):
     """`FileSystems.open(path, compression_type="uncompressed")`: a binary reading stream."""
+    if _is_local(path):
+        return open(path, "rb")  # the caller closes it, as it closes Beam's stream
     if s3_storage.is_s3(path):
+        _filesystems()
         return s3_storage.open_object(path)
-    return FileSystems.open(path, compression_type="uncompressed")
+    return _filesystems().open(path, compression_type="uncompressed")
 
 
 def exists(path: str) -> bool:
     """`FileSystems.exists(path)`."""
     if s3_storage.is_s3(path):
         return s3_storage.object_exists(path)
-    return FileSystems.exists(path)
+    return _filesystems().exists(path)
 
 
 def match(pattern: str) -> list:
@@ -44,4 +77,4 @@ def match(pattern: str) -> list:
     glob matches."""
     if s3_storage.is_s3(pattern):
         return s3_storage.match_objects(pattern)
-    return FileSystems.match([pattern])[0].metadata_list
+    return _filesystems().match([pattern])[0].metadata_list

@@ -123,7 +123,7 @@ class InspectCost:
     """CPU milliseconds per image of the job's inspection step (read, sha256, header, decode,
     quality analysis, pHash) on a sample of the corpus, after a warm-up."""
     images: int
-    inline_ms: float        # InspectImageFn in this process
+    inline_ms: float        # an ImageInspector in this process
     isolated_ms: float      # through one isolating child: this process plus the child
 
 
@@ -139,10 +139,10 @@ def _records(paths):
             for path in paths]
 
 
-def _isolated_ms(inspect_fn, records, timeout_s: float) -> float:
+def _isolated_ms(inspector, records, timeout_s: float) -> float:
     from transforms.offline import isolation
-    from transforms.offline.inspect_image import _IsolatedWorker
-    pool = isolation.ChildPool(_IsolatedWorker(inspect_fn), 1, timeout_s,
+    from transforms.offline.image_inspection import IsolatedInspector
+    pool = isolation.ChildPool(IsolatedInspector(inspector), 1, timeout_s,
                                preload=isolation.DECODER_PRELOAD)
     try:
         def run_all(batch):
@@ -162,15 +162,15 @@ def _isolated_ms(inspect_fn, records, timeout_s: float) -> float:
 
 def time_inspect(paths, config, sample: int = 300) -> InspectCost:
     """`InspectCost` on the first `sample` of `paths` (inline after a warm-up of 10)."""
-    from transforms.offline.inspect_image import InspectImageFn
+    from transforms.offline.image_inspection import ImageInspector
     records = _records(list(paths)[:sample])
-    inspect_fn = InspectImageFn(config)
-    inspect_fn.setup()
+    inspector = ImageInspector(config)
+    inspector.setup()
     for record in records[:10]:
-        inspect_fn._inspect(record)
+        inspector.inspect(record)
     started = own_cpu_seconds()
     for record in records:
-        inspect_fn._inspect(record)
+        inspector.inspect(record)
     inline = 1000.0 * (own_cpu_seconds() - started) / len(records)
-    isolated = _isolated_ms(InspectImageFn(config), records, config.decode.timeout_s)
+    isolated = _isolated_ms(ImageInspector(config), records, config.decode.timeout_s)
     return InspectCost(images=len(records), inline_ms=inline, isolated_ms=isolated)

@@ -1,43 +1,24 @@
-"""Inspect one image file: read, hash, sniff the header, decode with the shared TF decoder,
-validate sizes and measure quality. The result is an `ImageRecord` whether accepted or not, so
-every discovered file reaches the index with whatever was learned about it.
-
-Order matters for safety and cost: the header is checked against `limits.max_pixels` before
-anything is decoded, and decoding runs isolated in a subprocess (by default) so that a decoder
-that crashes or hangs rejects that one file as `decoder_crash` instead of taking the job down.
+"""The job's inspect step: each planned file through an `ImageInspector`
+(`transforms.offline.image_inspection`: read, hash, header, limits, decode, quality), in the
+Beam worker or, by default, in isolating child processes with a per-file timeout, so that a
+decoder that crashes or hangs rejects that one file as `decoder_crash` instead of taking the
+job down. The outcome counters are kept here, by the DoFn that sees the results.
 """
 from __future__ import annotations
 
 import collections
-import hashlib
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.utils.windowed_value import WindowedValue
 
 from configs.schema import Config
-from transforms.file_reads import read_bytes
-from transforms.offline import image_header, isolation, progress, quality
+from transforms.offline import isolation, progress
+from transforms.offline.image_inspection import ImageInspector, IsolatedInspector
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.rejects import REASONS
 
-__all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages", "size_reject"]
-
-
-def size_reject(width: int, height: int, limits) -> tuple[str, str] | None:
-    """The size rules on stored dimensions (header or decoded): reason and detail, or None."""
-    if width * height > limits.max_pixels:
-        return "too_large", (f"{width}x{height} = {width * height} pixels > "
-                             f"limits.max_pixels={limits.max_pixels}")
-    if max(width, height) > limits.max_side:
-        return "too_large", f"{width}x{height}: a side > limits.max_side={limits.max_side}"
-    if min(width, height) < limits.min_side:
-        return "too_small", f"{width}x{height}: a side < limits.min_side={limits.min_side}"
-    aspect = max(width / height, height / width)
-    if aspect > limits.max_aspect_ratio:
-        return "bad_aspect_ratio", (f"{width}x{height}: aspect {aspect:.2f} > "
-                                    f"limits.max_aspect_ratio={limits.max_aspect_ratio}")
-    return None
+__all__ = ["InspectImageFn", "IsolatedInspectFn", "InspectImages"]
 
 
 _NOT_DECODED = REASONS.not_decoded
@@ -87,96 +68,22 @@ class _Tally:
 
 
 class InspectImageFn(beam.DoFn):
-    """ImageRecord (uri, path, file_bytes) -> ImageRecord measured, with `reject` set when a rule
-    fails. Expected failures become
-    rejects here; anything that escapes (a crash, a hang) is the dead letter of the isolation."""
+    """An `ImageInspector` in the Beam worker, with the outcome counters (`_Tally`)."""
 
-    def __init__(self, config: Config):
-        self._config = config
+    def __init__(self, inspector: ImageInspector):
+        self._inspector = inspector
 
     def setup(self):
-        import tensorflow as tf  # imported in the worker (or the isolating subprocess)
-
-        from transforms.decode import decode_image_array, pick_jpeg_ratio
-        self._tf = tf
-        self._decode_image = decode_image_array
-        self._pick_jpeg_ratio = pick_jpeg_ratio
-        self._tally = _Tally(self._config.limits)
+        self._inspector.setup()
+        self._tally = _Tally(self._inspector.config.limits)
 
     def process(self, planned: ImageRecord):
-        record = self._inspect(planned)
+        record = self._inspector.inspect(planned)
         self._tally.add(record)
         yield record
 
     def finish_bundle(self):
         self._tally.flush()
-
-    def _inspect(self, record: ImageRecord) -> ImageRecord:
-        """The measured record. What is learned collects in `learned` and lands in one
-        `ImageRecord.replace` (one copy per image, not one per step)."""
-        try:
-            data = read_bytes(record.uri)
-        except OSError as exc:
-            return record.rejected("unreadable", f"{type(exc).__name__}: {exc}")
-        learned = {"sha256": hashlib.sha256(data).hexdigest(), "file_bytes": len(data)}
-
-        def rejected(reason: str, detail: str) -> ImageRecord:
-            return record.replace(**learned).rejected(reason, detail)
-
-        try:
-            header = image_header.read_header(data)
-        except image_header.UnknownFormat as exc:
-            return rejected("unknown_format", str(exc))
-        except image_header.HeaderError as exc:
-            return rejected("bad_header", str(exc))
-        # With decode.exif_orientation the decoder turns the image upright, so the record's size
-        # is the displayed one; the orientation (a fact about the bytes) is kept either way.
-        upright = self._config.decode.exif_orientation
-        width, height = header.displayed_size if upright else (header.width, header.height)
-        learned.update(format=header.format, width=width, height=height,
-                       orientation=header.orientation)
-        limits = self._config.limits
-        if header.width * header.height > limits.max_pixels:  # never decode a bomb
-            return rejected(*size_reject(width, height, limits))
-        scans = image_header.jpeg_scans(data) if header.format == "jpeg" else 0
-        if scans > limits.max_jpeg_scans:  # nor a scan bomb: each scan is a pass over the image
-            return rejected("too_large", f"{scans} JPEG scans > limits.max_jpeg_scans="
-                                         f"{limits.max_jpeg_scans}; never decoded")
-        if header.total_pixels > limits.max_total_pixels:  # giflib inflates every frame
-            return rejected("too_large", (
-                f"{header.frames} frames, {header.total_pixels} pixels in all > "
-                f"limits.max_total_pixels={limits.max_total_pixels}"))
-        analysis_size = self._config.quality.analysis_size
-        # The analysis copy is at most analysis_size on its long side: decode at the smallest
-        # DCT scale that still covers it, so little is left for small_copy to do.
-        ratio = self._pick_jpeg_ratio(header.width, header.height, analysis_size, side="long")
-        try:
-            image = self._decode_image(data, jpeg_ratio=ratio, is_jpeg=header.format == "jpeg",
-                                       orientation=header.orientation if upright else 1)
-        except self._tf.errors.InvalidArgumentError as exc:
-            return rejected("decode_error", _decoder_message(exc))
-        rule = size_reject(width, height, limits)
-        if rule:
-            return rejected(*rule)
-        dedup = self._config.dedup
-        analysis = quality.analyse(image, analysis_size,
-                                   center=dedup.near_duplicates and dedup.crop_tolerant)
-        learned.update(
-            metrics=tuple(sorted(analysis.metrics.items())),
-            moments=tuple(analysis.means) + tuple(analysis.square_means), phash=analysis.phash,
-            center_phash=analysis.center_phash)
-        verdict = quality.judge(analysis.metrics, self._config.quality)
-        if verdict:
-            return rejected(*verdict)
-        return record.replace(**learned)
-
-
-def _decoder_message(exc) -> str:
-    message = getattr(exc, "message", None) or str(exc)
-    # TF prefixes "{{function_node __wrapped__DecodeImage_device_/...}}"; keep what the codec said
-    if "}}" in message:
-        message = message.split("}}", 1)[1].strip()
-    return message.split("[Op:")[0].strip()
 
 
 def _crash_to_record(dead_letter) -> ImageRecord:
@@ -185,44 +92,27 @@ def _crash_to_record(dead_letter) -> ImageRecord:
     return record.rejected("decoder_crash", f"{kind}: {str(exc_message)[:500]}")
 
 
-class _IsolatedWorker:
-    """What an isolating child runs: the InspectImageFn's inspection, on one TensorFlow thread
-    (the pool has one child per core it should use)."""
-
-    def __init__(self, inspect_fn: InspectImageFn):
-        self._inspect_fn = inspect_fn
-
-    def setup(self) -> None:
-        import tensorflow as tf
-        tf.config.threading.set_intra_op_parallelism_threads(1)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-        self._inspect_fn.setup()
-
-    def run(self, record: ImageRecord) -> ImageRecord:
-        return self._inspect_fn._inspect(record)
-
-
 def _failure_record(record: ImageRecord, failure: isolation.Failure) -> ImageRecord:
     return record.rejected("decoder_crash", failure.detail)
 
 
 class IsolatedInspectFn(beam.DoFn):
-    """InspectImageFn in `processes` child processes (`isolation.ChildPool`) with a per-file
+    """An `ImageInspector` in `processes` child processes (`isolation.ChildPool`) with a per-file
     timeout: a file on which a child dies is retried once in a fresh child and then rejected
     as `decoder_crash`; a file that takes longer than `decode.timeout_s` is rejected at once
     (not retried: it would hang again). Elements are buffered (two of the pool's batches per
     child) so the children always have work and a batch of images travels per message;
     results leave in the order they complete, in their own element's window."""
 
-    def __init__(self, inspect_fn: InspectImageFn, timeout_s: float, processes: int):
-        self._inspect_fn = inspect_fn  # pickled into each child
+    def __init__(self, inspector: ImageInspector, timeout_s: float, processes: int):
+        self._inspector = inspector  # pickled into each child
         self._timeout_s = timeout_s
         self._processes = processes
 
     def setup(self):
-        self._tally = _Tally(self._inspect_fn._config.limits)
+        self._tally = _Tally(self._inspector.config.limits)
         self._pool = isolation.ChildPool(
-            _IsolatedWorker(self._inspect_fn), self._processes, self._timeout_s,
+            IsolatedInspector(self._inspector), self._processes, self._timeout_s,
             preload=isolation.DECODER_PRELOAD)
         self._waiting: dict = {}
         self._next_key = 0
@@ -265,11 +155,12 @@ class InspectImages(beam.PTransform):
         self._config = config
 
     def expand(self, refs):
-        inspect_fn = InspectImageFn(self._config)
+        inspector = ImageInspector(self._config)
         if self._config.decode.isolation == "subprocess":  # every failure is caught per file
             return refs | "Inspect" >> beam.ParDo(IsolatedInspectFn(
-                inspect_fn, self._config.decode.timeout_s,
+                inspector, self._config.decode.timeout_s,
                 max(1, self._config.decode.processes)))
-        good, crashed = refs | "Inspect" >> beam.ParDo(inspect_fn).with_exception_handling()
+        good, crashed = refs | "Inspect" >> beam.ParDo(
+            InspectImageFn(inspector)).with_exception_handling()
         crashed_records = crashed | "CrashToReject" >> beam.Map(_crash_to_record)
         return (good, crashed_records) | "AllInspected" >> beam.Flatten()

@@ -53,12 +53,15 @@ class Failure:
     detail: str
 
 
-def _filesystem_options():
+def _filesystem_options() -> bytes | None:
     """The options Beam's FileSystems use in this process (a Pipeline's, or a worker's runtime
-    options), for the children: they open `s3://` and `gs://` inputs with the same settings."""
+    options), pickled, for the children: they open `s3://` and `gs://` inputs with the same
+    settings. Pickled here so that a child unpickles them (and imports Beam) only if it reads
+    such an input (`file_reads.apply_options_on_first_use`)."""
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.value_provider import RuntimeValueProvider
-    return FileSystems._pipeline_options or RuntimeValueProvider.runtime_options
+    options = FileSystems._pipeline_options or RuntimeValueProvider.runtime_options
+    return None if options is None else pickle.dumps(options)
 
 
 _CLOUD_ENVIRONMENT = ("AWS_", "GOOGLE_", "CLOUDSDK_")
@@ -100,9 +103,9 @@ def _child_main(connection, worker, progress, filesystem_options=None,
         for name in [k for k in os.environ if k.startswith(_CLOUD_ENVIRONMENT)]:
             del os.environ[name]
         os.environ.update(environment)
-    if filesystem_options is not None:
-        from apache_beam.io.filesystems import FileSystems
-        FileSystems.set_options(filesystem_options)
+    if filesystem_options is not None:  # pickled: applied when a remote path is first read
+        from transforms.file_reads import apply_options_on_first_use
+        apply_options_on_first_use(filesystem_options)
     worker.setup()
     connection.send(_READY)
     # Results leave from a thread of their own, so this one is always back in recv() soon:
