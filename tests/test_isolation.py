@@ -179,16 +179,23 @@ def test_children_see_the_parents_cloud_variables_of_now_not_the_forkservers(mon
 
 @pytest.mark.slow  # the children import TensorFlow
 def test_the_decoding_children_import_no_beam(tmp_path):
-    """The decoders' forkserver imports TensorFlow and the inspection, not Beam (~0.8 s of CPU
-    per job start): a child that inspected a local JPEG has no Beam module mapped."""
-    from configs.schema import load_config
+    """The decoders' forkserver imports TensorFlow and the inspection, not Beam, and neither
+    does unpickling a planned record with its label and box rows (Beam in each child cost
+    ~1.7 s of CPU per child and job): a child that inspected one has no Beam module mapped."""
+    from configs.schema import LabelsConfig, load_config
     from tests.imageutil import write_photo
+    from transforms.offline.boxes import parse_box_csv
     from transforms.offline.image_inspection import ImageInspector, IsolatedInspector
     from transforms.offline.image_record import ImageRecord
+    from transforms.offline.labels import parse_label_csv
 
     path = tmp_path / "cat.jpg"
     write_photo(str(path), 3, class_index=0)
-    record = ImageRecord(uri=str(path), path="cat.jpg", file_bytes=path.stat().st_size)
+    [label_row] = parse_label_csv("labels.csv", ["path,label", "cat.jpg,cat"], LabelsConfig())
+    [box_row] = parse_box_csv("boxes.csv", ["path,xmin,ymin,xmax,ymax,label",
+                                            "cat.jpg,1,2,30,40,cat"])
+    record = ImageRecord(uri=str(path), path="cat.jpg", file_bytes=path.stat().st_size,
+                         label_rows=(label_row,), box_rows=(box_row,))
     pool = isolation.ChildPool(IsolatedInspector(ImageInspector(load_config(None, ()))), 1,
                                120.0, preload=isolation.DECODER_PRELOAD)
     try:

@@ -44,6 +44,7 @@ from transforms import snapshot_layout as layout
 from transforms.gc_policy import long_lived_imports, thawed_after
 from transforms.live_view import live_count, live_view, read_retirements
 from transforms.offline import boxes, classes, labels
+from transforms.offline.class_names import class_name_problem
 from transforms.offline.join_labels import read_csv_header
 from transforms.s3_storage import S3Error
 
@@ -66,7 +67,7 @@ def _check_exists(path: str, flag: str):
 
 def _starting_class_table(output_dir: str, classes_file: str | None, config) -> tuple[list, bool]:
     for old, new in sorted(config.classes.renames.items()):
-        problem = classes.class_name_problem(new)
+        problem = class_name_problem(new)
         if problem:
             raise UsageError(f"classes.renames maps {old!r} to {ascii(new)}, which is not a "
                              f"valid class name: {problem}")

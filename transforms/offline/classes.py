@@ -6,9 +6,9 @@ deterministic), a class that disappears keeps its id, and renames come only from
 `classes.renames` mapping (the id stays with the new name). A frozen table (`classes.frozen`
 or a `--classes` file) takes no new names: their images are rejected as `unknown_class`.
 
-A class name is one line of printable text: `class_name_problem` refuses control characters
-(NUL, `\v`, `\f`, `\x1c`-`\x1e`, U+0085, ...), U+2028/U+2029 and unpaired surrogates, so a
-label carrying one is rejected per row (`bad_label`) and never reaches the table. The file is
+A class name is one line of printable text (`class_names.class_name_problem`: no control
+character, U+2028/U+2029 or unpaired surrogate), so a label carrying one is rejected per row
+(`bad_label`) and never reaches the table. The file is
 written with `\n` after each name and read back by splitting on `\n` only (never
 `str.splitlines()`, which also breaks on those characters and would shift every later id);
 writing checks every name first.
@@ -16,38 +16,17 @@ writing checks every name first.
 from __future__ import annotations
 
 import typing
-import unicodedata
 from typing import Iterable, Mapping, Sequence
 
 import apache_beam as beam
 
 from transforms import file_reads
 from transforms.file_reads import read_bytes
+from transforms.offline.class_names import class_name_problem
 from transforms.s3_storage import create_file
 
 __all__ = ["AssignClassIdFn", "parse_class_table", "read_class_table", "write_class_table", "class_table_bytes",
-           "apply_renames", "extend_class_table", "class_name_problem"]
-
-# Unicode categories a class name must not contain: controls (Cc: NUL, \t, \v, \f, \x1c-\x1f,
-# U+0085, ...), line and paragraph separators (Zl, Zp) and surrogates (Cs: a name decoded with
-# surrogateescape from bytes that are not UTF-8; it could not even be written).
-_FORBIDDEN_CATEGORIES = ("Cc", "Zl", "Zp", "Cs")
-
-
-def class_name_problem(name) -> str | None:
-    """Why `name` cannot be a class name (one line of printable text without surrounding
-    whitespace), naming the offending character; None when it can."""
-    if not isinstance(name, str) or not name:
-        return f"a class name must be non-empty text. Received: {name!r}"
-    if name != name.strip():
-        return f"a class name must not start or end with whitespace. Received: {ascii(name)}"
-    for char in name:
-        if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
-            what = unicodedata.name(char, "control character")
-            return (f"contains U+{ord(char):04X} ({what}); a class name must be one line of "
-                    f"printable text. Received: {ascii(name)}")
-    return None
-
+           "apply_renames", "extend_class_table"]
 
 def parse_class_table(text: str, source: str) -> list[str]:
     r"""Names, one per `\n`-terminated line (blank lines and surrounding whitespace, including a

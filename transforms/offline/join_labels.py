@@ -28,7 +28,7 @@ from transforms.live_view import retirement
 from transforms.offline import boxes as box_rules
 from transforms.offline import labels as label_rules
 from transforms.offline import paths, progress
-from transforms.offline.classes import class_name_problem
+from transforms.offline.class_names import class_name_problem
 from transforms.offline.csv_records import DEFAULT_MAX_CELL_BYTES, text_lines
 from transforms.offline.gather import JoinByKey
 from transforms.offline.image_record import ImageRecord

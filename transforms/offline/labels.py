@@ -25,7 +25,7 @@ import dataclasses
 from typing import Iterable, Iterator
 
 from configs.schema import LabelsConfig
-from transforms.offline.classes import class_name_problem
+from transforms.offline.class_names import class_name_problem
 from transforms.offline.csv_records import CsvRecord, read_csv_records
 from transforms.offline.paths import UnsafePath, normalize_relative
 from transforms.offline.rejects import LABEL_ROW, Reject
@@ -59,7 +59,7 @@ def parse_label_csv(csv_name: str, lines: Iterable[str],
     cell over `config.max_cell_bytes`, bytes that are not UTF-8, empty path or label, unknown
     split. `unsafe_path` (path = the raw CSV value): see
     `transforms.offline.paths.normalize_relative`. `bad_label` (path = the image's canonical
-    path): the label is not a valid class name (`transforms.offline.classes.class_name_problem`).
+    path): the label is not a valid class name (`transforms.offline.class_names.class_name_problem`).
     Raises `ValueError` (on first use) when the header
     lacks `config.path_column` or `config.label_column`; the split column is optional.
     """

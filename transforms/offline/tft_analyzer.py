@@ -31,7 +31,7 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.offline.classes import class_name_problem
+from transforms.offline.class_names import class_name_problem
 
 __all__ = ["CLASS_TABLE_ASSET", "CLASS_FREQUENCIES", "NO_CLASS", "analyze_job",
            "check_class_table", "class_frequencies_file"]

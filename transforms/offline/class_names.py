@@ -1,0 +1,33 @@
+r"""What a class name may be: one line of printable text without surrounding whitespace.
+
+`class_name_problem` refuses control characters (NUL, `\v`, `\f`, `\x1c`-`\x1e`, U+0085,
+...), U+2028/U+2029 and unpaired surrogates, so a label carrying one is rejected per row
+(`bad_label`) and never reaches the class table (`transforms.offline.classes`). Apart from the
+table's Beam steps: the label and box rows a record carries into the decoding children
+(`image_inspection`) check their labels with it, and unpickling them there imports no Beam.
+"""
+from __future__ import annotations
+
+import unicodedata
+
+__all__ = ["class_name_problem"]
+
+# Unicode categories a class name must not contain: controls (Cc: NUL, \t, \v, \f, \x1c-\x1f,
+# U+0085, ...), line and paragraph separators (Zl, Zp) and surrogates (Cs: a name decoded with
+# surrogateescape from bytes that are not UTF-8; it could not even be written).
+_FORBIDDEN_CATEGORIES = ("Cc", "Zl", "Zp", "Cs")
+
+
+def class_name_problem(name) -> str | None:
+    """Why `name` cannot be a class name (one line of printable text without surrounding
+    whitespace), naming the offending character; None when it can."""
+    if not isinstance(name, str) or not name:
+        return f"a class name must be non-empty text. Received: {name!r}"
+    if name != name.strip():
+        return f"a class name must not start or end with whitespace. Received: {ascii(name)}"
+    for char in name:
+        if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
+            what = unicodedata.name(char, "control character")
+            return (f"contains U+{ord(char):04X} ({what}); a class name must be one line of "
+                    f"printable text. Received: {ascii(name)}")
+    return None
