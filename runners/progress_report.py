@@ -5,7 +5,8 @@ On a terminal (stderr is a tty) one line is rewritten in place ('\\r') every hal
     pixelmill: inspecting 1,204/5,000 (accepted 1,150, rejected 54) 212 images/s, ETA 0:18
 
 then the phase (dedup, writing, TFT, publishing) with its elapsed time. Anywhere else (cron,
-Airflow, CI logs) it is one log line when a phase begins and one every 30 s. Log lines from
+Airflow, CI logs) it is one log line when a phase begins (as the half-second ticks see it, and
+the phase the run ends in, however short) and one every 30 s. Log lines from
 pixelmill clear the progress line first (`clear_line`), so the two never mix.
 """
 from __future__ import annotations
@@ -97,6 +98,8 @@ class _Reporter(threading.Thread):
         self.join(5)
         if self._tty:
             clear_line()
+        else:  # a last phase shorter than a tick (publishing takes ~0.05 s) still gets its line
+            self.tick(time.monotonic())
 
 
 @contextlib.contextmanager

@@ -167,6 +167,8 @@ def test_without_a_terminal_each_phase_is_one_log_line():
     stream, records = io.StringIO(), _Records()
     logger = logging.getLogger("runners.progress_report")
     logger.addHandler(records)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # as `console.configure_logging` sets it; alone, too
     try:
         with progress_report.reporting(stream):
             progress.enter("inspecting")
@@ -174,10 +176,13 @@ def test_without_a_terminal_each_phase_is_one_log_line():
             time.sleep(0.8)
             progress.enter("writing")
             time.sleep(0.8)
+            progress.enter("publishing")  # ends before the next tick: logged all the same
     finally:
         logger.removeHandler(records)
+        logger.setLevel(level)
     assert stream.getvalue() == ""
-    assert [line.split()[0].rstrip(":") for line in records.lines] == ["inspecting", "writing"]
+    assert [line.split()[0].rstrip(":") for line in records.lines] == [
+        "inspecting", "writing", "publishing"]
 
 
 def _fail(monkeypatch, tmp_path, capsys, *flags):
