@@ -11,6 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from runners.jobs import nightly
 from tests.imageutil import write_photo
+from transforms import file_reads
 from transforms import snapshot_layout as layout
 from transforms.reporting import history
 
@@ -30,14 +31,19 @@ def _world(tmp_path):
 
 
 def _opened_during(monkeypatch, run):
-    """The paths FileSystems opened while `run()` ran (the job's workers run in-process)."""
-    opened, original = [], FileSystems.open
+    """The paths opened for reading while `run()` ran (the job's workers run in-process):
+    through `file_reads.open_file` (every read of `read_bytes`; a local path never reaches
+    Beam) or Beam's FileSystems directly."""
+    opened = []
 
-    def recording(path, *args, **kwargs):
-        opened.append(path)
-        return original(path, *args, **kwargs)
+    def recording(original):
+        def record(path, *args, **kwargs):
+            opened.append(path)
+            return original(path, *args, **kwargs)
+        return record
 
-    monkeypatch.setattr(FileSystems, "open", staticmethod(recording))
+    monkeypatch.setattr(file_reads, "open_file", recording(file_reads.open_file))
+    monkeypatch.setattr(FileSystems, "open", staticmethod(recording(FileSystems.open)))
     result = run()
     monkeypatch.undo()
     return result, opened
