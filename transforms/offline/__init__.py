@@ -4,10 +4,11 @@
     paths          canonical root-relative paths; unsafe paths are rejected
     labels, boxes  label/box CSV rows as pure functions (rows in, LabelRow/Reject out)
     join_labels    PlanImages: CSV rows and the archive joined to the discovered files by path
-    inspect_image  InspectImages: read, sha256, header (image_header), decode, validate, quality
+    inspect_image  InspectImages: each file through image_inspection's ImageInspector (read,
+                   sha256, header, decode, validate, quality), inline or in isolating children
     quality        quality metrics, the verdict and the perceptual hash
     quality_rules  the table of quality rules (metric, direction, config key, histogram, reason)
-    classes        the append-only class table
+    classes        the append-only class table (class_names: what a class name may be)
     dedup          DropExactDuplicates, DropNearDuplicates
     splits         split assignment from the sha256
     write_shards   WriteShards: deterministic sharded TFRecords (+ index rows, DALI indexes)
