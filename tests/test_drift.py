@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -57,6 +60,24 @@ def test_new_class_drifts_the_class_distribution():
     check = result["checks"][0]
     assert check["name"] == "class_distribution" and check["value"] == 0.5
     assert check["drifted"] and result["drifted"]
+
+
+@pytest.mark.slow  # interpreters with other hash seeds
+def test_the_worst_class_of_a_tie_is_the_first_by_name_in_every_process():
+    """Two classes always shift by the same share: which one stats.json names must not depend
+    on the process's string hash seed (it did: the same nightly wrote cat or dog)."""
+    script = ("from configs.schema import DriftConfig\n"
+              "from transforms.reporting.drift import check_drift\n"
+              "from tests.test_drift import _stats\n"
+              "check = check_drift(_stats({'dog': 6, 'cat': 4}), [_stats({'dog': 4, 'cat': 6})],"
+              " DriftConfig())['checks'][0]\n"
+              "print(check['detail']['worst_class'])")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    named = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True, cwd=root,
+                            env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout.strip()
+             for seed in range(8)}
+    assert named == {"cat"}
 
 
 def test_same_distribution_does_not_drift():

@@ -147,7 +147,9 @@ def check_drift(tonight: Mapping, history: Sequence[Mapping], config: DriftConfi
     tonight_classes = class_distribution(tonight.get("by_split_class", {}))
     archive_classes = class_distribution(archive["by_split_class"])
     if tonight_classes and archive_classes:
-        worst = max(set(tonight_classes) | set(archive_classes),
+        # Sorted: of classes that shifted as much (two classes always do), the first by name,
+        # not whichever a set of strings (hash-seeded per process) lists first.
+        worst = max(sorted(set(tonight_classes) | set(archive_classes)),
                     key=lambda k: abs(tonight_classes.get(k, 0) - archive_classes.get(k, 0)))
         result["checks"].append(_check(
             "class_distribution", "linf", linf_distance(tonight_classes, archive_classes),
