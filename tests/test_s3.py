@@ -257,3 +257,24 @@ def test_reader_copies_shards_once_and_reads_the_same_batches(local_s3, tmp_path
     assert shard.stat().st_mtime_ns == stamp  # reused, not downloaded again
     with pytest.raises(ValueError, match="cache_dir must be a local folder path"):
         make_dataset("s3://pm-reader/out", cache_dir="s3://elsewhere")
+
+
+def test_a_childs_pending_options_apply_at_its_first_use_past_local_files(monkeypatch,
+                                                                          tmp_path):
+    """A decoding child gets its parent's FileSystems options pickled: a local read leaves
+    them pending (no Beam import needed), the first use of Beam's FileSystems applies them."""
+    import pickle
+
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms import file_reads
+    monkeypatch.setattr(FileSystems, "_pipeline_options", None)  # undone at the end
+    file_reads.apply_options_on_first_use(
+        pickle.dumps(PipelineOptions(["--s3_region_name=eu-west-3"])))
+    (tmp_path / "a.bin").write_bytes(b"abc")
+    assert file_reads.read_bytes(str(tmp_path / "a.bin")) == b"abc"
+    assert FileSystems._pipeline_options is None
+    assert [m.path for m in file_reads.match(str(tmp_path / "*.bin"))] == [
+        str(tmp_path / "a.bin")]
+    assert FileSystems._pipeline_options.get_all_options()["s3_region_name"] == "eu-west-3"

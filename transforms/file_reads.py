@@ -49,7 +49,7 @@ def _filesystems():
 def read_bytes(path: str, limit: int | None = None) -> bytes:
     """The bytes of `path`, or its first `limit` bytes (fewer when the file is shorter)."""
     if s3_storage.is_s3(path):
-        _filesystems()  # the S3 settings are the ones Beam's FileSystems have
+        _filesystems()  # every s3:// use: its settings are the ones Beam's FileSystems have
         return s3_storage.read_object(path, limit)
     with open_file(path) as handle:
         return handle.read() if limit is None else handle.read(limit)
@@ -68,6 +68,7 @@ def open_file(path: str):
 def exists(path: str) -> bool:
     """`FileSystems.exists(path)`."""
     if s3_storage.is_s3(path):
+        _filesystems()
         return s3_storage.object_exists(path)
     return _filesystems().exists(path)
 
@@ -76,5 +77,6 @@ def match(pattern: str) -> list:
     """`FileSystems.match([pattern])[0].metadata_list`: the `FileMetadata` of each file the
     glob matches."""
     if s3_storage.is_s3(pattern):
+        _filesystems()
         return s3_storage.match_objects(pattern)
     return _filesystems().match([pattern])[0].metadata_list
