@@ -85,6 +85,33 @@ def test_no_row_gives_zeros_as_tft_did():
     assert totals.quantiles(4).tolist() == [[0.0] * 3, [0.0] * 3]
 
 
+def test_analyzed_constants_are_the_bits_of_the_graphs_own_arithmetic():
+    """`Totals.analyzed` in numpy equals what the transform's graph computed from the totals
+    in TensorFlow before (divide_no_nan, variance clipped at 0, float32, a std of 0 -> 1)."""
+    import tensorflow as tf
+
+    rows = _rows(500) + [_features(b"flat", 3, 3, [0.0, 4.5, 9.0], [0.0, 2.25, 9.0])]
+    for totals in (merged_in_parts(TotalsFn(), rows), merged_in_parts(TotalsFn(), rows[-1:])):
+        vector = tf.constant(totals.vector())
+        pixels, sums, square_sums = vector[2], vector[3:6], vector[6:9]
+        mean = tf.math.divide_no_nan(sums, pixels)
+        std = tf.sqrt(tf.maximum(tf.math.divide_no_nan(square_sums, pixels) - mean * mean, 0.0))
+        analyzed = totals.analyzed(4)
+        assert analyzed.counts.tolist() == tf.cast(vector[:3], tf.int64).numpy().tolist()
+        assert analyzed.mean.tobytes() == tf.cast(mean, tf.float32).numpy().tobytes()
+        assert analyzed.std.tobytes() == tf.cast(
+            tf.where(std > 0.0, std, tf.ones_like(std)), tf.float32).numpy().tobytes()
+        assert analyzed.quantiles.tobytes() == totals.quantiles(4).tobytes()
+    flat = merged_in_parts(TotalsFn(), rows[-1:]).analyzed(4)
+    assert flat.mean.tolist() == [0.0, 0.5, 1.0] and flat.std.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_no_row_gives_a_mean_of_0_and_a_std_of_1():
+    analyzed = Totals().analyzed(4)
+    assert analyzed.counts.tolist() == [0, 0, 0]
+    assert analyzed.mean.tolist() == [0.0] * 3 and analyzed.std.tolist() == [1.0] * 3
+
+
 def test_make_preprocessing_fn_wants_totals():
     with pytest.raises(ValueError, match="totals must be a tft_totals.Totals"):
         ta.make_preprocessing_fn(["cat"], {"images": 1}, 16)
