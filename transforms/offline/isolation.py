@@ -35,9 +35,9 @@ __all__ = ["ChildPool", "Failure", "main_script_hidden", "start_forkserver", "QU
            "DECODER_PRELOAD"]
 
 # What the forkserver of the decoding children imports once for all of them: TensorFlow and the
-# inspection step (`decoder_imports`). Named here, not in inspect_image (which imports
-# TensorFlow), so the launcher can start the forkserver before its own TensorFlow import and
-# the two imports run side by side.
+# inspection, no Beam (`decoder_imports`). Named here, not in the inspection's modules (which
+# import TensorFlow or Beam), so the launcher can start the forkserver before its own
+# TensorFlow import and the two imports run side by side.
 DECODER_PRELOAD = ("transforms.offline.decoder_imports",)
 QUEUED_PER_CHILD = 16  # items a child holds: two batches, so it never waits for the parent
 _BATCH = QUEUED_PER_CHILD // 2  # items per message; a message each way costs ~0.1 ms of CPU
