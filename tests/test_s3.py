@@ -278,3 +278,18 @@ def test_a_childs_pending_options_apply_at_its_first_use_past_local_files(monkey
     assert [m.path for m in file_reads.match(str(tmp_path / "*.bin"))] == [
         str(tmp_path / "a.bin")]
     assert FileSystems._pipeline_options.get_all_options()["s3_region_name"] == "eu-west-3"
+
+
+def test_a_childs_pending_options_are_the_settings_of_its_first_s3_use(monkeypatch):
+    """The S3 settings are read where every `s3://` use reads them (`s3_storage`), so pending
+    options apply there too, whichever call comes first."""
+    import pickle
+
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms import file_reads
+    monkeypatch.setattr(FileSystems, "_pipeline_options", None)  # undone at the end
+    file_reads.apply_options_on_first_use(
+        pickle.dumps(PipelineOptions(["--s3_region_name=eu-west-3"])))
+    assert ("s3_region_name", "eu-west-3") in s3_storage._beam_settings()

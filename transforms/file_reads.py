@@ -21,7 +21,8 @@ import re
 
 from transforms import s3_storage
 
-__all__ = ["read_bytes", "open_file", "exists", "match", "apply_options_on_first_use"]
+__all__ = ["read_bytes", "open_file", "exists", "match", "apply_options_on_first_use",
+           "beam_filesystems"]
 
 # Beam's `FileSystems.URI_SCHEMA_PATTERN`: a path it does not match is LocalFileSystem's.
 _SCHEME = re.compile(r"(?P<scheme>[a-zA-Z][-a-zA-Z0-9+.]*)://.*")
@@ -38,8 +39,9 @@ def apply_options_on_first_use(pickled_options: bytes) -> None:
     _PENDING_OPTIONS[:] = [pickled_options]
 
 
-def _filesystems():
-    """Beam's FileSystems, with options a parent handed over applied first."""
+def beam_filesystems():
+    """Beam's FileSystems, with options a parent handed over applied first: every use of Beam's
+    FileSystems or of their settings (`s3_storage`'s) goes through here."""
     from apache_beam.io.filesystems import FileSystems
     if _PENDING_OPTIONS:
         FileSystems.set_options(pickle.loads(_PENDING_OPTIONS.pop()))
@@ -49,7 +51,6 @@ def _filesystems():
 def read_bytes(path: str, limit: int | None = None) -> bytes:
     """The bytes of `path`, or its first `limit` bytes (fewer when the file is shorter)."""
     if s3_storage.is_s3(path):
-        _filesystems()  # every s3:// use: its settings are the ones Beam's FileSystems have
         return s3_storage.read_object(path, limit)
     with open_file(path) as handle:
         return handle.read() if limit is None else handle.read(limit)
@@ -60,23 +61,20 @@ def open_file(path: str):
     if _is_local(path):
         return open(path, "rb")  # the caller closes it, as it closes Beam's stream
     if s3_storage.is_s3(path):
-        _filesystems()
         return s3_storage.open_object(path)
-    return _filesystems().open(path, compression_type="uncompressed")
+    return beam_filesystems().open(path, compression_type="uncompressed")
 
 
 def exists(path: str) -> bool:
     """`FileSystems.exists(path)`."""
     if s3_storage.is_s3(path):
-        _filesystems()
         return s3_storage.object_exists(path)
-    return _filesystems().exists(path)
+    return beam_filesystems().exists(path)
 
 
 def match(pattern: str) -> list:
     """`FileSystems.match([pattern])[0].metadata_list`: the `FileMetadata` of each file the
     glob matches."""
     if s3_storage.is_s3(pattern):
-        _filesystems()
         return s3_storage.match_objects(pattern)
-    return _filesystems().match([pattern])[0].metadata_list
+    return beam_filesystems().match([pattern])[0].metadata_list

@@ -66,11 +66,13 @@ def client():
 
 
 def _beam_settings() -> tuple:
-    """The settings Beam's FileSystems use in this process (a Pipeline's, or a worker's runtime
-    options); `set_options`' when Beam has none."""
-    from apache_beam.io.filesystems import FileSystems
+    """The settings Beam's FileSystems use in this process (a Pipeline's, a worker's runtime
+    options, or a decoding child's from its parent: `file_reads.beam_filesystems`);
+    `set_options`' when Beam has none."""
     from apache_beam.options.value_provider import RuntimeValueProvider
-    options = FileSystems._pipeline_options or RuntimeValueProvider.runtime_options
+
+    from transforms.file_reads import beam_filesystems  # it imports this module
+    options = beam_filesystems()._pipeline_options or RuntimeValueProvider.runtime_options
     if options is None:
         return _options
     return _settings(options if isinstance(options, dict) else options.get_all_options())
