@@ -269,9 +269,9 @@ def test_a_childs_pending_options_apply_at_its_first_use_past_local_files(monkey
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from transforms import file_reads
+    from transforms.beam_filesystems import apply_options_on_first_use
     monkeypatch.setattr(FileSystems, "_pipeline_options", None)  # undone at the end
-    file_reads.apply_options_on_first_use(
-        pickle.dumps(PipelineOptions(["--s3_region_name=eu-west-3"])))
+    apply_options_on_first_use(pickle.dumps(PipelineOptions(["--s3_region_name=eu-west-3"])))
     (tmp_path / "a.bin").write_bytes(b"abc")
     assert file_reads.read_bytes(str(tmp_path / "a.bin")) == b"abc"
     assert FileSystems._pipeline_options is None
@@ -288,8 +288,7 @@ def test_a_childs_pending_options_are_the_settings_of_its_first_s3_use(monkeypat
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from transforms import file_reads
+    from transforms.beam_filesystems import apply_options_on_first_use
     monkeypatch.setattr(FileSystems, "_pipeline_options", None)  # undone at the end
-    file_reads.apply_options_on_first_use(
-        pickle.dumps(PipelineOptions(["--s3_region_name=eu-west-3"])))
+    apply_options_on_first_use(pickle.dumps(PipelineOptions(["--s3_region_name=eu-west-3"])))
     assert ("s3_region_name", "eu-west-3") in s3_storage._beam_settings()

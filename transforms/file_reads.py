@@ -10,42 +10,24 @@ scheme through Beam's FileSystems, as before. Errors leave as OSError, as Beam's
 
 A local path (no `scheme://`, Beam's own test) is opened with `open(path, "rb")`, which is what
 Beam's LocalFileSystem does for an uncompressed read: so a process that reads only local files
-(the decoding children, `transforms.offline.image_inspection`) never imports Beam. A child that
-got its parent's FileSystems options (`apply_options_on_first_use`) applies them before its
-first read of another scheme.
+(the decoding children, `transforms.offline.image_inspection`) never imports Beam. Beam's
+FileSystems come from `transforms.beam_filesystems`, which applies a child's pending options.
 """
 from __future__ import annotations
 
-import pickle
 import re
 
 from transforms import s3_storage
+from transforms.beam_filesystems import beam_filesystems
 
-__all__ = ["read_bytes", "open_file", "exists", "match", "apply_options_on_first_use",
-           "beam_filesystems"]
+__all__ = ["read_bytes", "open_file", "exists", "match"]
 
 # Beam's `FileSystems.URI_SCHEMA_PATTERN`: a path it does not match is LocalFileSystem's.
 _SCHEME = re.compile(r"(?P<scheme>[a-zA-Z][-a-zA-Z0-9+.]*)://.*")
-_PENDING_OPTIONS: list = []  # pickled options for Beam's FileSystems, not applied yet
 
 
 def _is_local(path: str) -> bool:
     return _SCHEME.match(path.strip()) is None
-
-
-def apply_options_on_first_use(pickled_options: bytes) -> None:
-    """For a child process: Beam's FileSystems options, pickled by the parent, to apply when a
-    path that is not local is first used (unpickling them imports Beam)."""
-    _PENDING_OPTIONS[:] = [pickled_options]
-
-
-def beam_filesystems():
-    """Beam's FileSystems, with options a parent handed over applied first: every use of Beam's
-    FileSystems or of their settings (`s3_storage`'s) goes through here."""
-    from apache_beam.io.filesystems import FileSystems
-    if _PENDING_OPTIONS:
-        FileSystems.set_options(pickle.loads(_PENDING_OPTIONS.pop()))
-    return FileSystems
 
 
 def read_bytes(path: str, limit: int | None = None) -> bytes:

@@ -67,11 +67,11 @@ def client():
 
 def _beam_settings() -> tuple:
     """The settings Beam's FileSystems use in this process (a Pipeline's, a worker's runtime
-    options, or a decoding child's from its parent: `file_reads.beam_filesystems`);
+    options, or a decoding child's from its parent: `transforms.beam_filesystems`);
     `set_options`' when Beam has none."""
     from apache_beam.options.value_provider import RuntimeValueProvider
 
-    from transforms.file_reads import beam_filesystems  # it imports this module
+    from transforms.beam_filesystems import beam_filesystems
     options = beam_filesystems()._pipeline_options or RuntimeValueProvider.runtime_options
     if options is None:
         return _options

@@ -57,7 +57,7 @@ def _filesystem_options() -> bytes | None:
     """The options Beam's FileSystems use in this process (a Pipeline's, or a worker's runtime
     options), pickled, for the children: they open `s3://` and `gs://` inputs with the same
     settings. Pickled here so that a child unpickles them (and imports Beam) only if it reads
-    such an input (`file_reads.apply_options_on_first_use`)."""
+    such an input (`beam_filesystems.apply_options_on_first_use`)."""
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.value_provider import RuntimeValueProvider
     options = FileSystems._pipeline_options or RuntimeValueProvider.runtime_options
@@ -104,7 +104,7 @@ def _child_main(connection, worker, progress, filesystem_options=None,
             del os.environ[name]
         os.environ.update(environment)
     if filesystem_options is not None:  # pickled: applied when a remote path is first read
-        from transforms.file_reads import apply_options_on_first_use
+        from transforms.beam_filesystems import apply_options_on_first_use
         apply_options_on_first_use(filesystem_options)
     worker.setup()
     connection.send(_READY)
