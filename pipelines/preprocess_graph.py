@@ -57,7 +57,7 @@ from transforms.offline.join_labels import (
 from transforms.offline.outputs import WriteRejectsLedger, count_into, write_text
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, REASONS, Reject
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
-from transforms.offline.write_shards import FEATURES, FILES, MetaColumns, WriteShards
+from transforms.offline.write_shards import MetaColumns, WriteShards
 from transforms.reporting.feature_stats import WriteFeatureStatistics
 from transforms.reporting.stats import SummarizeIndexFn
 from transforms.snapshot_layout import work_file
@@ -244,7 +244,6 @@ class Dedup(beam.PTransform):
         archive_shas = archive_accepted | "ArchiveShas" >> beam.Map(
             lambda r: (r["sha256"], (r["run_id"], r["path"])))
         unique, rejected_exact = ((records, quality_rejected)
-                                  | "ExactCandidates" >> beam.Flatten()
                                   | "DropExactDuplicates" >> DropExactDuplicates(archive_shas)
                                   | "RouteExact" >> _Route())
         rejected = [rejected_exact]
@@ -289,19 +288,21 @@ class WriteSnapshot(beam.PTransform):
         meta_columns | "WriteMetaColumns" >> staged_run.write_meta_columns(staging)
         written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table,
                                                           meta_columns)
-        # The TFT transform covers everything committed so far plus tonight (the archive is
-        # empty on a full run): normalization and class weights describe the whole training set.
+        # The TFT transform covers everything committed so far plus tonight: normalization and
+        # class weights describe the whole training set. A full run has no archive, and no
+        # Flatten: Beam's local runner copies every element of one once more.
         if config.transform.enabled:
-            ((accepted, archive_accepted)
-             | "AcceptedSoFar" >> beam.Flatten()
+            accepted_so_far = accepted if not self._job.archive else (
+                (accepted, archive_accepted) | "AcceptedSoFar" >> beam.Flatten())
+            (accepted_so_far
              | "AnalyzeAndWriteTransform" >> AnalyzeAndWriteTransform(
                  staging, class_table, config.online.image_size,
                  work_file(staging, layout.WORK_TFT_TEMP),
                  size_quantiles=config.transform.size_quantiles,
                  exif_orientation=config.decode.exif_orientation)
              | "WriteTransformSummary" >> staged_run.write_transform_summary(staging))
-        written[FEATURES] | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging)
-        (written[FILES]
+        written.features | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging)
+        (written.files
          | "SortedShardFiles" >> Gather(lambda files: sorted(
              (dataclasses.asdict(f) for f in files), key=lambda f: f["path"]))
          | "WriteShardList" >> staged_run.write_shard_list(staging))

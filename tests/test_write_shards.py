@@ -17,7 +17,6 @@ from transforms import codec
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import record_row
 from transforms.offline.write_shards import (
-    FILES,
     AssignShards,
     ShardFile,
     WriteShards,
@@ -82,7 +81,7 @@ def test_records_go_to_the_shard_of_their_hash_and_every_shard_is_written(tmp_pa
                                  *_side_inputs(pipeline)))
         assert_that(written.index,
                     equal_to([record_row(r, shard_of[r.path]) for r in records]), label="Index")
-        assert_that(written[FILES], _files_on_disk(staging, per_shard), label="Files")
+        assert_that(written.files, _files_on_disk(staging, per_shard), label="Files")
     assert sorted(os.path.relpath(path, staging) for path in
                   glob.glob(os.path.join(staging, "*", "*.tfrecord-*"))) == every_shard
     for rel in every_shard:
@@ -109,7 +108,7 @@ def test_records_in_a_gzip_shard_are_ordered_by_sha256(tmp_path):
         written = (pipeline | "Records" >> beam.Create(records)
                    | WriteShards(str(staging), OutputConfig(num_shards=1, compression="gzip"),
                                  *_side_inputs(pipeline)))
-        assert_that(written[FILES], _files_on_disk(staging, {rel: 4}))
+        assert_that(written.files, _files_on_disk(staging, {rel: 4}))
     filenames = [tf.io.parse_single_example(s, codec.feature_spec())[codec.IMAGE_FILENAME]
                  .numpy().decode()
                  for s in tf.data.TFRecordDataset(os.path.join(staging, rel), "GZIP")]

@@ -60,8 +60,8 @@ def _keep_lowest_path(item):
 
 
 class DropExactDuplicates(beam.PTransform):
-    """ImageRecords -> ImageRecords (duplicates rejected). `archive`: PCollection of
-    (sha256, (run_id, rel)) accepted earlier."""
+    """ImageRecords (a PCollection, or a tuple of them) -> ImageRecords (duplicates
+    rejected). `archive`: PCollection of (sha256, (run_id, rel)) accepted earlier."""
 
     def __init__(self, archive):
         super().__init__()

@@ -73,7 +73,10 @@ def _collect(item, tags):
 class JoinByKey(beam.PTransform):
     """{tag: PCollection} -> (key, {tag: [values]}) for every key any input has, as
     `beam.CoGroupByKey` gives it. `key_values` maps a tag to a function element ->
-    (key, value); the PCollection of a tag without one holds (key, value) pairs already.
+    (key, value); the PCollection of a tag without one holds (key, value) pairs already. A
+    tag may name a tuple of PCollections: their values join under that tag, without a
+    `beam.Flatten` before the join (Beam's local runner copies every element of a Flatten
+    whose inputs come from different steps once more).
     Keying and tagging are one Map per input (CoGroupByKey's own tagging is a second), and
     the Maps declare their output type, so that building does not disassemble them."""
 
@@ -86,9 +89,14 @@ class JoinByKey(beam.PTransform):
         tagged = []
         for tag in tags:
             key_value = self._key_values.get(tag)
-            step = (beam.Map(_tag_pair, tag) if key_value is None
-                    else beam.Map(_key_and_tag, tag, key_value))
-            tagged.append(pcolls[tag] | f"Key[{tag}]" >> step.with_output_types(typing.Any))
+            inputs = pcolls[tag]
+            if not isinstance(inputs, (tuple, list)):
+                inputs = (inputs,)
+            for number, pcoll in enumerate(inputs):
+                step = (beam.Map(_tag_pair, tag) if key_value is None
+                        else beam.Map(_key_and_tag, tag, key_value))
+                label = f"Key[{tag}]" if number == 0 else f"Key[{tag}:{number}]"
+                tagged.append(pcoll | label >> step.with_output_types(typing.Any))
         return (tagged
                 | "Flatten" >> beam.Flatten()
                 | "GroupByKey" >> beam.GroupByKey()

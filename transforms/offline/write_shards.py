@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import typing
 import zlib
 
 import apache_beam as beam
@@ -33,7 +34,7 @@ from transforms.s3_storage import create_file
 from transforms.snapshot_layout import dali_index_name, shard_name
 
 __all__ = ["AssignShards", "WriteShards", "MetaColumns", "shard_counts", "frame_record",
-           "ShardFile", "FILES", "FEATURES"]
+           "ShardFile", "WrittenShards", "FILES", "FEATURES"]
 
 FILES = "files"
 FEATURES = "features"  # (split, reporting.feature_stats.record_features) per written record
@@ -78,7 +79,64 @@ def _features(record, data: bytes, class_ids: dict, columns, label_offset: int) 
         label_offset=label_offset)
 
 
+def _write_shard(staging_dir: str, output: OutputConfig, rel_path: str, records,
+                 class_table, columns):
+    """Writes the shard `rel_path` of `records` (sorted by sha256 here) and, uncompressed, its
+    DALI index. Yields (record, features) as each record is written; returns its ShardFile.
+    No record gives an empty shard (a gzip shard: gzip's empty stream)."""
+    records = sorted((r for r in records if r is not None), key=lambda r: r.sha256)
+    class_ids = {name: i for i, name in enumerate(class_table)}
+    digest = hashlib.sha256()
+    size = 0
+    compressor = (zlib.compressobj(9, zlib.DEFLATED, 31)
+                  if output.compression == "gzip" else None)
+    dali = IndexBuilder()
+    with create_file(FileSystems.join(staging_dir, rel_path),
+                     compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        def write(chunk: bytes):
+            nonlocal size
+            if compressor is not None:
+                chunk = compressor.compress(chunk)
+            handle.write(chunk)
+            digest.update(chunk)
+            size += len(chunk)
+
+        for record in records:
+            data = read_bytes(record.uri)
+            if hashlib.sha256(data).hexdigest() != record.sha256:
+                raise RuntimeError(
+                    f"{record.uri} changed while the job ran (sha256 differs from the one "
+                    f"validated); rerun the job on a stable input.")
+            features = _features(record, data, class_ids, columns, output.label_offset)
+            framed = frame_record(codec.serialize_features(features))
+            dali.add(len(framed))
+            write(framed)
+            yield record, features
+        if compressor is not None:
+            tail = compressor.flush()
+            handle.write(tail)
+            digest.update(tail)
+            size += len(tail)
+    if compressor is None:
+        index_path = FileSystems.join(staging_dir, dali_index_name(rel_path))
+        with create_file(index_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+            handle.write(dali.text())
+    return ShardFile(path=rel_path, bytes=size, sha256=digest.hexdigest(),
+                     records=len(records))
+
+
+class WrittenShards(typing.NamedTuple):
+    """What `WriteShards` gives: `index` rows of the written records, every ShardFile
+    (`files`), and (split, features) per record (`features`)."""
+    index: beam.PCollection
+    files: beam.PCollection
+    features: beam.PCollection
+
+
 class _WriteShardFn(beam.DoFn):
+    """((split, shard index), records) -> the shard written; an index row and (split,
+    features) per record, the ShardFile tagged `files`."""
+
     def __init__(self, staging_dir: str, output: OutputConfig):
         self._staging_dir = staging_dir
         self._output = output
@@ -87,53 +145,46 @@ class _WriteShardFn(beam.DoFn):
     def process(self, item, counts, class_table, columns):
         (split, index), records = item
         progress.enter("writing")
-        records = sorted((r for r in records if r is not None), key=lambda r: r.sha256)
-        class_ids = {name: i for i, name in enumerate(class_table)}
-        rel_path = shard_name(self._output.name, split, index, counts[split],
-                              self._output.compression)
-        digest = hashlib.sha256()
-        size = 0
-        compressor = (zlib.compressobj(9, zlib.DEFLATED, 31)
-                      if self._output.compression == "gzip" else None)
-        dali = IndexBuilder()
-        with create_file(FileSystems.join(self._staging_dir, rel_path),
-                         compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            def write(chunk: bytes):
-                nonlocal size
-                if compressor is not None:
-                    chunk = compressor.compress(chunk)
-                handle.write(chunk)
-                digest.update(chunk)
-                size += len(chunk)
+        output = self._output
+        rel_path = shard_name(output.name, split, index, counts[split], output.compression)
+        shard = yield from self._rows(
+            split, rel_path,
+            _write_shard(self._staging_dir, output, rel_path, records, class_table, columns))
+        yield beam.pvalue.TaggedOutput(FILES, shard)
 
-            for record in records:
-                data = read_bytes(record.uri)
-                if hashlib.sha256(data).hexdigest() != record.sha256:
-                    raise RuntimeError(
-                        f"{record.uri} changed while the job ran (sha256 differs from the one "
-                        f"validated); rerun the job on a stable input.")
-                features = _features(record, data, class_ids, columns,
-                                     self._output.label_offset)
-                framed = frame_record(codec.serialize_features(features))
-                dali.add(len(framed))
-                write(framed)
-                self._written.inc()
-                progress.add("written")
-                yield record_row(record, rel_path)
-                yield beam.pvalue.TaggedOutput(FEATURES, (split, summarize_features(features)))
-            if compressor is not None:
-                tail = compressor.flush()
-                handle.write(tail)
-                digest.update(tail)
-                size += len(tail)
-        if compressor is None:
-            index_path = FileSystems.join(self._staging_dir, dali_index_name(rel_path))
-            with create_file(index_path,
-                             compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-                handle.write(dali.text())
-        yield beam.pvalue.TaggedOutput(
-            FILES, ShardFile(path=rel_path, bytes=size, sha256=digest.hexdigest(),
-                             records=len(records)))
+    def _rows(self, split: str, rel_path: str, writing):
+        """The index row and features of each record `writing` writes; returns its result."""
+        while True:
+            try:
+                record, features = next(writing)
+            except StopIteration as done:
+                return done.value
+            self._written.inc()
+            progress.add("written")
+            yield record_row(record, rel_path)
+            yield beam.pvalue.TaggedOutput(FEATURES, (split, summarize_features(features)))
+
+
+def _every_shard_file(_, written, counts, staging_dir: str, output: OutputConfig):
+    """Every ShardFile of the run: the `written` ones and, for each shard the hash sent no
+    record (names must not have gaps), an empty shard written here."""
+    present = {shard.path for shard in written}
+    yield from written
+    for split in sorted(counts):
+        for index in range(counts[split]):
+            rel_path = shard_name(output.name, split, index, counts[split], output.compression)
+            if rel_path not in present:
+                yield _empty_shard(staging_dir, output, rel_path)
+
+
+def _empty_shard(staging_dir: str, output: OutputConfig, rel_path: str) -> ShardFile:
+    """Writes the shard `rel_path` with no record; its ShardFile."""
+    writing = _write_shard(staging_dir, output, rel_path, (), (), ())
+    try:
+        next(writing)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError(f"{rel_path}: a shard of no record wrote one")
 
 
 class AssignShards(beam.PTransform):
@@ -159,8 +210,8 @@ class AssignShards(beam.PTransform):
 
 
 class WriteShards(beam.PTransform):
-    """Accepted ImageRecords (with split and label_id) -> index rows; tagged `files` output:
-    one ShardFile per written shard; tagged `features`: (split, each record's features) for
+    """Accepted ImageRecords (with split and label_id) -> `WrittenShards`: index rows; `files`:
+    one ShardFile per shard, empty ones included; `features`: (split, each record's features) for
     the TFDV-style statistics. `class_table` and `meta_columns` (`MetaColumns` of the records:
     every record gets these columns) are singleton side inputs (lists of names)."""
 
@@ -175,17 +226,18 @@ class WriteShards(beam.PTransform):
         output = self._output
         keyed, shard_counts_per_split = records | "AssignShards" >> AssignShards(output)
         counts = beam.pvalue.AsSingleton(shard_counts_per_split)
-        # Every shard exists even when the hash sent it no record (names must not have gaps).
-        every_shard = (
-            once(records.pipeline, "Once")
-            | "EveryShard" >> beam.FlatMap(
-                lambda _, n: [((split, i), None) for split in sorted(n) for i in range(n[split])],
-                counts))
-        return ((keyed, every_shard)
-                | "WithEmptyShards" >> beam.Flatten()
-                | "GroupByShard" >> beam.GroupByKey()
-                | "WriteShard" >> beam.ParDo(
-                    _WriteShardFn(self._staging_dir, output), counts,
-                    beam.pvalue.AsSingleton(self._class_table),
-                    beam.pvalue.AsSingleton(self._meta_columns)
-                ).with_outputs(FILES, FEATURES, main="index"))
+        written = (keyed
+                   | "GroupByShard" >> beam.GroupByKey()
+                   | "WriteShard" >> beam.ParDo(
+                       _WriteShardFn(self._staging_dir, output), counts,
+                       beam.pvalue.AsSingleton(self._class_table),
+                       beam.pvalue.AsSingleton(self._meta_columns)
+                   ).with_outputs(FILES, FEATURES, main="index"))
+        # Shards the hash sent no record are written after the others, from the list of
+        # written ones: flattening an empty marker per shard into the records instead cost
+        # Beam's local runner one more copy of every record (docs/benchmarks.md, ninth round).
+        files = (once(records.pipeline, "Once")
+                 | "EveryShardFile" >> beam.FlatMap(
+                     _every_shard_file, beam.pvalue.AsList(written[FILES]), counts,
+                     self._staging_dir, output))
+        return WrittenShards(index=written.index, files=files, features=written[FEATURES])
