@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pickle
 
-__all__ = ["apply_options_on_first_use", "beam_filesystems"]
+__all__ = ["apply_options_on_first_use", "beam_filesystems", "filesystem_options"]
 
 _PENDING_OPTIONS: list = []  # pickled options for Beam's FileSystems, not applied yet
 
@@ -28,3 +28,10 @@ def beam_filesystems():
     if _PENDING_OPTIONS:
         FileSystems.set_options(pickle.loads(_PENDING_OPTIONS.pop()))
     return FileSystems
+
+
+def filesystem_options():
+    """The options Beam's FileSystems use in this process: a Pipeline's, or a worker's runtime
+    options (None when Beam has neither)."""
+    from apache_beam.options.value_provider import RuntimeValueProvider
+    return beam_filesystems()._pipeline_options or RuntimeValueProvider.runtime_options

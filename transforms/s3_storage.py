@@ -69,10 +69,8 @@ def _beam_settings() -> tuple:
     """The settings Beam's FileSystems use in this process (a Pipeline's, a worker's runtime
     options, or a decoding child's from its parent: `transforms.beam_filesystems`);
     `set_options`' when Beam has none."""
-    from apache_beam.options.value_provider import RuntimeValueProvider
-
-    from transforms.beam_filesystems import beam_filesystems
-    options = beam_filesystems()._pipeline_options or RuntimeValueProvider.runtime_options
+    from transforms.beam_filesystems import filesystem_options
+    options = filesystem_options()
     if options is None:
         return _options
     return _settings(options if isinstance(options, dict) else options.get_all_options())

@@ -58,9 +58,8 @@ def _filesystem_options() -> bytes | None:
     options), pickled, for the children: they open `s3://` and `gs://` inputs with the same
     settings. Pickled here so that a child unpickles them (and imports Beam) only if it reads
     such an input (`beam_filesystems.apply_options_on_first_use`)."""
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.value_provider import RuntimeValueProvider
-    options = FileSystems._pipeline_options or RuntimeValueProvider.runtime_options
+    from transforms.beam_filesystems import filesystem_options
+    options = filesystem_options()
     return None if options is None else pickle.dumps(options)
 
 

@@ -12,6 +12,7 @@ every record gets every `meta/` column of the run (empty where its CSV row had n
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 import typing
@@ -80,11 +81,11 @@ def _features(record, data: bytes, class_ids: dict, columns, label_offset: int) 
 
 
 def _write_shard(staging_dir: str, output: OutputConfig, rel_path: str, records,
-                 class_table, columns):
+                 class_table, columns, emit):
     """Writes the shard `rel_path` of `records` (sorted by sha256 here) and, uncompressed, its
-    DALI index. Yields (record, features) as each record is written; returns its ShardFile.
-    No record gives an empty shard (a gzip shard: gzip's empty stream)."""
-    records = sorted((r for r in records if r is not None), key=lambda r: r.sha256)
+    DALI index. Yields what `emit(record, features)` gives as each record is written; returns
+    its ShardFile. No record gives an empty shard (a gzip shard: gzip's empty stream)."""
+    records = sorted(records, key=lambda r: r.sha256)
     class_ids = {name: i for i, name in enumerate(class_table)}
     digest = hashlib.sha256()
     size = 0
@@ -111,7 +112,7 @@ def _write_shard(staging_dir: str, output: OutputConfig, rel_path: str, records,
             framed = frame_record(codec.serialize_features(features))
             dali.add(len(framed))
             write(framed)
-            yield record, features
+            yield from emit(record, features)
         if compressor is not None:
             tail = compressor.flush()
             handle.write(tail)
@@ -147,22 +148,17 @@ class _WriteShardFn(beam.DoFn):
         progress.enter("writing")
         output = self._output
         rel_path = shard_name(output.name, split, index, counts[split], output.compression)
-        shard = yield from self._rows(
-            split, rel_path,
-            _write_shard(self._staging_dir, output, rel_path, records, class_table, columns))
+        shard = yield from _write_shard(
+            self._staging_dir, output, rel_path, records, class_table, columns,
+            emit=functools.partial(self._outputs, split, rel_path))
         yield beam.pvalue.TaggedOutput(FILES, shard)
 
-    def _rows(self, split: str, rel_path: str, writing):
-        """The index row and features of each record `writing` writes; returns its result."""
-        while True:
-            try:
-                record, features = next(writing)
-            except StopIteration as done:
-                return done.value
-            self._written.inc()
-            progress.add("written")
-            yield record_row(record, rel_path)
-            yield beam.pvalue.TaggedOutput(FEATURES, (split, summarize_features(features)))
+    def _outputs(self, split: str, rel_path: str, record, features) -> tuple:
+        """A written record's index row and (split, features)."""
+        self._written.inc()
+        progress.add("written")
+        return (record_row(record, rel_path),
+                beam.pvalue.TaggedOutput(FEATURES, (split, summarize_features(features))))
 
 
 def _every_shard_file(_, written, counts, staging_dir: str, output: OutputConfig):
@@ -179,7 +175,7 @@ def _every_shard_file(_, written, counts, staging_dir: str, output: OutputConfig
 
 def _empty_shard(staging_dir: str, output: OutputConfig, rel_path: str) -> ShardFile:
     """Writes the shard `rel_path` with no record; its ShardFile."""
-    writing = _write_shard(staging_dir, output, rel_path, (), (), ())
+    writing = _write_shard(staging_dir, output, rel_path, (), (), (), emit=None)  # no record
     try:
         next(writing)
     except StopIteration as done:
