@@ -80,8 +80,8 @@ def prepare_job(job, options: PipelineOptions):
     process will need one: the decoders' (isolated decoding, graph run in this process) or the
     report's thumbnails' (drawn in an isolated child at publish, whatever the runner, when
     `report.thumbnails_per_reason` > 0), so that its TensorFlow import overlaps the launcher's.
-    Call it before importing the graph's modules; it imports no TensorFlow itself. It patches
-    no framework (the `pixelmill` command's speed-ups: `runners.framework_patches`)."""
+    Call it before importing the graph's modules; it imports no TensorFlow itself. Nothing here,
+    nor anywhere in pixelmill, patches Beam or TensorFlow (tests/test_structure.py)."""
     from runners import exit_safety
     exit_safety.install()
     job = with_decode_processes(job, options)

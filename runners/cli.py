@@ -55,7 +55,7 @@ SUBCOMMANDS = {
     "bench": (None, "benchmarks: `bench preprocess`, `bench train`, `bench quality` or "
                     "`bench scale`"),
 }
-_PATCHED = ("preprocess", "nightly", "demo")  # the commands that build a Beam graph
+_GRAPH_COMMANDS = ("preprocess", "nightly", "demo")  # the commands that build a Beam graph
 _BENCHES = {"preprocess": "runners.bench.bench_preprocess", "train": "runners.bench.bench_train",
             "quality": "runners.bench.bench_quality", "scale": "runners.bench.bench_scale"}
 
@@ -92,14 +92,11 @@ def main(argv=None) -> int:
     if command in ("preprocess", "nightly") and wants_help(rest):  # without Beam's import
         print(command_help(command, module_name), end="")
         return 0
-    if command not in _PATCHED:
+    if command not in _GRAPH_COMMANDS:
         return _run(command, importlib.import_module(module_name), rest, verbose)
     from transforms.gc_policy import long_lived_imports, thawed_after
     with thawed_after():  # Beam's import, paused collector and frozen (`transforms.gc_policy`)
         with long_lived_imports():
-            if not wants_help(rest):  # Beam speed-ups for the command's run
-                from runners import framework_patches
-                framework_patches.enable()
             module = importlib.import_module(module_name)
         return _run(command, module, rest, verbose)
 

@@ -1,8 +1,10 @@
 """The layout rules a newcomer relies on, checked on the source itself: no product module over
 450 lines, no function over 80 lines (geometry kernels excepted), no docstring over 25 lines
-(contract and reason; measurements live in docs/benchmarks.md, references in docs/), and no
+(contract and reason; measurements live in docs/benchmarks.md, references in docs/), no
 import cycle among pixelmill's modules, counting imports inside functions too (a lazy import
-that only hides a cycle is still a cycle)."""
+that only hides a cycle is still a cycle), and no assignment into a framework's modules or
+classes (Beam, TensorFlow, TFT, protobuf: speed is found in our own design, not by patching
+theirs)."""
 from __future__ import annotations
 
 import ast
@@ -123,3 +125,54 @@ def test_no_import_cycles():
 def test_cycle_finder_finds_a_cycle():
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+FRAMEWORKS = ("apache_beam", "tensorflow", "tensorflow_transform", "tfx_bsl", "google.protobuf",
+              "pyarrow", "keras")
+
+
+def _framework_names(tree: ast.AST) -> set[str]:
+    """Local names bound to a framework's module or to something imported from one."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names
+                         if alias.name.startswith(FRAMEWORKS))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(FRAMEWORKS):
+            names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _framework_patches(tree: ast.AST) -> list[int]:
+    """Lines that assign (or setattr/delattr) an attribute reached from a framework name."""
+    names, lines = _framework_names(tree), []
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in ("setattr", "delattr") and node.args:
+            targets = [ast.Attribute(value=node.args[0], attr="?")]
+        lines += [node.lineno for target in targets
+                  if isinstance(target, ast.Attribute) and _root(target) in names]
+    return lines
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_framework_is_patched(name):
+    lines = _framework_patches(ast.parse(MODULES[name].read_text()))
+    assert not lines, f"{MODULES[name]}: assigns into a framework at lines {lines}"
+
+
+def test_patch_check_finds_a_patch():
+    source = ("import apache_beam as beam\nfrom apache_beam.transforms import core\n"
+              "from tensorflow.python.framework import ops\nimport numpy as np\n"
+              "core.get_function_args_defaults = None\nbeam.Map.x += 1\n"
+              "setattr(ops.Graph, 'f', None)\nnp.x = 1\nlocal = core.y\nlocal.z = 2\n")
+    assert _framework_patches(ast.parse(source)) == [5, 6, 7]
