@@ -27,8 +27,7 @@ from transforms.offline import tft_analysis as ta
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import make_row
 from transforms.offline.outputs import WriteJson
-from transforms.offline.tft_analyzer import class_frequencies_file
-from transforms.offline.tft_totals import Totals
+from transforms.offline.tft_assets import class_frequencies_file
 
 CLASS_TABLE = ["cat", "dog", "bird", "fish"]       # fish: in the table, no image
 LABELS = ["cat"] * 6 + ["dog"] * 4 + ["bird"] * 2
@@ -271,26 +270,25 @@ def test_raw_features_refuse_an_unlabelled_record():
         ta.raw_features(record)
 
 
-def _totals():
-    """A totals PCollection of a pipeline that is built, never run (for argument checks)."""
-    return beam.Pipeline() | beam.Create([Totals()])
+def _step(class_table, image_size=16, **options):
+    return ta.AnalyzeAndWriteTransform("out", class_table, image_size, "tmp", **options)
 
 
 def test_class_table_with_duplicates_is_refused():
     with pytest.raises(ValueError, match=r"lists \['cat'\] more than once"):
-        ta.make_preprocessing_fn(["cat", "dog", "cat"], _totals(), 16)
+        _step(["cat", "dog", "cat"])
 
 
 def test_empty_class_table_is_refused():
     with pytest.raises(ValueError, match="at least one class"):
-        ta.make_preprocessing_fn([], _totals(), 16)
+        _step([])
 
 
 def test_bad_image_size_is_refused():
     with pytest.raises(ValueError, match=r"image_size must be.*Received: image_size=\(16, 0\)"):
-        ta.make_preprocessing_fn(["cat"], _totals(), (16, 0))
+        _step(["cat"], (16, 0))
 
 
 def test_bad_size_quantiles_is_refused():
     with pytest.raises(ValueError, match="size_quantiles must be an int in \\[2, 1000\\]"):
-        ta.make_preprocessing_fn(["cat"], _totals(), 16, size_quantiles=1)
+        _step(["cat"], size_quantiles=1)

@@ -112,28 +112,36 @@ def test_no_row_gives_a_mean_of_0_and_a_std_of_1():
     assert analyzed.mean.tolist() == [0.0] * 3 and analyzed.std.tolist() == [1.0] * 3
 
 
-def test_make_preprocessing_fn_wants_totals():
+def test_the_transform_is_written_only_from_totals(tmp_path):
     with pytest.raises(ValueError, match="totals must be a tft_totals.Totals"):
-        ta.make_preprocessing_fn(["cat"], {"images": 1}, 16)
+        ta.write_analyzed_transform(str(tmp_path / "out"), str(tmp_path / "tmp"), ["cat"],
+                                    {"images": 1}, 16)
 
 
 @pytest.mark.slow
-def test_tft_is_fed_no_row_and_the_records_reach_only_the_combine(tmp_path):
-    """The records go to `TotalsFn` alone: TFT's steps that encode and batch rows (about a
-    second of every job's fixed cost with its analyzers) must not come back."""
+def test_the_records_reach_only_the_combine_and_tft_adds_no_beam_step(tmp_path):
+    """The records go to `TotalsFn` alone, and the transform is written by one step that reads
+    the totals and the class table: neither TFT's steps that encode and batch rows (about a
+    second of every job's fixed cost with its analyzers) nor its `AnalyzeDataset` (~45 steps,
+    a second SavedModel) come back."""
     import apache_beam as beam
 
     pipeline = beam.Pipeline()          # built, never run: the graph is what is checked
+    table = pipeline | "ClassTable" >> beam.Create([["cat"]])
     _ = (pipeline | "Records" >> beam.Create([])
-         | ta.AnalyzeAndWriteTransform(str(tmp_path / "out"), ["cat"], 8, str(tmp_path / "tmp")))
+         | "Analyze" >> ta.AnalyzeAndWriteTransform(str(tmp_path / "out"), table, 8,
+                                                    str(tmp_path / "tmp")))
     components = pipeline.to_runner_api().components
-    names = {t.unique_name for t in components.transforms.values()}
-    assert not [n for n in names if "InstanceDict" in n or "TfExampleToRecordBatch" in n]
-    made_by = {pid: t.unique_name for t in components.transforms.values() if not t.subtransforms
-               for pid in t.outputs.values()}
-    readers = sorted({made_by.get(pid, "?").split("/")[1]
-                      for t in components.transforms.values() if not t.subtransforms
-                      and t.unique_name.split("/")[1:2] == ["AnalyzeDataset"]
-                      for pid in t.inputs.values()
-                      if made_by.get(pid, "").split("/")[1:2] != ["AnalyzeDataset"]})
-    assert readers == ["ClassTable", "NoRows", "Totals"]  # the table's names, not records
+    leaves = [t for t in components.transforms.values() if not t.subtransforms]
+    inside = sorted({t.unique_name.split("/")[1] for t in leaves
+                     if t.unique_name.startswith("Analyze/")})
+    assert inside == ["RawFeatures", "Totals", "WriteTransform"]
+    made_by = {pid: t.unique_name.split("/")[0 if not t.unique_name.startswith("Analyze/")
+                                             else 1]
+               for t in leaves for pid in t.outputs.values()}
+    readers = {name: sorted({made_by[pid] for t in leaves
+                             if t.unique_name.startswith(f"Analyze/{name}")
+                             for pid in t.inputs.values()} - {name})
+               for name in inside}
+    assert readers == {"RawFeatures": ["Records"], "Totals": ["RawFeatures"],
+                       "WriteTransform": ["ClassTable", "Totals"]}

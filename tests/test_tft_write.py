@@ -50,7 +50,7 @@ def test_the_written_transform_is_the_same_whatever_was_traced_before(tmp_path):
     first = _save(str(tmp_path / "a"), traces_before=0)
     second = _save(str(tmp_path / "b"), traces_before=7)
     assert _files(first)["saved_model.pb"] != _files(second)["saved_model.pb"]
-    written = [tft_write._copy_into_place(source, str(tmp_path / f"out_{index}"), None)
+    written = [tft_write._copy_into_place(source, str(tmp_path / f"out_{index}"))
                for index, source in enumerate((first, second))]
     assert _files(written[0]) == _files(written[1])
     loaded = tf.saved_model.load(written[1])
@@ -62,8 +62,7 @@ def test_the_written_transform_is_the_same_whatever_was_traced_before(tmp_path):
 def test_a_written_transform_keeps_a_fingerprint_of_its_own_bytes(tmp_path):
     from tensorflow.core.protobuf import fingerprint_pb2
     from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting
-    written = tft_write._copy_into_place(_save(str(tmp_path / "a"), 3),
-                                         str(tmp_path / "out"), None)
+    written = tft_write._copy_into_place(_save(str(tmp_path / "a"), 3), str(tmp_path / "out"))
     stored = fingerprint_pb2.FingerprintDef.FromString(_files(written)["fingerprint.pb"])
     fresh = fingerprint_pb2.FingerprintDef.FromString(fingerprinting.CreateFingerprintDef(written))
     assert stored.saved_model_checksum == fresh.saved_model_checksum != 0

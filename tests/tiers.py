@@ -1,9 +1,9 @@
 """The suite's two tiers: `slow` tests and the rest, with the marks checked on every run.
 
-A test is `slow` when it builds the whole offline job, runs a TensorFlow Transform analysis or
-starts a Python interpreter as a subprocess (a script, the CLI, a Beam worker), directly or
-through a fixture: a few seconds each, about 130 tests and 60% of the suite's CPU. A
-multiprocessing forkserver is not counted: a test process starts one, for whichever test first
+A test is `slow` when it builds the whole offline job, runs a TensorFlow Transform analysis
+(or writes a transform) or starts a Python interpreter as a subprocess (a script, the CLI, a
+Beam worker), directly or through a fixture: a few seconds each, about 130 tests and 60% of
+the suite's CPU. A multiprocessing forkserver is not counted: a test process starts one, for whichever test first
 asks for isolated children, so whether a test starts it depends on what ran before (a test
 whose isolated children import TensorFlow is marked by hand). `make test` (and CI) runs every
 test; `make test-quick` leaves the slow ones out, for a developer's loop: the rules, ops,
@@ -80,13 +80,16 @@ def _watch_module(module) -> None:
     elif module.__name__ == "tensorflow_transform.beam.impl":
         module.AnalyzeDataset.expand = _counting(module.AnalyzeDataset.expand,
                                                  "runs a TFT analysis")
+    elif module.__name__ == "transforms.offline.tft_write":
+        module.write_transform = _counting(module.write_transform, "writes a TFT transform")
 
 
 class _WatchOnImport(importlib.abc.MetaPathFinder):
-    """Watches the job's graph builder and TFT's analysis when they are first imported, so a
-    test process that never needs them never imports them."""
+    """Watches the job's graph builder, TFT's analysis and the transform's writer when they are
+    first imported, so a test process that never needs them never imports them."""
 
-    NAMES = ("pipelines.preprocess_graph", "tensorflow_transform.beam.impl")
+    NAMES = ("pipelines.preprocess_graph", "tensorflow_transform.beam.impl",
+             "transforms.offline.tft_write")
 
     def find_spec(self, fullname, path, target=None):
         if fullname not in self.NAMES:

@@ -18,6 +18,7 @@
     outputs        rejects.jsonl and small JSON outputs
     tft_analysis   AnalyzeAndWriteTransform: TFT analysis and the exported transform
     tft_totals     the one combine the transform's numbers and class counts come from
-    tft_analyzer   the transform's analyzers: class assets and numbers from those totals
+    tft_assets     the transform's two assets (class table, class frequencies)
+    tft_write      the transform written outside Beam, retry-safe, the same bytes each time
     image_record, rejects   the element that flows through the job; the reject vocabulary
 """

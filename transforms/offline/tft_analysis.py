@@ -4,18 +4,19 @@
 (`transforms.offline.tft_totals`): the rows per label (asset `class_frequencies`: class weights,
 `tft_summary`), the exact per-channel pixel mean and std weighted by pixel count (from each
 record's measured moments: no image is decoded a second time, no pixel is shipped through
-TFT), and width/height quantiles. TFT writes the transform with these as its analyzer's
-values (`transforms.offline.tft_analyzer`). `transform_fn/` is
-written next to the shards; its `preprocessing_fn` maps `image/encoded` to the model's input
-with the training reader's own decoder (upright, resized, normalized) and `image/class/text`
-to the id in the job's append-only class table (asset `pixelmill_class_table`, never a
-frequency-ordered vocabulary whose ids would move between runs; -1 outside it).
+TFT), and width/height quantiles. One step then writes the transform with these numbers and
+the class table as constants and assets (`transforms.offline.tft_write`: TFT's own tracing and
+saving, outside Beam). `transform_fn/` is written next to the shards; its `preprocessing_fn`
+maps `image/encoded` to the model's input with the training reader's own decoder (upright,
+resized, normalized) and `image/class/text` to the id in the job's append-only class table
+(asset `pixelmill_class_table`, never a frequency-ordered vocabulary whose ids would move
+between runs; -1 outside it).
 
 The analyzed constants are outputs too (`stats/*`), so stats.json, the training reader and the
 serving graph read the same numbers. Analysis-only raw features (`analysis/*`) feed the
-analyzers and nothing a model consumes; a serving client feeds only `image/encoded`.
-Design notes (the formulas, how the class table becomes an asset in the same job, what is fed
-during analysis): docs/architecture.md, "TFT analysis".
+combine and nothing a model consumes; a serving client feeds only `image/encoded`.
+Design notes (the formulas, why the transform is written outside TFT's Beam analysis):
+docs/architecture.md, "TFT analysis".
 """
 from __future__ import annotations
 
@@ -26,10 +27,8 @@ from typing import Callable, Mapping, Sequence
 
 import apache_beam as beam
 import numpy as np
-import pyarrow as pa
 import tensorflow as tf
 import tensorflow_transform as tft
-import tensorflow_transform.beam as tft_beam
 from tfx_bsl.public import tfxio
 
 from configs.online import image_size_pair
@@ -37,12 +36,12 @@ from transforms import codec
 from transforms.decode import decode_for_model
 from transforms.offline import progress
 from transforms.offline.image_record import ImageRecord
-from transforms.offline.tft_analyzer import (
+from transforms.offline.tft_assets import (
     CLASS_FREQUENCIES,
     CLASS_TABLE_ASSET,
     NO_CLASS,
-    analyze_job,
     check_class_table,
+    write_assets,
 )
 from transforms.offline.tft_totals import (
     CHANNEL_SQSUM,
@@ -50,16 +49,17 @@ from transforms.offline.tft_totals import (
     HEIGHT,
     PIXEL_COUNT,
     WIDTH,
+    Analyzed,
     Totals,
     TotalsFn,
 )
-from transforms.offline.tft_write import WriteTransformFnOnce
+from transforms.offline.tft_write import write_transform
 
 __all__ = [
     "PIXEL_COUNT", "CHANNEL_SUM", "CHANNEL_SQSUM", "WIDTH", "HEIGHT", "ANALYSIS_FEATURES",
     "RAW_FEATURE_SPEC", "IMAGE", "LABEL", "STATS_PREFIX", "CLASS_TABLE_ASSET",
     "CLASS_FREQUENCIES", "DEFAULT_SIZE_QUANTILES",
-    "raw_metadata", "raw_features", "make_preprocessing_fn",
+    "raw_metadata", "raw_features", "make_preprocessing_fn", "write_analyzed_transform",
     "AnalyzeAndWriteTransform", "tft_summary", "job_summary", "read_normalization",
 ]
 
@@ -189,39 +189,49 @@ def _model_decoder(size: tuple[int, int], orientation) -> Callable:
                        autograph=False)
 
 
-def make_preprocessing_fn(class_table, totals, image_size,
-                          size_quantiles: int = DEFAULT_SIZE_QUANTILES,
-                          exif_orientation: bool = True) -> Callable:
-    """The `preprocessing_fn` for `tft_beam.AnalyzeDataset` (see the module docstring).
-
-    Args:
-      class_table: the class names in id order: a list, or (inside a Beam job) a singleton
-        PCollection holding that list.
-      totals: what the analyzed constants come from: the singleton PCollection of
-        `tft_totals.Totals` that `TotalsFn` makes of the accepted records.
-      image_size: the model's input size, an int (square) or (height, width).
-      size_quantiles: number of buckets of the width/height quantiles (boundaries: n - 1).
-      exif_orientation: `decode.exif_orientation`: the graph turns images upright by the
-        orientation it reads from `image/encoded`; False decodes them as stored.
-    """
+def _checked_arguments(image_size, size_quantiles) -> tuple[int, int]:
     size = image_size_pair(image_size)
-    orientation = None if exif_orientation else 1
-    if not isinstance(class_table, beam.PCollection):
-        class_table = check_class_table(class_table, "class_table")
-    if not isinstance(totals, beam.PCollection):
-        raise ValueError(f"totals must be a tft_totals.Totals PCollection (TotalsFn's one "
-                         f"element). Received: {type(totals).__name__}")
     if (isinstance(size_quantiles, bool) or not isinstance(size_quantiles, int)
             or not 2 <= size_quantiles <= 1000):
         raise ValueError(
             f"size_quantiles must be an int in [2, 1000]. Received: size_quantiles="
             f"{size_quantiles!r}")
+    return size
+
+
+def make_preprocessing_fn(table_path: str, frequencies_path: str, analyzed: Analyzed,
+                          image_size, exif_orientation: bool = True) -> Callable:
+    """The transform's `preprocessing_fn`, its analysis already done (it holds no analyzer).
+
+    Args:
+      table_path, frequencies_path: the two asset files (`tft_assets.write_assets`).
+      analyzed: the analyzed numbers (`Totals.analyzed`).
+      image_size: the model's input size, an int (square) or (height, width).
+      exif_orientation: `decode.exif_orientation`: the graph turns images upright by the
+        orientation it reads from `image/encoded`; False decodes them as stored.
+
+    The numbers and paths are constants made before tracing, which are what TFT bound in
+    place of its analyzers' outputs (so the traced graph is the one TFT's analysis gave).
+    """
+    size = image_size_pair(image_size)
+    if not isinstance(analyzed, Analyzed):
+        raise ValueError(f"analyzed must be a tft_totals.Analyzed (Totals.analyzed). "
+                         f"Received: {type(analyzed).__name__}")
+    orientation = None if exif_orientation else 1
+    with tf.init_scope():
+        table, frequencies = tf.constant(table_path), tf.constant(frequencies_path)
+        counts, mean, std, quantiles = (tf.constant(analyzed.counts, tf.int64),
+                                        tf.constant(analyzed.mean, tf.float32),
+                                        tf.constant(analyzed.std, tf.float32),
+                                        tf.constant(analyzed.quantiles, tf.float32))
 
     def preprocessing_fn(inputs: dict) -> dict:
         encoded, text = inputs[codec.IMAGE_ENCODED], inputs[codec.CLASS_TEXT]
-        table_path, counts, mean, std, quantiles = analyze_job(text, class_table, totals,
-                                                               size_quantiles)
-        label = tft.apply_vocabulary(text, table_path, lookup_fn=_lookup_class_ids, name="label")
+        for path in (table, frequencies):  # what TFT does with an analyzer's asset output
+            tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, path)
+        tft.annotate_asset(CLASS_FREQUENCIES, CLASS_FREQUENCIES)
+        tft.annotate_asset(CLASS_TABLE_ASSET, CLASS_TABLE_ASSET)
+        label = tft.apply_vocabulary(text, table, lookup_fn=_lookup_class_ids, name="label")
 
         image = (_model_decoder(size, orientation)(encoded) - mean) / std
         return {
@@ -239,50 +249,75 @@ def make_preprocessing_fn(class_table, totals, image_size,
     return preprocessing_fn
 
 
+_ASSET_MAP = {CLASS_FREQUENCIES: CLASS_FREQUENCIES, CLASS_TABLE_ASSET: CLASS_TABLE_ASSET}
+
+
+def write_analyzed_transform(output_dir: str, temp_dir: str, class_table: Sequence[str],
+                             totals: Totals, image_size,
+                             size_quantiles: int = DEFAULT_SIZE_QUANTILES,
+                             exif_orientation: bool = True) -> dict:
+    """Writes the transform of `totals` and `class_table` (names in id order; empty when
+    the job accepted no image) into `output_dir` (`tft_write.write_transform`), its assets and
+    TFT's scratch files under `temp_dir`; returns its `job_summary`."""
+    if not isinstance(totals, Totals):
+        raise ValueError(f"totals must be a tft_totals.Totals (TotalsFn's output). "
+                         f"Received: {type(totals).__name__}")
+    names = check_class_table(class_table, "class_table", allow_empty=True)
+    _checked_arguments(image_size, size_quantiles)
+    analyzed = totals.analyzed(size_quantiles)
+    table_path, frequencies_path = write_assets(temp_dir, names, totals.label_counts)
+    preprocessing_fn = make_preprocessing_fn(table_path, frequencies_path, analyzed,
+                                             image_size, exif_orientation)
+    write_transform(preprocessing_fn, _input_specs(), _ASSET_MAP, output_dir, temp_dir)
+    return job_summary(totals, names, analyzed)
+
+
+@functools.cache
+def _input_specs() -> dict:
+    """The type specs TFT traced `preprocessing_fn` with: those of `RAW_FEATURE_SPEC` read
+    as TFT's Arrow source reads them."""
+    source = tfxio.TFExampleBeamRecord("inmem", ["pixelmill"], raw_metadata().schema)
+    return tfxio.TensorAdapter(source.TensorAdapterConfig()).OriginalTypeSpecs()
+
+
 class AnalyzeAndWriteTransform(beam.PTransform):
     """Accepted images -> `output_dir/transform_fn/` + `output_dir/transformed_metadata/`.
 
     Input: accepted `ImageRecord`s (or accepted index rows, see `raw_features`). `class_table`
     is the list of class names in id order, or the job's singleton PCollection of it.
-    `temp_dir` holds TFT's scratch files (keep it out of what gets published). Returns the
-    one-element PCollection of the transform's summary (`job_summary`: what `tft_summary`
-    reads back from the written transform), which exists once the transform is written.
-    Writing survives retried bundles (`transforms.offline.tft_write`).
+    `temp_dir` holds the assets before they are copied in and TFT's scratch files (keep it out
+    of what gets published). Returns the one-element PCollection of the transform's summary
+    (`job_summary`: what `tft_summary` reads back from the written transform), which exists
+    once the transform is written. Writing survives retried bundles
+    (`transforms.offline.tft_write`).
+
+    TFT's `AnalyzeDataset` is not used: with every number from the combine, it was handed no
+    row and still added ~45 steps and a second SavedModel to every job (docs/benchmarks.md,
+    eleventh round); its own in-place path writes the same transform in one step.
     """
 
     def __init__(self, output_dir: str, class_table, image_size, temp_dir: str,
                  size_quantiles: int = DEFAULT_SIZE_QUANTILES, exif_orientation: bool = True):
         super().__init__()
+        _checked_arguments(image_size, size_quantiles)
+        if not isinstance(class_table, beam.PCollection):
+            class_table = check_class_table(class_table, "class_table")
         self._output_dir = output_dir
         self._temp_dir = temp_dir
         self._class_table = class_table
-        self._preprocessing_fn_args = (image_size, size_quantiles, exif_orientation)
+        self._arguments = (image_size, size_quantiles, exif_orientation)
 
     def expand(self, accepted):
-        # One combine gives every analyzed number; TFT gets no row and writes the transform
-        # (`transforms.offline.tft_analyzer`).
         totals = (accepted
                   | "RawFeatures" >> beam.Map(raw_features)
                   | "Totals" >> beam.CombineGlobally(TotalsFn()))
         class_table = self._class_table
-        if not isinstance(class_table, beam.PCollection):
-            class_table = accepted.pipeline | "ClassTable" >> beam.Create(
-                [check_class_table(class_table, "class_table")])
-        preprocessing_fn = make_preprocessing_fn(class_table, totals,
-                                                 *self._preprocessing_fn_args)
-        # No row, as an (empty) Arrow source: TFT's instance-dict path would add a dozen
-        # steps that encode and batch rows, and warn that it is slow.
-        source = tfxio.TFExampleBeamRecord("inmem", ["pixelmill"], raw_metadata().schema)
-        no_rows = accepted.pipeline | "NoRows" >> beam.Create(
-            [], reshuffle=False).with_output_types(pa.RecordBatch)
-        with tft_beam.Context(temp_dir=self._temp_dir, force_tf_compat_v1=False):
-            transform_fn = ((no_rows, source.TensorAdapterConfig())
-                            | "AnalyzeDataset" >> tft_beam.AnalyzeDataset(preprocessing_fn))
-            written = transform_fn | "WriteTransformFn" >> WriteTransformFnOnce(self._output_dir)
-        size_quantiles = self._preprocessing_fn_args[1]
-        return totals | "Summary" >> beam.Map(
-            lambda totals_, names, _: job_summary(totals_, names, size_quantiles),
-            beam.pvalue.AsSingleton(class_table), beam.pvalue.AsSingleton(written))
+        if isinstance(class_table, beam.PCollection):
+            class_table = beam.pvalue.AsSingleton(class_table)
+        output_dir, temp_dir, arguments = self._output_dir, self._temp_dir, self._arguments
+        return totals | "WriteTransform" >> beam.Map(
+            lambda totals_, names: write_analyzed_transform(
+                output_dir, temp_dir, names, totals_, *arguments), class_table)
 
 
 def _constant(transformed: Mapping, key: str) -> list:
@@ -334,12 +369,11 @@ def tft_summary(transform_output_dir: str) -> dict:
                     _class_counts(output) if images else {})
 
 
-def job_summary(totals: Totals, class_table: Sequence[str], size_quantiles: int) -> dict:
+def job_summary(totals: Totals, class_table: Sequence[str], analyzed: Analyzed) -> dict:
     """`tft_summary` of the transform that the job writes from `totals` and `class_table`,
-    from the same numbers (`Totals.analyzed`) without loading the transform back: that load
-    was ~0.4 s of every job, over 1 s in a fresh process (docs/benchmarks.md, eighth round).
-    A test holds the two equal."""
-    analyzed = totals.analyzed(size_quantiles)
+    from the same numbers (`analyzed`: `totals.analyzed`) without loading the transform back:
+    that load was ~0.4 s of every job, over 1 s in a fresh process (docs/benchmarks.md, eighth
+    round). A test holds the two equal."""
     constants = {_IMAGES: analyzed.counts[:1].tolist(), _MEASURED: analyzed.counts[1:2].tolist(),
                  _PIXELS: analyzed.counts[2:].tolist(), _PIXEL_MEAN: analyzed.mean.tolist(),
                  _PIXEL_STD: analyzed.std.tolist(),

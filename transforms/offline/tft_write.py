@@ -1,35 +1,34 @@
-"""Writing TFT's transform so that a retried bundle writes it again instead of failing.
+"""Writing the transform: TFT's layout, safe to run twice, the same bytes for the same inputs.
 
-TFT's `WriteTransformFn` copies the SavedModel and the metadata into unique temporary folders
-and then renames them into place. A runner that executes that last bundle again (Dataflow
-retries failed bundles; Beam's `--direct_runner_bundle_repeat` replays every bundle to test
-exactly that) finds the temporary folder already renamed away: `NotFoundError`, and the job
-fails. `WriteTransformFnOnce` writes the same two folders with steps that can run twice: the
-metadata is written in place (TFT's metadata writer replaces its files atomically), and the
-SavedModel is copied into place after removing what an earlier attempt left. Nothing here is
-visible before the snapshot is published (its manifest is written last, after the job).
+`write_transform` traces a `preprocessing_fn` that holds no analyzer (its analyzed numbers
+and assets are already known: `transforms.offline.tft_analysis`) with TFT's own tracing and
+saving (`impl_helper.analyze_in_place`, what TFT does when nothing is left to analyze) into
+a fresh scratch folder, then copies `transform_fn/` and `transformed_metadata/` into place,
+replacing what an earlier attempt left: a runner may execute the bundle again (Dataflow
+retries failed bundles; `--direct_runner_bundle_repeat` replays each one).
 
 Identical inputs give identical transform files, wherever and whenever the transform was made.
 TF names every traced function by a per-process counter (`__inference_pruned_2391`), so the
 same graph traced after any other tracing in the process (a retried bundle, a second job in one
-process, an extra trace when TFT's batching or a cache behaves differently under load) gets other
-numbers. The copy's `saved_model.pb` numbers its functions by their order instead
-(`_canonical_function_names`: the same graph gives the same file), its `fingerprint.pb` is
-computed again for those bytes, and gets a content-derived uuid instead of TF's random one. The
-class table is an anonymous table (see `tft_analysis._lookup_class_ids`), so no path is embedded.
+process) gets other numbers. The copy's `saved_model.pb` numbers its functions by their order
+instead (`_canonical_function_names`: the same graph gives the same file), its
+`fingerprint.pb` is computed again for those bytes, and gets a content-derived uuid instead of
+TF's random one. The class table is an anonymous table (see `tft_analysis._lookup_class_ids`),
+so no path is embedded.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import uuid
+from typing import Callable, Mapping
 
-import apache_beam as beam
 import tensorflow_transform as tft
 from tensorflow_transform import impl_helper
-from tensorflow_transform.beam.tft_beam_io import beam_metadata_io
 
-__all__ = ["WriteTransformFnOnce"]
+__all__ = ["write_transform"]
 
 _FINGERPRINT = "fingerprint.pb"  # the name TF's SavedModel writer gives the fingerprint
 
@@ -49,7 +48,7 @@ def _copy_tree(source: str, destination: str) -> None:
                    os.path.join(destination, name.rstrip("/")))
 
 
-def _copy_into_place(source: str, destination: str, _metadata_path: str) -> str:
+def _copy_into_place(source: str, destination: str) -> str:
     import tensorflow as tf
     if tf.io.gfile.exists(destination):  # an earlier attempt of this bundle
         tf.io.gfile.rmtree(destination)
@@ -165,27 +164,24 @@ def _write_fingerprint(export_dir: str) -> None:
         handle.write(fingerprint.SerializeToString(deterministic=True))
 
 
-class WriteTransformFnOnce(beam.PTransform):
-    """(saved_model_dir, metadata) from `tft_beam.AnalyzeDataset` -> `path/transform_fn/` and
-    `path/transformed_metadata/`, the layout of TFT's `WriteTransformFn`. Returns a
-    one-element PCollection (the transform_fn folder) that exists once both are written."""
-
-    def __init__(self, path: str):
-        super().__init__()
-        self._path = path
-
-    def _extract_input_pvalues(self, transform_fn):
-        saved_model_dir, metadata = transform_fn
-        pvalues = [saved_model_dir]
-        if isinstance(metadata, beam_metadata_io.BeamDatasetMetadata):
-            pvalues.append(metadata.deferred_metadata)
-        return transform_fn, pvalues
-
-    def expand(self, transform_fn):
-        saved_model_dir, metadata = transform_fn
-        metadata_path = os.path.join(self._path, tft.TFTransformOutput.TRANSFORMED_METADATA_DIR)
-        transform_fn_path = os.path.join(self._path, tft.TFTransformOutput.TRANSFORM_FN_DIR)
-        written = metadata | "WriteMetadata" >> beam_metadata_io.WriteMetadata(
-            metadata_path, saved_model_dir.pipeline)
-        return saved_model_dir | "CopyTransformFn" >> beam.Map(
-            _copy_into_place, transform_fn_path, beam.pvalue.AsSingleton(written))
+def write_transform(preprocessing_fn: Callable, input_specs: Mapping, asset_map: Mapping,
+                    path: str, temp_dir: str) -> str:
+    """`path/transform_fn/` and `path/transformed_metadata/` (with `asset_map`, asset key ->
+    file name, as TFT's `WriteTransformFn` writes it) for `preprocessing_fn` over inputs of
+    `input_specs` (name -> `tf.TypeSpec`). Returns the transform_fn folder."""
+    import tensorflow as tf
+    scratch = os.path.join(temp_dir, f"transform-{uuid.uuid4().hex}")
+    impl_helper.analyze_in_place(preprocessing_fn, False, None, dict(input_specs), scratch)
+    metadata_path = os.path.join(path, tft.TFTransformOutput.TRANSFORMED_METADATA_DIR)
+    if tf.io.gfile.exists(metadata_path):  # an earlier attempt of this bundle
+        tf.io.gfile.rmtree(metadata_path)
+    _copy_tree(os.path.join(scratch, tft.TFTransformOutput.TRANSFORMED_METADATA_DIR),
+               metadata_path)
+    with tf.io.gfile.GFile(os.path.join(metadata_path, tft.TFTransformOutput.ASSET_MAP),
+                           "w") as handle:
+        handle.write(json.dumps(dict(asset_map)))
+    transform_fn_path = _copy_into_place(
+        os.path.join(scratch, tft.TFTransformOutput.TRANSFORM_FN_DIR),
+        os.path.join(path, tft.TFTransformOutput.TRANSFORM_FN_DIR))
+    tf.io.gfile.rmtree(scratch)
+    return transform_fn_path
