@@ -5,7 +5,10 @@ and assets are already known: `transforms.offline.tft_analysis`) with TFT's own 
 saving (`impl_helper.analyze_in_place`, what TFT does when nothing is left to analyze) into
 a fresh scratch folder, then copies `transform_fn/` and `transformed_metadata/` into place,
 replacing what an earlier attempt left: a runner may execute the bundle again (Dataflow
-retries failed bundles; `--direct_runner_bundle_repeat` replays each one).
+retries failed bundles; `--direct_runner_bundle_repeat` replays each one). Nothing here is
+visible before the snapshot is published (its manifest is written last, after the job).
+`impl_helper` is not TFT's public API: setup.py pins TFT, and the job's tests compare the
+written transform with the numbers and ids it must hold.
 
 Identical inputs give identical transform files, wherever and whenever the transform was made.
 TF names every traced function by a per-process counter (`__inference_pruned_2391`), so the
