@@ -142,7 +142,9 @@ def _is_framework(module: str) -> bool:
 
 
 def _framework_names(tree: ast.AST) -> set[str]:
-    """Local names bound to a framework's module or to something imported from one."""
+    """Local names bound to a framework's module, to something imported from one, or (an
+    alias) to a plain attribute path from such a name (`local = core.y`: no call, so not an
+    object the code made)."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -150,17 +152,25 @@ def _framework_names(tree: ast.AST) -> set[str]:
                          if _is_framework(alias.name))
         elif isinstance(node, ast.ImportFrom) and _is_framework(node.module or ""):
             names.update(alias.asname or alias.name for alias in node.names)
-    return names
+    aliases = [(target.id, node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+               for target in node.targets if isinstance(target, ast.Name)]
+    while True:  # an alias of an alias too
+        found = {name for name, value in aliases if name not in names and _root(value) in names}
+        if not found:
+            return names
+        names |= found
 
 
 def _root(node: ast.AST) -> str | None:
-    while isinstance(node, ast.Attribute):
+    """The name an attribute or subscript path starts from (`core` of `core.t[k].x`)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
         node = node.value
     return node.id if isinstance(node, ast.Name) else None
 
 
 def _changed_objects(node: ast.AST) -> list[ast.AST]:
-    """The objects whose attributes `node` assigns, deletes or sets (`setattr`, `delattr`)."""
+    """The objects whose attributes or items `node` assigns, deletes or sets (`setattr`,
+    `delattr`)."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
             and node.func.id in ("setattr", "delattr") and node.args:
         return [node.args[0]]
@@ -171,7 +181,7 @@ def _changed_objects(node: ast.AST) -> list[ast.AST]:
     else:
         return []
     flat = [part for target in targets for part in ast.walk(target)]  # tuple targets too
-    return [part.value for part in flat if isinstance(part, ast.Attribute)
+    return [part.value for part in flat if isinstance(part, (ast.Attribute, ast.Subscript))
             and isinstance(part.ctx, (ast.Store, ast.Del))]
 
 
@@ -193,5 +203,7 @@ def test_patch_check_finds_a_patch():
               "from tensorflow.python.framework import ops\nimport numpy as np\n"
               "core.get_function_args_defaults = None\nbeam.Map.x += 1\n"
               "setattr(ops.Graph, 'f', None)\nnp.x = 1\nlocal = core.y\nlocal.z = 2\n"
-              "import keras_like\nkeras_like.x = 1\na, core.b = 1, 2\ncore.y.z.w = core.q.r\n")
-    assert _framework_patches(ast.parse(source)) == [5, 6, 7, 13, 14]
+              "import keras_like\nkeras_like.x = 1\na, core.b = 1, 2\ncore.y.z.w = core.q.r\n"
+              "core.table['k'] = 1\ndel beam.registry[0].x\nother = local\nother.w = 3\n"
+              "made = beam.Pipeline()\nmade.x = 1\nrows = {}\nrows['k'] = np.x\n")
+    assert _framework_patches(ast.parse(source)) == [5, 6, 7, 10, 13, 14, 15, 16, 18]
