@@ -60,7 +60,6 @@ from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
 from transforms.offline.write_shards import MetaColumns, WriteShards
 from transforms.reporting.feature_stats import WriteFeatureStatistics
 from transforms.reporting.stats import SummarizeIndexFn
-from transforms.snapshot_layout import work_file
 
 __all__ = ["PreprocessJob", "build_preprocess", "ReadInputs", "InspectAndLabel", "AssignClasses",
            "Dedup", "WriteSnapshot", "WriteLedgers", "Accounting"]
@@ -297,7 +296,6 @@ class WriteSnapshot(beam.PTransform):
             (accepted_so_far
              | "AnalyzeAndWriteTransform" >> AnalyzeAndWriteTransform(
                  staging, class_table, config.online.image_size,
-                 work_file(staging, layout.WORK_TFT_TEMP),
                  size_quantiles=config.transform.size_quantiles,
                  exif_orientation=config.decode.exif_orientation)
              | "WriteTransformSummary" >> staged_run.write_transform_summary(staging))

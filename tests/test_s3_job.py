@@ -1,5 +1,6 @@
 """The whole job, a nightly and the training reader on `s3://`, against a local S3 server
-(`tests.s3util`): the same shards, byte for byte, as the same job on local paths."""
+(`tests.s3util`): the same shards and TFT transform, byte for byte, as the same job on local
+paths."""
 from __future__ import annotations
 
 import os
@@ -38,19 +39,28 @@ def _batches(output_dir, **kwargs) -> list:
 def test_job_nightly_and_reader_on_s3(local_s3, tmp_path):
     images, labels, classes = _data(tmp_path / "data")
     sets = ["split.train=1.0", "split.validation=0", "split.test=0"]
-    local = run_job(images, tmp_path / "out", labels=[labels], classes=classes, sets=sets)
+    local = run_job(images, tmp_path / "out", labels=[labels], classes=classes, sets=sets,
+                    tft=True)
     bucket = local_s3.bucket("pm-job")
     local_s3.upload_tree(tmp_path / "data", f"{bucket}/data")
     out = f"{bucket}/out"
     remote = run_job(f"{bucket}/data/images", out, labels=[f"{bucket}/data/labels.csv"],
                      classes=f"{bucket}/data/classes.txt", sets=sets, extra=local_s3.flags,
-                     isolation="subprocess")  # the decoder children read s3:// too
+                     isolation="subprocess",  # the decoder children read s3:// too
+                     tft=True)  # made locally (TF cannot write s3://), then uploaded
 
     # Byte-identical shards and rejects; committed with LATEST; nothing left behind.
     shards = sorted(entry["path"] for entry in remote.manifest["files"]
                     if ".tfrecord-" in entry["path"] and "dali_index" not in entry["path"])
     assert shards
-    for rel in shards + [layout.REJECTS]:
+    transform = sorted(os.path.relpath(os.path.join(folder, name), local.path)
+                       for part in ("transform_fn", "transformed_metadata")
+                       for folder, _, names in os.walk(os.path.join(local.path, part))
+                       for name in names)
+    assert "transform_fn/saved_model.pb" in transform
+    assert sorted(key.split(f"{remote.run_id}/", 1)[1] for key in local_s3.keys(
+        "pm-job", f"out/snapshots/{remote.run_id}/transform")) == transform
+    for rel in shards + [layout.REJECTS] + transform:
         with open(os.path.join(local.path, rel), "rb") as handle:
             assert local_s3.read(f"{remote.path}/{rel}") == handle.read(), rel
     assert local_s3.read(f"{out}/{layout.LATEST}").decode().strip() == remote.run_id

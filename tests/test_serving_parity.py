@@ -77,7 +77,7 @@ def snapshot(tmp_path_factory):
         _ = (pipeline
              | "Accepted" >> beam.Create(records)
              | "Analyze" >> ta.AnalyzeAndWriteTransform(
-                 snapshot_dir, CLASSES, IMAGE_SIZE, os.path.join(output_dir, "_tmp")))
+                 snapshot_dir, CLASSES, IMAGE_SIZE))
     shard = os.path.join(snapshot_dir, "train", "images-train.tfrecord-00000-of-00001")
     with tf.io.TFRecordWriter(shard) as writer:
         for example in examples:

@@ -78,7 +78,7 @@ def analyzed(tmp_path_factory):
         _ = (pipeline
              | "Accepted" >> beam.Create(records)
              | "Analyze" >> ta.AnalyzeAndWriteTransform(
-                 output_dir, class_table, IMAGE_SIZE, os.path.join(output_dir, "_tmp"),
+                 output_dir, class_table, IMAGE_SIZE,
                  size_quantiles=QUANTILE_BUCKETS)
              | "WriteSummary" >> WriteJson(job_summary_path))
     return {"dir": output_dir, "records": records, "encoded": encoded_images,
@@ -271,7 +271,7 @@ def test_raw_features_refuse_an_unlabelled_record():
 
 
 def _step(class_table, image_size=16, **options):
-    return ta.AnalyzeAndWriteTransform("out", class_table, image_size, "tmp", **options)
+    return ta.AnalyzeAndWriteTransform("out", class_table, image_size, **options)
 
 
 def test_class_table_with_duplicates_is_refused():

@@ -114,8 +114,7 @@ def test_no_row_gives_a_mean_of_0_and_a_std_of_1():
 
 def test_the_transform_is_written_only_from_totals(tmp_path):
     with pytest.raises(ValueError, match="totals must be a tft_totals.Totals"):
-        ta.write_analyzed_transform(str(tmp_path / "out"), str(tmp_path / "tmp"), ["cat"],
-                                    {"images": 1}, 16)
+        ta.write_analyzed_transform(str(tmp_path / "out"), ["cat"], {"images": 1}, 16)
 
 
 @pytest.mark.slow
@@ -129,8 +128,7 @@ def test_the_records_reach_only_the_combine_and_tft_adds_no_beam_step(tmp_path):
     pipeline = beam.Pipeline()          # built, never run: the graph is what is checked
     table = pipeline | "ClassTable" >> beam.Create([["cat"]])
     _ = (pipeline | "Records" >> beam.Create([])
-         | "Analyze" >> ta.AnalyzeAndWriteTransform(str(tmp_path / "out"), table, 8,
-                                                    str(tmp_path / "tmp")))
+         | "Analyze" >> ta.AnalyzeAndWriteTransform(str(tmp_path / "out"), table, 8))
     components = pipeline.to_runner_api().components
     leaves = [t for t in components.transforms.values() if not t.subtransforms]
     inside = sorted({t.unique_name.split("/")[1] for t in leaves

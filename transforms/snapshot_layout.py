@@ -35,7 +35,7 @@ __all__ = [
     "SUMMARY", "RETIRED", "FORGOTTEN",
     "INDEX", "TRANSFORM_FN", "STAGING", "WORK_DIR", "CANDIDATES",
     "CANDIDATE", "LOCK", "LOCK_BLOCKED", "WORK_SHARDS", "WORK_COUNTS", "WORK_META_COLUMNS",
-    "WORK_INDEX_SUMMARY", "WORK_TFT_TEMP", "WORK_TRANSFORM_SUMMARY",
+    "WORK_INDEX_SUMMARY", "WORK_TRANSFORM_SUMMARY",
     "Snapshot", "Storage", "GfileStorage", "GFILE", "Selection",
     "join", "new_run_id", "snapshot_dir", "staging_dir", "staging_root", "work_file",
     "candidate_dir",
@@ -70,7 +70,6 @@ WORK_SHARDS = "shards.json"
 WORK_COUNTS = "counts.json"
 WORK_META_COLUMNS = "meta_columns.json"
 WORK_INDEX_SUMMARY = "index_summary.json"
-WORK_TFT_TEMP = "tft_tmp"        # TFT's temporary folder
 WORK_TRANSFORM_SUMMARY = "transform_summary.json"  # stats.json's `transform`
 
 _SHARD = "{name}-{split}.tfrecord-{index:05d}-of-{count:05d}{suffix}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import tempfile
 from typing import Callable, Mapping, Sequence
 
 import apache_beam as beam
@@ -252,23 +253,24 @@ def make_preprocessing_fn(table_path: str, frequencies_path: str, analyzed: Anal
 _ASSET_MAP = {CLASS_FREQUENCIES: CLASS_FREQUENCIES, CLASS_TABLE_ASSET: CLASS_TABLE_ASSET}
 
 
-def write_analyzed_transform(output_dir: str, temp_dir: str, class_table: Sequence[str],
-                             totals: Totals, image_size,
-                             size_quantiles: int = DEFAULT_SIZE_QUANTILES,
+def write_analyzed_transform(output_dir: str, class_table: Sequence[str], totals: Totals,
+                             image_size, size_quantiles: int = DEFAULT_SIZE_QUANTILES,
                              exif_orientation: bool = True) -> dict:
     """Writes the transform of `totals` and `class_table` (names in id order; empty when
-    the job accepted no image) into `output_dir` (`tft_write.write_transform`), its assets and
-    TFT's scratch files under `temp_dir`; returns its `job_summary`."""
+    the job accepted no image) into `output_dir` (any file system Beam knows:
+    `tft_write.write_transform`), made in a local temporary folder with its assets; returns
+    its `job_summary`."""
     if not isinstance(totals, Totals):
         raise ValueError(f"totals must be a tft_totals.Totals (TotalsFn's output). "
                          f"Received: {type(totals).__name__}")
     names = check_class_table(class_table, "class_table", allow_empty=True)
     _checked_arguments(image_size, size_quantiles)
     analyzed = totals.analyzed(size_quantiles)
-    table_path, frequencies_path = write_assets(temp_dir, names, totals.label_counts)
-    preprocessing_fn = make_preprocessing_fn(table_path, frequencies_path, analyzed,
-                                             image_size, exif_orientation)
-    write_transform(preprocessing_fn, _input_specs(), _ASSET_MAP, output_dir, temp_dir)
+    with tempfile.TemporaryDirectory(prefix="pixelmill-transform-") as scratch:
+        table_path, frequencies_path = write_assets(scratch, names, totals.label_counts)
+        preprocessing_fn = make_preprocessing_fn(table_path, frequencies_path, analyzed,
+                                                 image_size, exif_orientation)
+        write_transform(preprocessing_fn, _input_specs(), _ASSET_MAP, output_dir, scratch)
     return job_summary(totals, names, analyzed)
 
 
@@ -284,9 +286,7 @@ class AnalyzeAndWriteTransform(beam.PTransform):
     """Accepted images -> `output_dir/transform_fn/` + `output_dir/transformed_metadata/`.
 
     Input: accepted `ImageRecord`s (or accepted index rows, see `raw_features`). `class_table`
-    is the list of class names in id order, or the job's singleton PCollection of it.
-    `temp_dir` holds the assets before they are copied in and TFT's scratch files (keep it out
-    of what gets published). Returns the one-element PCollection of the transform's summary
+    is the list of class names in id order, or the job's singleton PCollection of it. Returns the one-element PCollection of the transform's summary
     (`job_summary`: what `tft_summary` reads back from the written transform), which exists
     once the transform is written. Writing survives retried bundles
     (`transforms.offline.tft_write`).
@@ -296,14 +296,13 @@ class AnalyzeAndWriteTransform(beam.PTransform):
     eleventh round); its own in-place path writes the same transform in one step.
     """
 
-    def __init__(self, output_dir: str, class_table, image_size, temp_dir: str,
+    def __init__(self, output_dir: str, class_table, image_size,
                  size_quantiles: int = DEFAULT_SIZE_QUANTILES, exif_orientation: bool = True):
         super().__init__()
         _checked_arguments(image_size, size_quantiles)
         if not isinstance(class_table, beam.PCollection):
             class_table = check_class_table(class_table, "class_table")
         self._output_dir = output_dir
-        self._temp_dir = temp_dir
         self._class_table = class_table
         self._arguments = (image_size, size_quantiles, exif_orientation)
 
@@ -314,10 +313,10 @@ class AnalyzeAndWriteTransform(beam.PTransform):
         class_table = self._class_table
         if isinstance(class_table, beam.PCollection):
             class_table = beam.pvalue.AsSingleton(class_table)
-        output_dir, temp_dir, arguments = self._output_dir, self._temp_dir, self._arguments
+        output_dir, arguments = self._output_dir, self._arguments
         return totals | "WriteTransform" >> beam.Map(
-            lambda totals_, names: write_analyzed_transform(
-                output_dir, temp_dir, names, totals_, *arguments), class_table)
+            lambda totals_, names: write_analyzed_transform(output_dir, names, totals_, *arguments),
+            class_table)
 
 
 def _constant(transformed: Mapping, key: str) -> list:

@@ -3,8 +3,9 @@
 `write_transform` traces a `preprocessing_fn` that holds no analyzer (its analyzed numbers
 and assets are already known: `transforms.offline.tft_analysis`) with TFT's own tracing and
 saving (`impl_helper.analyze_in_place`, what TFT does when nothing is left to analyze) into
-a fresh scratch folder, then copies `transform_fn/` and `transformed_metadata/` into place,
-replacing what an earlier attempt left: a runner may execute the bundle again (Dataflow
+a local scratch folder (TensorFlow 2.21 cannot open `s3://`), then copies `transform_fn/` and
+`transformed_metadata/` into place through Beam's file systems, replacing what an earlier
+attempt left: a runner may execute the bundle again (Dataflow
 retries failed bundles; `--direct_runner_bundle_repeat` replays each one). Nothing here is
 visible before the snapshot is published (its manifest is written last, after the job).
 `impl_helper` is not TFT's public API: setup.py pins TFT, and the job's tests compare the
@@ -25,7 +26,7 @@ import hashlib
 import json
 import os
 import re
-import uuid
+import shutil
 from typing import Callable, Mapping
 
 import tensorflow_transform as tft
@@ -36,28 +37,38 @@ __all__ = ["write_transform"]
 _FINGERPRINT = "fingerprint.pb"  # the name TF's SavedModel writer gives the fingerprint
 
 
-def _copy_tree(source: str, destination: str) -> None:
-    """`source` copied to `destination` (which must not exist), without TFT's own metadata
-    folder inside a SavedModel, as TFT's writer copies it."""
-    import tensorflow as tf
-    if not tf.io.gfile.isdir(source):
-        tf.io.gfile.copy(source, destination)
-        return
-    if os.path.basename(os.path.normpath(source)) == impl_helper.METADATA_DIR_NAME:
-        return
-    tf.io.gfile.makedirs(destination)
-    for name in sorted(tf.io.gfile.listdir(source)):
-        _copy_tree(os.path.join(source, name.rstrip("/")),
-                   os.path.join(destination, name.rstrip("/")))
+def _publish(source: str, destination: str) -> None:
+    """Every file under the local folder `source` written below `destination` on any file
+    system Beam knows (local, `gs://`, `s3://`: TensorFlow 2.21 cannot write `s3://`), without
+    TFT's own metadata folder inside a SavedModel, as TFT's writer copies it. A local
+    destination an earlier attempt left is replaced; a remote one is overwritten file by file
+    (the same inputs give the same files)."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+    local = "://" not in destination
+    if local and os.path.exists(destination):  # an earlier attempt of this bundle
+        shutil.rmtree(destination)
+    for folder, subfolders, files in os.walk(source):
+        subfolders[:] = sorted(name for name in subfolders
+                               if name != impl_helper.METADATA_DIR_NAME)
+        relative = os.path.relpath(folder, source)
+        target = destination if relative == "." else FileSystems.join(
+            destination, *relative.split(os.sep))
+        if local:
+            os.makedirs(target, exist_ok=True)
+        for name in sorted(files):
+            with open(os.path.join(folder, name), "rb") as handle, FileSystems.create(
+                    FileSystems.join(target, name),
+                    compression_type=CompressionTypes.UNCOMPRESSED) as out:
+                shutil.copyfileobj(handle, out)
 
 
 def _copy_into_place(source: str, destination: str) -> str:
-    import tensorflow as tf
-    if tf.io.gfile.exists(destination):  # an earlier attempt of this bundle
-        tf.io.gfile.rmtree(destination)
-    _copy_tree(source, destination)
-    _canonical_function_names(os.path.join(destination, _SAVED_MODEL))
-    _write_fingerprint(destination)
+    """The SavedModel at the local `source` made canonical (in place) and published to
+    `destination`."""
+    _canonical_function_names(os.path.join(source, _SAVED_MODEL))
+    _write_fingerprint(source)
+    _publish(source, destination)
     return destination
 
 
@@ -168,23 +179,18 @@ def _write_fingerprint(export_dir: str) -> None:
 
 
 def write_transform(preprocessing_fn: Callable, input_specs: Mapping, asset_map: Mapping,
-                    path: str, temp_dir: str) -> str:
+                    path: str, scratch_dir: str) -> str:
     """`path/transform_fn/` and `path/transformed_metadata/` (with `asset_map`, asset key ->
     file name, as TFT's `WriteTransformFn` writes it) for `preprocessing_fn` over inputs of
-    `input_specs` (name -> `tf.TypeSpec`). Returns the transform_fn folder."""
-    import tensorflow as tf
-    scratch = os.path.join(temp_dir, f"transform-{uuid.uuid4().hex}")
+    `input_specs` (name -> `tf.TypeSpec`), made in the local folder `scratch_dir` (TF saves
+    and reads back only what it can open) and then published. Returns the transform_fn
+    folder."""
+    scratch = os.path.join(scratch_dir, "transform")
     impl_helper.analyze_in_place(preprocessing_fn, False, None, dict(input_specs), scratch)
-    metadata_path = os.path.join(path, tft.TFTransformOutput.TRANSFORMED_METADATA_DIR)
-    if tf.io.gfile.exists(metadata_path):  # an earlier attempt of this bundle
-        tf.io.gfile.rmtree(metadata_path)
-    _copy_tree(os.path.join(scratch, tft.TFTransformOutput.TRANSFORMED_METADATA_DIR),
-               metadata_path)
-    with tf.io.gfile.GFile(os.path.join(metadata_path, tft.TFTransformOutput.ASSET_MAP),
-                           "w") as handle:
+    metadata = os.path.join(scratch, tft.TFTransformOutput.TRANSFORMED_METADATA_DIR)
+    with open(os.path.join(metadata, tft.TFTransformOutput.ASSET_MAP), "w") as handle:
         handle.write(json.dumps(dict(asset_map)))
-    transform_fn_path = _copy_into_place(
-        os.path.join(scratch, tft.TFTransformOutput.TRANSFORM_FN_DIR),
-        os.path.join(path, tft.TFTransformOutput.TRANSFORM_FN_DIR))
-    tf.io.gfile.rmtree(scratch)
-    return transform_fn_path
+    from apache_beam.io.filesystems import FileSystems
+    _publish(metadata, FileSystems.join(path, tft.TFTransformOutput.TRANSFORMED_METADATA_DIR))
+    return _copy_into_place(os.path.join(scratch, tft.TFTransformOutput.TRANSFORM_FN_DIR),
+                            FileSystems.join(path, tft.TFTransformOutput.TRANSFORM_FN_DIR))
