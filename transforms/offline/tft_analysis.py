@@ -286,10 +286,10 @@ class AnalyzeAndWriteTransform(beam.PTransform):
     """Accepted images -> `output_dir/transform_fn/` + `output_dir/transformed_metadata/`.
 
     Input: accepted `ImageRecord`s (or accepted index rows, see `raw_features`). `class_table`
-    is the list of class names in id order, or the job's singleton PCollection of it. Returns the one-element PCollection of the transform's summary
-    (`job_summary`: what `tft_summary` reads back from the written transform), which exists
-    once the transform is written. Writing survives retried bundles
-    (`transforms.offline.tft_write`).
+    is the list of class names in id order, or the job's singleton PCollection of it. Returns
+    the one-element PCollection of the transform's summary (`job_summary`: what `tft_summary`
+    reads back from the written transform), which exists once the transform is written.
+    Writing survives retried bundles (`transforms.offline.tft_write`).
 
     TFT's `AnalyzeDataset` is not used: with every number from the combine, it was handed no
     row and still added ~45 steps and a second SavedModel to every job (docs/benchmarks.md,
