@@ -3,11 +3,11 @@
 A test is `slow` when it builds the whole offline job, runs a TensorFlow Transform analysis
 (or writes a transform) or starts a Python interpreter as a subprocess (a script, the CLI, a
 Beam worker), directly or through a fixture: a few seconds each, about 130 tests and 60% of
-the suite's CPU. A multiprocessing forkserver is not counted: a test process starts one, for whichever test first
-asks for isolated children, so whether a test starts it depends on what ran before (a test
-whose isolated children import TensorFlow is marked by hand). `make test` (and CI) runs every
-test; `make test-quick` leaves the slow ones out, for a developer's loop: the rules, ops,
-composites and reader cases in under half the time.
+the suite's CPU. A multiprocessing forkserver is not counted: a test process starts one, for
+whichever test first asks for isolated children, so whether a test starts it depends on what
+ran before (a test whose isolated children import TensorFlow is marked by hand). `make test`
+(and CI) runs every test; `make test-quick` leaves the slow ones out, for a developer's loop:
+the rules, ops, composites and reader cases in under half the time.
 
 A test says so with `@pytest.mark.slow`; a fixture that does one of these things is made with
 `slow_fixture` instead of `pytest.fixture`, and every test that uses it is marked when it is

@@ -12,10 +12,8 @@ Both are registered with `tft.annotate_asset` in the transform, so
 from __future__ import annotations
 
 import collections
-import hashlib
+import os
 from typing import Mapping, Sequence
-
-from apache_beam.io.filesystems import FileSystems
 
 from transforms.offline.class_names import class_name_problem
 
@@ -59,21 +57,18 @@ def class_frequencies_file(counts: Mapping[bytes, int]) -> bytes:
     return b"".join(b"%d %s\n" % entry for entry in entries or [(1, _EMPTY_VOCABULARY_DUMMY)])
 
 
-def write_assets(base_dir: str, names: Sequence[str], label_counts: Mapping[bytes, int]
+def write_assets(folder: str, names: Sequence[str], label_counts: Mapping[bytes, int]
                  ) -> tuple[str, str]:
-    """(class-table path, frequencies path), both written under `base_dir`. The SavedModel
-    copies them into its `assets/` by file name."""
+    """(class-table path, frequencies path), both written into the local `folder` (TF reads
+    the table while it traces the transform, and cannot open `s3://`). The SavedModel copies
+    them into its `assets/` by file name."""
     content = "".join(f"{name}\n" for name in names or [NO_CLASS]).encode("utf-8")
-    return (_write_asset(base_dir, CLASS_TABLE_ASSET, content),
-            _write_asset(base_dir, CLASS_FREQUENCIES, class_frequencies_file(label_counts)))
+    return (_write_asset(folder, CLASS_TABLE_ASSET, content),
+            _write_asset(folder, CLASS_FREQUENCIES, class_frequencies_file(label_counts)))
 
 
-def _write_asset(base_dir: str, name: str, content: bytes) -> str:
-    """Writes `content` as `name` in a folder of `base_dir` named by its hash; its path."""
-    folder = FileSystems.join(base_dir, f"{name}-" + hashlib.sha256(content).hexdigest()[:16])
-    if "://" not in folder and not FileSystems.exists(folder):
-        FileSystems.mkdirs(folder)
-    path = FileSystems.join(folder, name)
-    with FileSystems.create(path) as handle:
+def _write_asset(folder: str, name: str, content: bytes) -> str:
+    path = os.path.join(folder, name)
+    with open(path, "wb") as handle:
         handle.write(content)
     return path

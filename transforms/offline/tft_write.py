@@ -45,6 +45,8 @@ def _publish(source: str, destination: str) -> None:
     (the same inputs give the same files)."""
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
+
+    from transforms.s3_storage import create_file
     local = "://" not in destination
     if local and os.path.exists(destination):  # an earlier attempt of this bundle
         shutil.rmtree(destination)
@@ -57,9 +59,8 @@ def _publish(source: str, destination: str) -> None:
         if local:
             os.makedirs(target, exist_ok=True)
         for name in sorted(files):
-            with open(os.path.join(folder, name), "rb") as handle, FileSystems.create(
-                    FileSystems.join(target, name),
-                    compression_type=CompressionTypes.UNCOMPRESSED) as out:
+            with open(os.path.join(folder, name), "rb") as handle, create_file(
+                    FileSystems.join(target, name), CompressionTypes.UNCOMPRESSED) as out:
                 shutil.copyfileobj(handle, out)
 
 
