@@ -120,7 +120,7 @@ def normalization(config: NormalizeConfig, snapshots: Sequence[Snapshot], normal
     if mode == "dataset":
         newest = snapshots[-1]
         if GFILE.exists(join(newest.path, TRANSFORM_FN)):
-            from transforms.offline.tft_analysis import read_normalization  # TFT imports slowly
+            from transforms.offline.tft_graph import read_normalization  # TFT imports slowly
             return read_normalization(newest.path)
         return read_pixel_stats(snapshots)
     if mode == "fixed":

@@ -125,12 +125,21 @@ def _thumbnails(job: PreprocessJob, stats: dict) -> dict:
             for reason, rels in shown.items()}
 
 
+def _tensorflow_version() -> str:
+    """TensorFlow's version, from its package's metadata: the launcher does not import
+    TensorFlow for it (~3 s). A build installed under another name is asked itself."""
+    try:
+        return importlib.metadata.version("tensorflow")
+    except importlib.metadata.PackageNotFoundError:
+        import tensorflow
+        return tensorflow.__version__
+
+
 def _versions() -> dict:
     import apache_beam
     import pyarrow
-    import tensorflow
     versions = {"python": platform.python_version(), "apache_beam": apache_beam.__version__,
-                "tensorflow": tensorflow.__version__, "pyarrow": pyarrow.__version__}
+                "tensorflow": _tensorflow_version(), "pyarrow": pyarrow.__version__}
     for key, package in (("pixelmill", "pixelmill"),
                          ("tensorflow_transform", "tensorflow-transform"),
                          ("tfx_bsl", "tfx-bsl")):

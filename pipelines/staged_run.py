@@ -114,7 +114,7 @@ def write_shard_list(staging: str) -> WriteJson:
 
 
 def write_transform_summary(staging: str) -> WriteJson:
-    """Writes the TFT transform's summary (`tft_analysis.job_summary`) for stats.json."""
+    """Writes the TFT transform's summary (`tft_outputs.job_summary`) for stats.json."""
     return WriteJson(work_file(staging, WORK_TRANSFORM_SUMMARY))
 
 

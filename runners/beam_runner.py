@@ -14,7 +14,7 @@ import os
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 __all__ = ["runner_for", "decode_processes", "local_cores", "with_decode_processes", "prepare_job",
-           "needs_forkserver"]
+           "needs_forkserver", "decoders_here"]
 
 
 def local_cores() -> int:
@@ -79,8 +79,10 @@ def prepare_job(job, options: PipelineOptions):
     exit (`exit_safety`), and starts the forkserver of the isolated children now when this
     process will need one: the decoders' (isolated decoding, graph run in this process) or the
     report's thumbnails' (drawn in an isolated child at publish, whatever the runner, when
-    `report.thumbnails_per_reason` > 0), so that its TensorFlow import overlaps the launcher's.
-    Call it before importing the graph's modules; it imports no TensorFlow itself. Nothing here,
+    `report.thumbnails_per_reason` > 0), so that its TensorFlow import overlaps the launcher's
+    imports and graph build (`pixelmill preprocess` has started it already: `runners/cli.py`).
+    Call it before importing the graph's modules; it imports no TensorFlow itself, nor does
+    the launcher of a run whose decoders are isolated (docs/architecture.md). Nothing here,
     nor anywhere in pixelmill, patches Beam or TensorFlow (tests/test_structure.py)."""
     from runners import exit_safety
     exit_safety.install()
@@ -91,8 +93,12 @@ def prepare_job(job, options: PipelineOptions):
     return job
 
 
+def decoders_here(job, options: PipelineOptions) -> bool:
+    """Whether the graph runs in this process and decodes in isolated children: then this
+    process needs no TensorFlow of its own (the transform is written in a child too)."""
+    return job.config.decode.isolation == "subprocess" and _runs_in_this_process(options)
+
+
 def needs_forkserver(job, options: PipelineOptions) -> bool:
     """Whether the launcher will start isolated children: decoders, or report thumbnails."""
-    decoders_here = (job.config.decode.isolation == "subprocess"
-                     and _runs_in_this_process(options))
-    return decoders_here or job.config.report.thumbnails_per_reason > 0
+    return decoders_here(job, options) or job.config.report.thumbnails_per_reason > 0

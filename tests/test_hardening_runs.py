@@ -45,7 +45,7 @@ def test_a_run_that_accepts_nothing_publishes_its_rejects_report_and_transform(t
     transform = json.load(open(os.path.join(snapshot.path, "stats.json")))["transform"]
     assert (transform["images"], transform["classes"], transform["labels_outside_table"]) == (
         0, [], {})
-    from transforms.offline.tft_analysis import tft_summary
+    from transforms.offline.tft_graph import tft_summary
     assert transform == tft_summary(snapshot.path)  # the job's summary is the transform's
     assert (out / "LATEST").read_text().strip() == snapshot.run_id
     assert (out / "classes.txt").read_text() == ""
@@ -368,7 +368,7 @@ def test_retried_bundles_give_the_same_snapshot_and_transform(two_tft_runs):
     import tensorflow_transform as tft
 
     from transforms import codec
-    from transforms.offline.tft_analysis import tft_summary
+    from transforms.offline.tft_graph import tft_summary
     plain, replayed = two_tft_runs
     first, again = _snapshot_files(plain), _snapshot_files(replayed)
     assert sorted(first) == sorted(again)

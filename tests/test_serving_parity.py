@@ -27,6 +27,7 @@ from runners.demo.data import photo_like
 from tests.tiers import shared_fixture, slow_fixture
 from transforms import codec
 from transforms.offline import tft_analysis as ta
+from transforms.offline import tft_graph as tg
 from transforms.offline.image_record import ImageRecord
 
 CLASSES = ["cat", "dog", "bird"]
@@ -82,7 +83,7 @@ def snapshot(tmp_path_factory):
     with tf.io.TFRecordWriter(shard) as writer:
         for example in examples:
             writer.write(example)
-    summary = ta.tft_summary(snapshot_dir)
+    summary = tg.tft_summary(snapshot_dir)
     _write_json(os.path.join(snapshot_dir, "stats.json"), {
         "by_split": {"train": len(examples)}, "pixel_stats": summary["pixel_stats"],
         "boxes": {"images_with_boxes": 0, "boxes": 0}})
@@ -141,7 +142,7 @@ def test_serving_predictions_equal_training_predictions(snapshot, training_batch
     assert served.shape == (12, len(CLASSES))
     np.testing.assert_allclose(served.numpy(), expected, atol=1e-5)
     # The check can fail: the same images without normalization predict far apart.
-    mean, std = ta.read_normalization(snapshot["path"])
+    mean, std = tg.read_normalization(snapshot["path"])
     unnormalized = model(images * np.float32(std) + np.float32(mean), training=False).numpy()
     assert np.max(np.abs(unnormalized - expected)) > 1e-3
 

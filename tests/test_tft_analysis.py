@@ -24,6 +24,7 @@ from tests.tiers import slow_fixture
 from transforms import codec
 from transforms.decode import decode_for_model, decode_image, pick_jpeg_ratio
 from transforms.offline import tft_analysis as ta
+from transforms.offline import tft_graph as tg
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import make_row
 from transforms.offline.outputs import WriteJson
@@ -82,7 +83,7 @@ def analyzed(tmp_path_factory):
                  size_quantiles=QUANTILE_BUCKETS)
              | "WriteSummary" >> WriteJson(job_summary_path))
     return {"dir": output_dir, "records": records, "encoded": encoded_images,
-            "summary": ta.tft_summary(output_dir),
+            "summary": tg.tft_summary(output_dir),
             "job_summary": json.load(open(job_summary_path, encoding="utf-8"))}
 
 
@@ -134,7 +135,7 @@ def test_pixel_mean_is_not_the_unweighted_mean_of_images(analyzed):
 
 
 def test_read_normalization_returns_the_transform_numbers(analyzed):
-    mean, std = ta.read_normalization(analyzed["dir"])
+    mean, std = tg.read_normalization(analyzed["dir"])
     assert mean == analyzed["summary"]["pixel_stats"]["mean"]
     assert std == analyzed["summary"]["pixel_stats"]["std"]
 

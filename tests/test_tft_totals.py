@@ -10,6 +10,7 @@ from tensorflow_transform import analyzers
 
 from tests.beamutil import merged_in_parts
 from transforms.offline import tft_analysis as ta
+from transforms.offline import tft_graph as tg
 from transforms.offline.tft_totals import Totals, TotalsFn, quantile_boundaries
 
 
@@ -114,7 +115,7 @@ def test_no_row_gives_a_mean_of_0_and_a_std_of_1():
 
 def test_the_transform_is_written_only_from_totals(tmp_path):
     with pytest.raises(ValueError, match="totals must be a tft_totals.Totals"):
-        ta.write_analyzed_transform(str(tmp_path / "out"), ["cat"], {"images": 1}, 16)
+        tg.write_analyzed_transform(str(tmp_path / "out"), ["cat"], {"images": 1}, 16)
 
 
 @pytest.mark.slow

@@ -18,11 +18,12 @@ from __future__ import annotations
 import array
 import functools
 import sys
-from typing import Mapping, Sequence
-
-import tensorflow as tf
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from transforms.offline import quality_rules
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 __all__ = [
     "IMAGE_ENCODED", "IMAGE_FORMAT", "IMAGE_HEIGHT", "IMAGE_WIDTH", "IMAGE_CHANNELS",
@@ -194,6 +195,7 @@ def feature_spec(with_boxes: bool = True, quality: bool = False,
                  meta_columns: Sequence[str] = ()) -> dict:
     """The parsing spec of the contract. Box features parse as variable-length (sparse) lists;
     images without boxes parse to empty lists, so one spec reads every shard."""
+    import tensorflow as tf  # here: the job's launcher encodes records and never imports TF
     spec = {
         IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
         IMAGE_FORMAT: tf.io.FixedLenFeature([], tf.string),
@@ -228,6 +230,7 @@ def parse_example(serialized: tf.Tensor, with_boxes: bool = True, quality: bool 
     come back as class-table ids: `label_offset` (the snapshot's `output.label_offset`) is
     subtracted from `image/class/label` and `image/object/class/label`.
     """
+    import tensorflow as tf
     parsed = tf.io.parse_single_example(
         serialized, feature_spec(with_boxes, quality, meta_columns))
     parsed[CLASS_LABEL] = parsed[CLASS_LABEL] - label_offset

@@ -16,9 +16,8 @@
     index_table    index.parquet rows
     index_writer   index.parquet, sorted by path, written in ranges
     outputs        rejects.jsonl and small JSON outputs
-    tft_analysis   AnalyzeAndWriteTransform: TFT analysis and the exported transform
-    tft_totals     the one combine the transform's numbers and class counts come from
-    tft_assets     the transform's two assets (class table, class frequencies)
-    tft_write      the transform written outside Beam, retry-safe, the same bytes each time
+    tft_analysis   AnalyzeAndWriteTransform (tft_totals: its one combine; tft_outputs: output
+                   names, summary); tft_graph, tft_assets, tft_write: the transform traced and
+                   written outside Beam (in a child when the launcher has no TensorFlow)
     image_record, rejects   the element that flows through the job; the reject vocabulary
 """

@@ -36,7 +36,7 @@ from transforms.reporting.exact_sums import ExactSum
 __all__ = ["Totals", "TotalsFn", "Analyzed", "VECTOR_SIZE", "quantile_boundaries", "PIXEL_COUNT",
            "CHANNEL_SUM", "CHANNEL_SQSUM", "WIDTH", "HEIGHT"]
 
-# The analysis-only raw features (`tft_analysis.RAW_FEATURE_SPEC`, which imports them).
+# The analysis-only raw features (`tft_graph.RAW_FEATURE_SPEC`, which imports them).
 PIXEL_COUNT = "analysis/pixel_count"      # int64: original width * height (0: not measured)
 CHANNEL_SUM = "analysis/channel_sum"      # float32 [3]: pixel_count * mean of pixel/255
 CHANNEL_SQSUM = "analysis/channel_sqsum"  # float32 [3]: pixel_count * mean of (pixel/255)**2

@@ -1,7 +1,7 @@
 """Writing the transform: TFT's layout, safe to run twice, the same bytes for the same inputs.
 
 `write_transform` traces a `preprocessing_fn` that holds no analyzer (its analyzed numbers
-and assets are already known: `transforms.offline.tft_analysis`) with TFT's own tracing and
+and assets are already known: `transforms.offline.tft_graph`) with TFT's own tracing and
 saving (`impl_helper.analyze_in_place`, what TFT does when nothing is left to analyze) into
 a local scratch folder (TensorFlow 2.21 cannot open `s3://`), then copies `transform_fn/` and
 `transformed_metadata/` into place through Beam's file systems, replacing what an earlier
@@ -17,7 +17,7 @@ same graph traced after any other tracing in the process (a retried bundle, a se
 process) gets other numbers. The copy's `saved_model.pb` numbers its functions by their order
 instead (`_canonical_function_names`: the same graph gives the same file), its
 `fingerprint.pb` is computed again for those bytes, and gets a content-derived uuid instead of
-TF's random one. The class table is an anonymous table (see `tft_analysis._lookup_class_ids`),
+TF's random one. The class table is an anonymous table (see `tft_graph._lookup_class_ids`),
 so no path is embedded.
 """
 from __future__ import annotations

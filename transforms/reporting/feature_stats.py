@@ -34,7 +34,6 @@ import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
-from tensorflow.core.example import example_pb2
 from tensorflow_metadata.proto.v0 import statistics_pb2
 from tfx_bsl import sketches
 
@@ -67,6 +66,7 @@ def record_features(serialized: bytes) -> tuple:
     the Feature's oneof ("int64_list", "float_list", "bytes_list"). A bytes value is itself
     when it is UTF-8 of at most 1 KiB, else `(length, sha1 digest, is UTF-8)`, so image bytes
     are not carried to the statistics."""
+    from tensorflow.core.example import example_pb2  # here: the job's launcher imports no TF
     example = example_pb2.Example.FromString(serialized)
     result = []
     for key, feature in sorted(example.features.feature.items()):

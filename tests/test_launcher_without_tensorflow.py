@@ -1,0 +1,126 @@
+"""The job's launcher imports no TensorFlow: it decodes in isolated children and writes the
+transform in one (`tft_analysis.write_transform_isolated`), and the files that child writes are
+the ones this process writes."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import write_folder_images
+from tests.jobutil import run_job
+from transforms.offline import tft_analysis as ta
+from transforms.offline.tft_totals import TotalsFn
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _sums(folder) -> dict:
+    """{path relative to `folder`: sha256} of every file below it."""
+    sums = {}
+    for parent, _folders, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(parent, name)
+            with open(path, "rb") as handle:
+                sums[os.path.relpath(path, folder)] = hashlib.sha256(handle.read()).hexdigest()
+    return sums
+
+
+def _transform_sums(snapshot_dir) -> dict:
+    return {name: _sums(os.path.join(snapshot_dir, name))
+            for name in ("transform_fn", "transformed_metadata")}
+
+
+def _totals():
+    """The totals of three accepted images of two classes (index rows, as the nightly reads
+    the archive)."""
+    fn = TotalsFn()
+    accumulator = fn.create_accumulator()
+    for path, label, width, mean in (("a.jpg", "cat", 40, 0.25), ("b.jpg", "dog", 30, 0.5),
+                                     ("c.jpg", "cat", 20, 0.75)):
+        row = {"path": path, "accepted": True, "label": label, "width": width, "height": 10,
+               "mean_r": mean, "mean_g": mean, "mean_b": mean, "sqmean_r": mean * mean,
+               "sqmean_g": mean * mean, "sqmean_b": mean * mean}
+        accumulator = fn.add_input(accumulator, ta.raw_features(row))
+    return fn.extract_output(accumulator)
+
+
+@pytest.fixture()
+def in_a_child(monkeypatch):
+    """write_transform_isolated as a launcher without TensorFlow runs it: in a child."""
+    monkeypatch.setattr(ta, "_tensorflow_loaded", lambda: False)
+
+
+@pytest.mark.slow
+def test_the_transform_written_in_a_child_is_the_one_written_here(tmp_path, in_a_child):
+    totals = _totals()
+    child = ta.write_transform_isolated(str(tmp_path / "child"), ["cat", "dog"], totals, 16)
+    from transforms.offline.tft_graph import write_analyzed_transform
+    here = write_analyzed_transform(str(tmp_path / "here"), ["cat", "dog"], totals, 16)
+    assert child == here  # the job summary, computed in the child
+    assert child["images"] == 3 and [c["count"] for c in child["classes"]] == [2, 1]
+    assert _sums(tmp_path / "child") == _sums(tmp_path / "here")
+    assert "transform_fn/saved_model.pb" in _sums(tmp_path / "child")
+
+
+@pytest.mark.slow
+def test_a_started_ahead_writer_is_used_once_and_stopped(tmp_path, in_a_child):
+    with ta.writer_started_ahead(True):
+        (ahead,) = ta._AHEAD
+        ta.write_transform_isolated(str(tmp_path / "out"), ["cat", "dog"], _totals(), 16)
+        assert ta._AHEAD == []  # taken by the step
+    assert ahead._pool is None  # taken, then closed by the step
+    with ta.writer_started_ahead(True):  # nothing takes it: stopped at exit
+        (unused,) = ta._AHEAD
+    assert ta._AHEAD == [] and unused._pool is None
+    with ta.writer_started_ahead(False):
+        assert ta._AHEAD == []
+
+
+@pytest.mark.slow
+def test_a_failure_in_the_writing_child_is_raised_with_its_cause(tmp_path, in_a_child):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the transform's folder would go")
+    with pytest.raises(RuntimeError, match=r"Writing the transform into .*blocker.* failed in "
+                                           r"its process \(error\): "):
+        ta.write_transform_isolated(str(blocker / "out"), ["cat", "dog"], _totals(), 16)
+
+
+def test_arguments_are_checked_before_any_child_starts(tmp_path, in_a_child, monkeypatch):
+    monkeypatch.setattr(ta, "_writer_pool", lambda: pytest.fail("no child for bad arguments"))
+    with pytest.raises(ValueError, match="totals must be a tft_totals.Totals"):
+        ta.write_transform_isolated(str(tmp_path), ["cat"], {"images": 1}, 16)
+    with pytest.raises(ValueError, match="size_quantiles"):
+        ta.write_transform_isolated(str(tmp_path), ["cat"], _totals(), 16, size_quantiles=1)
+
+
+@pytest.mark.slow
+def test_a_default_job_imports_no_tensorflow_in_the_launcher(tmp_path):
+    root = write_folder_images(tmp_path / "images")
+    out = str(tmp_path / "out")
+    code = ("import os, sys\n"
+            "from runners import cli\n"
+            f"code = cli.main(['preprocess', '--data_root', {root!r}, '--output_dir', {out!r}, "
+            "'--run_id', 'R1', '--set', 'report.thumbnails_per_reason=0'])\n"
+            "print(code, 'tensorflow' in sys.modules, 'tensorflow_transform' in sys.modules)\n"
+            "sys.stdout.flush()\n"
+            "os._exit(0)\n")  # no interpreter teardown, as the console script
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, timeout=600)
+    assert done.stdout.strip().splitlines()[-1] == "0 False False", done.stderr[-3000:]
+    # The same job here, where TensorFlow is loaded: the transform is written in-process.
+    run_job(root, tmp_path / "here", tft=True, extra=["--run_id", "R1"])
+    assert "tensorflow" in sys.modules
+    child = _transform_sums(os.path.join(out, "snapshots", "R1"))
+    assert child == _transform_sums(tmp_path / "here" / "snapshots" / "R1")
+    assert child["transform_fn"] and child["transformed_metadata"]
+
+
+def test_the_manifest_reads_tensorflows_version_without_importing_it():
+    import tensorflow as tf
+
+    from pipelines import snapshot
+    assert snapshot._tensorflow_version() == tf.__version__
