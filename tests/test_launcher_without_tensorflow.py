@@ -1,6 +1,6 @@
 """The job's launcher imports no TensorFlow: it decodes in isolated children and writes the
 transform in one (`tft_analysis.write_transform_isolated`), and the files that child writes are
-the ones this process writes."""
+the ones this process writes. The CLI starts the decoders' forkserver before Beam's import."""
 from __future__ import annotations
 
 import hashlib
@@ -117,6 +117,23 @@ def test_a_default_job_imports_no_tensorflow_in_the_launcher(tmp_path):
     child = _transform_sums(os.path.join(out, "snapshots", "R1"))
     assert child == _transform_sums(tmp_path / "here" / "snapshots" / "R1")
     assert child["transform_fn"] and child["transformed_metadata"]
+
+
+@pytest.mark.parametrize("args,started", [
+    (["preprocess", "--data_root", "x"], True),
+    (["demo", "--workdir", "x"], True),
+    (["preprocess", "--data_root", "x", "--runner", "DataflowRunner"], False),
+    (["preprocess", "--data_root", "x", "--direct_running_mode=multi_processing"], False),
+    (["nightly", "--data_root", "x"], False),  # may find nothing new, and decode nothing
+    (["preprocess", "--help"], False),
+])
+def test_the_cli_starts_the_decoders_forkserver_before_beams_import(monkeypatch, args, started):
+    from runners import cli
+    calls = []
+    monkeypatch.setattr(cli, "_start_decoders_forkserver", lambda: calls.append(True))
+    monkeypatch.setattr(cli, "_run", lambda command, module, rest, verbose: 0)
+    assert cli.main(args) == 0
+    assert calls == ([True] if started else [])
 
 
 def test_the_manifest_reads_tensorflows_version_without_importing_it():
