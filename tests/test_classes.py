@@ -106,3 +106,15 @@ def test_class_ids_come_from_one_lookup_per_table_not_one_per_record():
         "bad_box", "box classes ['nope'] are not in the class table")
     assert third.reject.reason == "unknown_class" and "(20000 classes: class_0," in \
         third.reject.detail
+
+
+def test_a_class_name_is_refused_for_exactly_the_forbidden_characters():
+    # Every code point, inside a name: refused exactly when its category is forbidden (the
+    # printable fast path must agree with the per-character check everywhere).
+    import unicodedata
+
+    from transforms.offline.class_names import _FORBIDDEN_CATEGORIES, class_name_problem
+    wrong = [hex(point) for point in range(0x110000)
+             if (class_name_problem(f"a{chr(point)}b") is None)
+             == (unicodedata.category(chr(point)) in _FORBIDDEN_CATEGORIES)]
+    assert wrong == []

@@ -25,6 +25,8 @@ def class_name_problem(name) -> str | None:
         return f"a class name must be non-empty text. Received: {name!r}"
     if name != name.strip():
         return f"a class name must not start or end with whitespace. Received: {ascii(name)}"
+    if name.isprintable():  # no character of an "Other" or "Separator" category: none forbidden
+        return None
     for char in name:
         if unicodedata.category(char) in _FORBIDDEN_CATEGORIES:
             what = unicodedata.name(char, "control character")
