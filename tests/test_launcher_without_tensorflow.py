@@ -80,6 +80,30 @@ def test_a_started_ahead_writer_is_used_once_and_stopped(tmp_path, in_a_child):
         assert ta._AHEAD == []
 
 
+def test_closing_a_writer_still_starting_does_not_wait_for_it(monkeypatch):
+    # A run stopped while the forkserver still imports: the step's exit returns at once, and
+    # the pool that starting gives later is closed by the thread that started it.
+    import threading
+
+    release, closed = threading.Event(), []
+
+    class FakePool:
+        def close(self):
+            closed.append(True)
+
+    def slow_start():
+        release.wait(10)
+        return FakePool()
+
+    monkeypatch.setattr(ta, "_writer_pool", slow_start)
+    with ta.writer_started_ahead(True):
+        (ahead,) = ta._AHEAD
+    assert ta._AHEAD == [] and closed == []  # returned before the pool existed
+    release.set()
+    ahead._thread.join(10)
+    assert closed == [True] and ahead._pool is None
+
+
 @pytest.mark.slow
 def test_a_failure_in_the_writing_child_is_raised_with_its_cause(tmp_path, in_a_child):
     blocker = tmp_path / "blocker"

@@ -215,34 +215,45 @@ def _writer_pool():
 
 class _WriterAhead:
     """A writing child being started on a thread of its own: starting a child waits for the
-    forkserver's imports (TensorFlow: seconds), which the launcher does not wait for."""
+    forkserver's imports (TensorFlow: seconds), which the launcher does not wait for. Closing
+    does not wait either (a run stopped early): a child started after `close` is closed by the
+    thread that started it."""
 
     def __init__(self):
+        self._lock = threading.Lock()
         self._pool = None
         self._error: BaseException | None = None
+        self._closed = False
         self._thread = threading.Thread(target=self._start, name="pixelmill-transform-writer",
                                         daemon=True)
         self._thread.start()
 
     def _start(self) -> None:
         try:
-            self._pool = _writer_pool()
+            pool = _writer_pool()
         except BaseException as exc:  # noqa: BLE001 - raised again by take()
             self._error = exc
+            return
+        with self._lock:
+            late, self._pool = self._closed, None if self._closed else pool
+        if late:
+            pool.close()
 
     def take(self):
         """The started pool (its child may still be importing); raises what starting raised."""
         self._thread.join()
         if self._error is not None:
             raise self._error
-        pool, self._pool = self._pool, None
+        with self._lock:
+            pool, self._pool = self._pool, None
         return pool
 
     def close(self) -> None:
-        self._thread.join()
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
 
 
 @contextlib.contextmanager
