@@ -14,6 +14,7 @@ from runners.jobs import nightly
 from tests.imageutil import photo_bytes, write_bytes
 from tests.jobutil import run_job
 from transforms import snapshot_layout as layout
+from transforms.offline import tft_analysis
 
 
 def _data(base, count: int = 8) -> tuple[str, str, str]:
@@ -36,7 +37,7 @@ def _batches(output_dir, **kwargs) -> list:
 
 
 @pytest.mark.slow
-def test_job_nightly_and_reader_on_s3(local_s3, tmp_path):
+def test_job_nightly_and_reader_on_s3(local_s3, tmp_path, monkeypatch):
     images, labels, classes = _data(tmp_path / "data")
     sets = ["split.train=1.0", "split.validation=0", "split.test=0"]
     local = run_job(images, tmp_path / "out", labels=[labels], classes=classes, sets=sets,
@@ -44,11 +45,17 @@ def test_job_nightly_and_reader_on_s3(local_s3, tmp_path):
     bucket = local_s3.bucket("pm-job")
     local_s3.upload_tree(tmp_path / "data", f"{bucket}/data")
     out = f"{bucket}/out"
+    # The transform is written as a launcher without TensorFlow writes it: in an isolated
+    # child, which uploads with the job's S3 options and credentials.
+    monkeypatch.setattr(tft_analysis, "_tensorflow_loaded", lambda: False)
+    writers, start_writer = [], tft_analysis._writer_pool
+    monkeypatch.setattr(tft_analysis, "_writer_pool", lambda: writers.append(1) or start_writer())
     remote = run_job(f"{bucket}/data/images", out, labels=[f"{bucket}/data/labels.csv"],
                      classes=f"{bucket}/data/classes.txt", sets=sets, extra=local_s3.flags,
                      isolation="subprocess",  # the decoder children read s3:// too
                      tft=True)  # made locally (TF cannot write s3://), then uploaded
 
+    assert writers == [1]  # the transform below came from the child
     # Byte-identical shards and rejects; committed with LATEST; nothing left behind.
     shards = sorted(entry["path"] for entry in remote.manifest["files"]
                     if ".tfrecord-" in entry["path"] and "dali_index" not in entry["path"])
