@@ -218,12 +218,15 @@ class _Child:
 
 class ChildPool:
     """See the module docstring. `preload`: modules the forkserver imports once for all
-    children (e.g. tensorflow), so each child starts in milliseconds."""
+    children (e.g. tensorflow), so each child starts in milliseconds. `role` names the
+    children in a crash's detail ("the decoding process died ...")."""
 
-    def __init__(self, worker, processes: int, timeout_s: float, preload=()):
+    def __init__(self, worker, processes: int, timeout_s: float, preload=(),
+                 role: str = "decoding"):
         if processes < 1:
             raise ValueError(f"processes must be >= 1. Received: processes={processes}")
         self._worker = worker
+        self._role = role
         self._filesystem_options = _filesystem_options()
         self._timeout_s = timeout_s
         self._context = multiprocessing.get_context("forkserver")
@@ -287,7 +290,7 @@ class ChildPool:
         child.process.join(5)
         self._crashes[key] += 1
         self._replace(index)
-        detail = f"the decoding process died (exit code {child.process.exitcode})"
+        detail = f"the {self._role} process died (exit code {child.process.exitcode})"
         if self._crashes[key] < 2:
             self._queue.appendleft((key, item))  # once more, in a fresh child
             return []

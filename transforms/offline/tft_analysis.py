@@ -210,7 +210,7 @@ def _tensorflow_loaded() -> bool:
 def _writer_pool():
     from transforms.offline import isolation
     return isolation.ChildPool(_TransformWriter(), 1, _WRITE_TIMEOUT_S,
-                               preload=isolation.DECODER_PRELOAD)
+                               preload=isolation.DECODER_PRELOAD, role="transform's writing")
 
 
 class _WriterAhead:
