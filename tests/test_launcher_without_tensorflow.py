@@ -57,10 +57,13 @@ def in_a_child(monkeypatch):
 @pytest.mark.slow
 def test_the_transform_written_in_a_child_is_the_one_written_here(tmp_path, in_a_child):
     totals = _totals()
-    child = ta.write_transform_isolated(str(tmp_path / "child"), ["cat", "dog"], totals, 16)
+    with ta.writer_started_ahead(True, 16):  # a child that traced its decoder while waiting
+        child = ta.write_transform_isolated(str(tmp_path / "child"), ["cat", "dog"], totals, 16)
+    cold = ta.write_transform_isolated(str(tmp_path / "cold"), ["cat", "dog"], totals, 16)
     from transforms.offline.tft_graph import write_analyzed_transform
     here = write_analyzed_transform(str(tmp_path / "here"), ["cat", "dog"], totals, 16)
-    assert child == here  # the job summary, computed in the child
+    assert child == here == cold  # the job summary, computed in the child
+    assert _sums(tmp_path / "cold") == _sums(tmp_path / "here")
     assert child["images"] == 3 and [c["count"] for c in child["classes"]] == [2, 1]
     assert _sums(tmp_path / "child") == _sums(tmp_path / "here")
     assert "transform_fn/saved_model.pb" in _sums(tmp_path / "child")
@@ -91,7 +94,7 @@ def test_closing_a_writer_still_starting_does_not_wait_for_it(monkeypatch):
         def close(self):
             closed.append(True)
 
-    def slow_start():
+    def slow_start(warm_up=None):
         release.wait(10)
         return FakePool()
 
@@ -114,7 +117,8 @@ def test_a_failure_in_the_writing_child_is_raised_with_its_cause(tmp_path, in_a_
 
 
 def test_arguments_are_checked_before_any_child_starts(tmp_path, in_a_child, monkeypatch):
-    monkeypatch.setattr(ta, "_writer_pool", lambda: pytest.fail("no child for bad arguments"))
+    monkeypatch.setattr(ta, "_writer_pool",
+                        lambda *_: pytest.fail("no child for bad arguments"))
     with pytest.raises(ValueError, match="totals must be a tft_totals.Totals"):
         ta.write_transform_isolated(str(tmp_path), ["cat"], {"images": 1}, 16)
     with pytest.raises(ValueError, match="size_quantiles"):

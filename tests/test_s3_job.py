@@ -49,7 +49,8 @@ def test_job_nightly_and_reader_on_s3(local_s3, tmp_path, monkeypatch):
     # child, which uploads with the job's S3 options and credentials.
     monkeypatch.setattr(tft_analysis, "_tensorflow_loaded", lambda: False)
     writers, start_writer = [], tft_analysis._writer_pool
-    monkeypatch.setattr(tft_analysis, "_writer_pool", lambda: writers.append(1) or start_writer())
+    monkeypatch.setattr(tft_analysis, "_writer_pool",
+                        lambda *args: writers.append(1) or start_writer(*args))
     remote = run_job(f"{bucket}/data/images", out, labels=[f"{bucket}/data/labels.csv"],
                      classes=f"{bucket}/data/classes.txt", sets=sets, extra=local_s3.flags,
                      isolation="subprocess",  # the decoder children read s3:// too

@@ -173,7 +173,8 @@ def execute(job: PreprocessJob, options: PipelineOptions) -> None:
     # collections during the run do not walk it again (launcher GC 2.1 -> 1.4 s CPU on
     # 5,000 thumbnails); unfrozen after, so a process that runs jobs one after another leaks
     # nothing (`transforms.gc_policy`).
-    with thawed_after(), writer_started_ahead(ahead):
+    with thawed_after(), writer_started_ahead(ahead, job.config.online.image_size,
+                                              job.config.decode.exif_orientation):
         with long_lived_imports():  # only for a run that works
             from pipelines.preprocess_graph import build_preprocess
         pipeline = beam.Pipeline(runner=runner_for(options), options=options)

@@ -160,10 +160,16 @@ _AHEAD: list = []
 
 class _TransformWriter:
     """What the isolated child runs: `tft_graph.write_analyzed_transform` (TF and TFT are
-    imported in the child's setup, beside the forkserver's TensorFlow)."""
+    imported in the child's setup, beside the forkserver's TensorFlow; given the job's
+    `(image_size, exif_orientation)`, the setup also traces what every write traces)."""
+
+    def __init__(self, warm_up: tuple | None = None):
+        self._warm_up = warm_up
 
     def setup(self) -> None:
-        import transforms.offline.tft_graph  # noqa: F401
+        from transforms.offline import tft_graph
+        if self._warm_up is not None:
+            tft_graph.warm_up(*self._warm_up)
 
     def run(self, arguments: tuple) -> dict:
         from transforms.offline.tft_graph import write_analyzed_transform
@@ -207,9 +213,9 @@ def _tensorflow_loaded() -> bool:
     return "tensorflow" in sys.modules
 
 
-def _writer_pool():
+def _writer_pool(warm_up: tuple | None = None):
     from transforms.offline import isolation
-    return isolation.ChildPool(_TransformWriter(), 1, _WRITE_TIMEOUT_S,
+    return isolation.ChildPool(_TransformWriter(warm_up), 1, _WRITE_TIMEOUT_S,
                                preload=isolation.DECODER_PRELOAD, role="transform's writing")
 
 
@@ -219,7 +225,8 @@ class _WriterAhead:
     does not wait either (a run stopped early): a child started after `close` is closed by the
     thread that started it."""
 
-    def __init__(self):
+    def __init__(self, warm_up: tuple | None = None):
+        self._warm_up = warm_up
         self._lock = threading.Lock()
         self._pool = None
         self._error: BaseException | None = None
@@ -230,7 +237,7 @@ class _WriterAhead:
 
     def _start(self) -> None:
         try:
-            pool = _writer_pool()
+            pool = _writer_pool(self._warm_up)
         except BaseException as exc:  # noqa: BLE001 - raised again by take()
             self._error = exc
             return
@@ -257,12 +264,14 @@ class _WriterAhead:
 
 
 @contextlib.contextmanager
-def writer_started_ahead(enabled: bool = True):
+def writer_started_ahead(enabled: bool = True, image_size=None, exif_orientation: bool = True):
     """Starts the child that `write_transform_isolated` writes with now (when `enabled`):
-    its TF and TFT imports (~1.5 s) then overlap the job instead of following its last
-    combine. The step takes it; at exit it is stopped if nothing did (a failed run, a run
-    whose step ran in-process)."""
-    ahead = _WriterAhead() if enabled else None
+    its TF and TFT imports (~1.5 s) and, given the job's `image_size`, the tracing that does
+    not depend on the analyzed numbers (`tft_graph.warm_up`, ~0.5 s) then overlap the job
+    instead of following its last combine. The step takes it; at exit it is stopped if nothing
+    did (a failed run, a run whose step ran in-process)."""
+    warm_up = None if image_size is None else (image_size, exif_orientation)
+    ahead = _WriterAhead(warm_up) if enabled else None
     if ahead is not None:
         _AHEAD.append(ahead)
     try:

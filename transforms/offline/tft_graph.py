@@ -59,7 +59,7 @@ from transforms.offline.tft_totals import (
 from transforms.offline.tft_write import write_transform
 
 __all__ = ["RAW_FEATURE_SPEC", "raw_metadata", "make_preprocessing_fn",
-           "write_analyzed_transform", "tft_summary", "read_normalization"]
+           "write_analyzed_transform", "warm_up", "tft_summary", "read_normalization"]
 
 RAW_FEATURE_SPEC = {
     codec.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
@@ -193,6 +193,16 @@ def write_analyzed_transform(output_dir: str, class_table: Sequence[str], totals
                                                  image_size, exif_orientation)
         write_transform(preprocessing_fn, _input_specs(), _ASSET_MAP, output_dir, scratch)
     return job_summary(totals, names, analyzed)
+
+
+def warm_up(image_size, exif_orientation: bool = True) -> None:
+    """Traces now what writing a transform for `image_size` will trace whatever the analyzed
+    numbers: the batch decoder (most of a write's tracing) and the input specs. A writing child
+    started with the job does it while the job runs, so the write after the job's last combine
+    is shorter. The written files do not change (`tft_write` names functions by their order)."""
+    orientation = None if exif_orientation else 1
+    _model_decoder(image_size_pair(image_size), orientation).get_concrete_function()
+    _input_specs()
 
 
 @functools.cache
