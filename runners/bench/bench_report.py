@@ -51,7 +51,7 @@ class Measurement:
 class MemoryCheck:
     small_images: int
     large_images: int
-    small_peak: int          # bytes, process-tree RSS
+    small_peak: int          # bytes, process-tree PSS, the highest over the small runs
     large_peak: int          # bytes, the highest over the job repetitions
     small_max_process: int
     large_max_process: int
