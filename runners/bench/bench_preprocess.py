@@ -222,22 +222,27 @@ def _repetitions(args, corpus: Corpus, workdir: str, threads: int, min_variance:
     return job_runs, class_runs, decode, naive, written
 
 
-def _small_corpus_checks(args, small: Corpus, job_runs, workdir: str):
-    """(MemoryCheck, IdentityCheck, NightlyRun, the small JobRuns: one per repetition, for the
-    marginal's pairs) from runs on the small corpus."""
-    small_runs = [time_job(small, os.path.join(workdir, "job_out_memory"), args.workers,
-                           args.config, args.overrides,
-                           os.path.join(workdir, f"job_memory_{repetition}.log"))
-                  for repetition in range(1, args.repetitions + 1)]
+def _small_runs(args, small: Corpus, workdir: str) -> list:
+    """The job on the small corpus, once per repetition (the memory check, the marginal's
+    pairs). Run first, while this process has not imported TensorFlow: PSS divides a shared
+    page among every process that maps it, so a job timed after the bench's own TensorFlow
+    import (the decode limit) reads ~170 MB lower (docs/benchmarks.md, twelfth round)."""
+    return [time_job(small, os.path.join(workdir, "job_out_memory"), args.workers, args.config,
+                     args.overrides, os.path.join(workdir, f"job_memory_{repetition}.log"))
+            for repetition in range(1, args.repetitions + 1)]
+
+
+def _small_corpus_checks(args, small: Corpus, small_runs: list, job_runs, workdir: str):
+    """(MemoryCheck, IdentityCheck, NightlyRun) from the runs on the small corpus."""
     small_run = small_runs[0]
-    # Peaks like with like: the highest of the small runs against the highest of the big ones
-    # (a peak sampled at 0.1 s in a few-second run may miss the start's transient).
+    # Peaks like with like: the small runs and the first big run are the ones timed before this
+    # process imported TensorFlow (`_small_runs`).
     memory = MemoryCheck(
         small_images=small_run.images, large_images=job_runs[0].images,
         small_peak=max(s.peak_tree_rss for s in small_runs),
-        large_peak=max(j.peak_tree_rss for j in job_runs),
+        large_peak=job_runs[0].peak_tree_rss,
         small_max_process=max(s.max_process_rss for s in small_runs),
-        large_max_process=max(j.max_process_rss for j in job_runs),
+        large_max_process=job_runs[0].max_process_rss,
         small_seconds=small_run.seconds, small_wall=small_run.wall_seconds,
         large_seconds=statistics.median(j.seconds for j in job_runs))
     workers, extra = _IDENTITY_FLAGS
@@ -247,7 +252,7 @@ def _small_corpus_checks(args, small: Corpus, job_runs, workdir: str):
         other=f"multi_processing, {workers} workers, {', '.join(extra)}",
         shards=len(small_run.shards), identical=small_run.shards == other.shards)
     nightly = time_nightly(small, workdir, args.workers, args.config, args.overrides)
-    return memory, identity, nightly, small_runs
+    return memory, identity, nightly
 
 
 def _scale_check(args, workdir: str, min_variance: float) -> ScaleCheck | None:
@@ -353,15 +358,15 @@ def run(argv=None) -> BenchResult:
     corpus, small, what = _corpora(args, workdir)
     threads = args.decode_threads or _cores_used(args.workers)
     min_variance = (config.quality.min_std or 0.0) ** 2
+    small_runs = _small_runs(args, small, workdir) if small is not None else []
     job_runs, class_runs, decode, naive, written = _repetitions(args, corpus, workdir, threads,
                                                                 min_variance)
     paths = [path for path, _ in corpus.items]
     inspect = time_inspect(paths, config, args.inspect_images) if args.inspect_images else None
     memory = identity = nightly = None
-    small_runs = []
     if small is not None:
-        memory, identity, nightly, small_runs = _small_corpus_checks(args, small, job_runs,
-                                                                     workdir)
+        memory, identity, nightly = _small_corpus_checks(args, small, small_runs, job_runs,
+                                                         workdir)
     from runners.bench.bench_costs import CorpusCost, CostResult
     middle = _middle(job_runs)
     photos = CorpusCost("photos", what, middle, small_runs[0] if small_runs else None,

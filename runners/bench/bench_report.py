@@ -52,7 +52,8 @@ class MemoryCheck:
     small_images: int
     large_images: int
     small_peak: int          # bytes, process-tree PSS, the highest over the small runs
-    large_peak: int          # bytes, the highest over the job repetitions
+    large_peak: int          # bytes, the first job repetition's (timed, like the small runs,
+                             # before the bench process imported TensorFlow)
     small_max_process: int
     large_max_process: int
     small_seconds: float     # the small run's time in run()
