@@ -83,7 +83,7 @@ def test_a_started_ahead_writer_is_used_once_and_stopped(tmp_path, in_a_child):
         assert ta._AHEAD == []
 
 
-def test_closing_a_writer_still_starting_does_not_wait_for_it(monkeypatch):
+def test_closing_a_writer_still_starting_does_not_wait_for_it(monkeypatch, in_a_child):
     # A run stopped while the forkserver still imports: the step's exit returns at once, and
     # the pool that starting gives later is closed by the thread that started it.
     import threading

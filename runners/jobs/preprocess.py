@@ -166,9 +166,8 @@ def execute(job: PreprocessJob, options: PipelineOptions) -> None:
     """Builds and runs the graph; everything lands in `job.staging_dir`. Raises on failure."""
     job = prepare_job(job, options)  # first: the decoders' forkserver imports alongside us
     from transforms.offline.tft_analysis import writer_started_ahead
-    # The transform's writing child starts now, when this process will not import TensorFlow.
-    ahead = (job.config.transform.enabled and decoders_here(job, options)
-             and "tensorflow" not in sys.modules)
+    # The transform's writing child starts now when the decoders are children of this process.
+    ahead = job.config.transform.enabled and decoders_here(job, options)
     # What exists before the run (Beam, the graph) lives through it: frozen, the full
     # collections during the run do not walk it again (launcher GC 2.1 -> 1.4 s CPU on
     # 5,000 thumbnails); unfrozen after, so a process that runs jobs one after another leaks

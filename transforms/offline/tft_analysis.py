@@ -265,13 +265,13 @@ class _WriterAhead:
 
 @contextlib.contextmanager
 def writer_started_ahead(enabled: bool = True, image_size=None, exif_orientation: bool = True):
-    """Starts the child that `write_transform_isolated` writes with now (when `enabled`):
-    its TF and TFT imports (~1.5 s) and, given the job's `image_size`, the tracing that does
-    not depend on the analyzed numbers (`tft_graph.warm_up`, ~0.5 s) then overlap the job
-    instead of following its last combine. The step takes it; at exit it is stopped if nothing
-    did (a failed run, a run whose step ran in-process)."""
+    """Starts the child that `write_transform_isolated` writes with now (when `enabled` and
+    this process has no TensorFlow, so the step will want a child): its TF and TFT imports
+    (~1.5 s) and, given the job's `image_size`, the tracing that does not depend on the
+    analyzed numbers (`tft_graph.warm_up`, ~0.5 s) then overlap the job instead of following
+    its last combine. The step takes it; at exit it is stopped if nothing did (a failed run)."""
     warm_up = None if image_size is None else (image_size, exif_orientation)
-    ahead = _WriterAhead(warm_up) if enabled else None
+    ahead = _WriterAhead(warm_up) if enabled and not _tensorflow_loaded() else None
     if ahead is not None:
         _AHEAD.append(ahead)
     try:
