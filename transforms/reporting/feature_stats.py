@@ -25,7 +25,6 @@ curve. Records are added a batch at a time, column by column (see `_RECORD_BATCH
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 import operator
@@ -39,6 +38,7 @@ from tfx_bsl import sketches
 
 from transforms.reporting.exact_sums import ExactSum, add_exactly, first_extremes
 from transforms.reporting.feature_stats_proto import feature_proto
+from transforms.reporting.feature_values import summarize_features
 from transforms.reporting.misra_gries import MisraGries
 from transforms.s3_storage import create_file
 from transforms.snapshot_layout import feature_stats_name
@@ -51,7 +51,6 @@ _MAX_ELEMENTS = 1 << 32
 _KMV_BUCKETS = 1024
 _MISRA_GRIES_BUCKETS = 1000      # TFDV's rank histogram size
 _KMV_BATCH = 4096   # values a feature holds before they go into its sketches in one call
-_LARGE_STRING = 1024             # longer values are summarized by length and digest only
 _FLUSH = 4096                    # values buffered before they go into a sketch
 # Records an accumulator holds before it adds them to its features, column by column (NumPy
 # for the numbers, `exact_sums` for the sums): the launcher adds every record, and a record's
@@ -74,26 +73,6 @@ def record_features(serialized: bytes) -> tuple:
         if kind is not None:
             result.append((key, kind, tuple(getattr(feature, kind).value)))
     return summarize_features(result)
-
-
-def summarize_features(features) -> tuple:
-    """`record_features` of the Example whose features (`codec.example_features`: (key, kind,
-    values) sorted by key, as a parser reads them) are given, without serializing and parsing
-    it again."""
-    return tuple((key, kind, tuple(_string_or_digest(v) for v in values)
-                  if kind == "bytes_list" else tuple(values))
-                 for key, kind, values in features)
-
-
-def _string_or_digest(value: bytes):
-    try:
-        value.decode("utf-8")
-        utf8 = True
-    except UnicodeDecodeError:
-        utf8 = False
-    if utf8 and len(value) <= _LARGE_STRING:
-        return value
-    return (len(value), hashlib.sha1(value).digest(), utf8)
 
 
 def _batches(waiting: int, values, counts, limit: int):
