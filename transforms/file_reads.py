@@ -15,19 +15,11 @@ FileSystems come from `transforms.beam_filesystems`, which applies a child's pen
 """
 from __future__ import annotations
 
-import re
-
 from transforms import s3_storage
 from transforms.beam_filesystems import beam_filesystems
+from transforms.local_paths import is_local
 
 __all__ = ["read_bytes", "open_file", "exists", "match"]
-
-# Beam's `FileSystems.URI_SCHEMA_PATTERN`: a path it does not match is LocalFileSystem's.
-_SCHEME = re.compile(r"(?P<scheme>[a-zA-Z][-a-zA-Z0-9+.]*)://.*")
-
-
-def _is_local(path: str) -> bool:
-    return _SCHEME.match(path.strip()) is None
 
 
 def read_bytes(path: str, limit: int | None = None) -> bytes:
@@ -40,7 +32,7 @@ def read_bytes(path: str, limit: int | None = None) -> bytes:
 
 def open_file(path: str):
     """`FileSystems.open(path, compression_type="uncompressed")`: a binary reading stream."""
-    if _is_local(path):
+    if is_local(path):
         return open(path, "rb")  # the caller closes it, as it closes Beam's stream
     if s3_storage.is_s3(path):
         return s3_storage.open_object(path)

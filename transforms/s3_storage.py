@@ -18,7 +18,10 @@ from __future__ import annotations
 import datetime
 import functools
 import io
+import os
 import re
+
+from transforms.local_paths import is_local
 
 __all__ = ["S3Error", "S3Storage", "S3_FILES", "is_s3", "split_url", "set_options", "client",
            "describe_error", "check_bucket", "create_file", "read_object", "open_object",
@@ -245,7 +248,14 @@ def match_objects(pattern: str) -> list:
 def create_file(path: str, compression_type: str = "auto"):
     """`FileSystems.create(path, compression_type)`; on `s3://` through the shared client
     (Beam's uploader, `_create_object`), and an empty uncompressed file can be written too
-    (`_EmptySafeWriter`)."""
+    (`_EmptySafeWriter`). An uncompressed local file is created as Beam's LocalFileSystem
+    creates it (its folder made, opened "wb"), without importing Beam: the shard writer's child
+    processes import no Beam for local outputs (`transforms.offline.shard_writing`)."""
+    if compression_type == "uncompressed" and is_local(path):
+        folder = os.path.dirname(path)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        return open(path, "wb")
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
     kind = compression_type
