@@ -46,6 +46,18 @@ class _Worker:
         return item * item
 
 
+class _Pid:
+    """Gives its child's pid, after 0.6 s for a ("slow", n) item."""
+
+    def setup(self):
+        pass
+
+    def run(self, item):
+        if item[0] == "slow":
+            time.sleep(0.6)
+        return os.getpid()
+
+
 def _run_all(pool, items) -> dict:
     for key, item in enumerate(items):
         pool.put(key, item)
@@ -126,6 +138,39 @@ def test_a_hang_times_out_once_and_is_not_retried(pool, tmp_path):
     assert results == {1: 1, 2: 4}
     assert (tmp_path / "hang").read_text() == "x"
     assert time.monotonic() - started < 30
+
+
+def test_a_hang_in_another_roles_pool_names_its_limit_in_seconds(tmp_path):
+    pool = isolation.ChildPool(_Worker(str(tmp_path)), 1, 1.0, role="shard writing")
+    try:
+        failure = _run_all(pool, ["hang"])["hang"]
+    finally:
+        pool.close()
+    assert (failure.kind, failure.detail) == ("timeout", "no result within 1 s")
+
+
+def test_one_item_per_child_spreads_two_slow_items_over_two_children(tmp_path):
+    """Two 0.6 s items: in one batch (the default) one child runs both, one after the other;
+    with `per_child=1` each child gets one and they run side by side."""
+    def pids(per_child: int) -> tuple[set, float]:
+        pool = isolation.ChildPool(_Pid(), 2, 10.0, per_child=per_child)
+        try:
+            _run_all(pool, [("warm", 0), ("warm", 1)])  # both children up and ready
+            start = time.monotonic()
+            results = _run_all(pool, [("slow", 0), ("slow", 1)])
+            return set(results.values()), time.monotonic() - start
+        finally:
+            pool.close()
+
+    one_each, side_by_side = pids(per_child=1)
+    batched, _one_after_the_other = pids(per_child=isolation.QUEUED_PER_CHILD)
+    assert len(one_each) == 2 and side_by_side < 1.1
+    assert len(batched) == 1
+
+
+def test_per_child_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="per_child must be >= 1. Received: per_child=0"):
+        isolation.ChildPool(_Worker(str(tmp_path)), 1, 1.0, per_child=0)
 
 
 def test_an_exception_in_the_worker_is_that_items_failure(pool):
@@ -220,3 +265,4 @@ def test_the_decoding_children_import_no_beam(tmp_path):
     [(_, inspected)] = done
     assert inspected.reject is None and inspected.width == 128 and len(inspected.sha256) == 64
     assert "/tensorflow/" in mapped and "/apache_beam/" not in mapped
+

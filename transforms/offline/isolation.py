@@ -39,8 +39,9 @@ __all__ = ["ChildPool", "Failure", "main_script_hidden", "start_forkserver", "QU
 # import TensorFlow or Beam), so the launcher can start the forkserver before its own
 # TensorFlow import and the two imports run side by side.
 DECODER_PRELOAD = ("transforms.offline.decoder_imports",)
-QUEUED_PER_CHILD = 16  # items a child holds: two batches, so it never waits for the parent
-_BATCH = QUEUED_PER_CHILD // 2  # items per message; a message each way costs ~0.1 ms of CPU
+# Items a child holds by default: two batches of 8 (a message each way costs ~0.1 ms of CPU),
+# so it never waits for the parent.
+QUEUED_PER_CHILD = 16
 _READY = "ready"
 _START_TIMEOUT_S = 300.0  # a child's setup (imports, first decode) on a very busy machine
 
@@ -219,12 +220,18 @@ class _Child:
 class ChildPool:
     """See the module docstring. `preload`: modules the forkserver imports once for all
     children (e.g. tensorflow), so each child starts in milliseconds. `role` names the
-    children in a crash's detail ("the decoding process died ...")."""
+    children in a crash's detail ("the decoding process died ..."). `per_child`: items a child
+    holds at most, sent in batches of half as many (one at a time for 1: large items, such as
+    a shard to write, spread over every child)."""
 
     def __init__(self, worker, processes: int, timeout_s: float, preload=(),
-                 role: str = "decoding"):
+                 role: str = "decoding", per_child: int = QUEUED_PER_CHILD):
         if processes < 1:
             raise ValueError(f"processes must be >= 1. Received: processes={processes}")
+        if per_child < 1:
+            raise ValueError(f"per_child must be >= 1. Received: per_child={per_child}")
+        self._per_child = per_child
+        self._batch = max(1, per_child // 2)
         self._worker = worker
         self._role = role
         self._filesystem_options = _filesystem_options()
@@ -253,9 +260,9 @@ class ChildPool:
     def _dispatch(self) -> None:
         for child in self._children:
             while self._queue and child.ready and \
-                    QUEUED_PER_CHILD - len(child.held) >= _BATCH:
+                    self._per_child - len(child.held) >= self._batch:
                 child.send([self._queue.popleft()
-                            for _ in range(min(_BATCH, len(self._queue)))])
+                            for _ in range(min(self._batch, len(self._queue)))])
 
     def _replace(self, index: int) -> None:
         """Stops child `index` and starts a fresh one; what it held goes back to the queue."""
@@ -323,8 +330,9 @@ class ChildPool:
             if child.held and now - child.current()[1] > self._timeout_s:
                 key, _item = self._take_current(index)
                 self._replace(index)
-                done.append((key, Failure(
-                    "timeout", f"no result within decode.timeout_s={self._timeout_s:g}")))
+                limit = (f"decode.timeout_s={self._timeout_s:g}" if self._role == "decoding"
+                         else f"{self._timeout_s:g} s")
+                done.append((key, Failure("timeout", f"no result within {limit}")))
         return done
 
     def poll(self, wait: bool) -> list:
