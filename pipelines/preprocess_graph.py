@@ -285,8 +285,11 @@ class WriteSnapshot(beam.PTransform):
         # Every record gets every meta column of the run; TFDS's features.json lists them.
         meta_columns = accepted | "MetaColumns" >> MetaColumns()
         meta_columns | "WriteMetaColumns" >> staged_run.write_meta_columns(staging)
+        # Shards are written in child processes when the images were decoded in them.
+        writers = (max(1, config.decode.processes)
+                   if config.decode.isolation == "subprocess" else 0)
         written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table,
-                                                          meta_columns)
+                                                          meta_columns, writers)
         # The TFT transform covers everything committed so far plus tonight: normalization and
         # class weights describe the whole training set. A full run has no archive, and no
         # Flatten: Beam's local runner copies every element of one once more.

@@ -266,3 +266,37 @@ def test_the_decoding_children_import_no_beam(tmp_path):
     assert inspected.reject is None and inspected.width == 128 and len(inspected.sha256) == 64
     assert "/tensorflow/" in mapped and "/apache_beam/" not in mapped
 
+
+@pytest.mark.slow  # the forkserver imports TensorFlow
+def test_a_shard_writing_child_imports_no_beam_for_a_local_shard(tmp_path):
+    """A child of the decoders' forkserver writes a local shard (file, DALI index, features
+    summaries) with no Beam module mapped: Beam's import would cost each writing child more
+    CPU than writing a small shard."""
+    import hashlib
+
+    from configs.schema import OutputConfig
+    from transforms.offline.image_record import ImageRecord
+    from transforms.offline.shard_writing import ShardWriter
+
+    data = b"\x89PNG not really"
+    (tmp_path / "a.png").write_bytes(data)
+    record = ImageRecord(uri=str(tmp_path / "a.png"), path="a.png", file_bytes=len(data),
+                         sha256=hashlib.sha256(data).hexdigest(), format="png", width=2,
+                         height=2, label="cat", label_id=0, split="train")
+    rel = "train/images-train.tfrecord-00000-of-00001"
+    pool = isolation.ChildPool(ShardWriter(), 1, 120.0, preload=isolation.DECODER_PRELOAD,
+                               role="shard writing", per_child=1)
+    try:
+        pool.put(0, (str(tmp_path / "staging"), OutputConfig(), rel, [record], ["cat"], []))
+        done = []
+        while pool.in_flight:
+            done += pool.poll(wait=True)
+        with open(f"/proc/{pool.pids()[0]}/maps", encoding="utf-8") as handle:
+            mapped = handle.read()
+    finally:
+        pool.close()
+    [(_, (shard, [summary]))] = done
+    assert shard.records == 1 and shard.bytes == (tmp_path / "staging" / rel).stat().st_size
+    assert (tmp_path / "staging" / "train" / "dali_index").is_dir()
+    assert dict((key, values) for key, _kind, values in summary)["image/filename"] == (b"a.png",)
+    assert "/apache_beam/" not in mapped

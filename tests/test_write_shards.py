@@ -152,3 +152,73 @@ def test_a_file_that_changed_since_it_was_validated_fails_the_job(tmp_path):
             _ = (pipeline | "Records" >> beam.Create([record])
                  | WriteShards(str(tmp_path / "staging"), OutputConfig(num_shards=1),
                                *_side_inputs(pipeline)))
+
+
+def _write(records, staging, output: OutputConfig, processes: int) -> dict:
+    """WriteShards of `records` into `staging` with `processes` writing children; (index rows,
+    features, files) as sorted lists, gathered into a file (a child pipeline's outputs)."""
+    import json
+    out = os.path.join(str(staging), "outputs.json")
+
+    def dump(items):
+        with open(out, "w") as handle:
+            json.dump(sorted(repr(item) for item in items), handle)
+
+    with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+        written = (pipeline | "Records" >> beam.Create(records)
+                   | WriteShards(str(staging), output, *_side_inputs(pipeline), processes))
+        _ = ((written.index, written.features, written.files) | beam.Flatten()
+             | beam.combiners.ToList() | beam.Map(dump))
+    with open(out) as handle:
+        outputs = json.load(handle)
+    os.remove(out)
+    return outputs
+
+
+def _folder_bytes(folder) -> dict:
+    return {os.path.relpath(path, folder): open(path, "rb").read()
+            for path in glob.glob(os.path.join(str(folder), "**", "*"), recursive=True)
+            if os.path.isfile(path)}
+
+
+@pytest.mark.slow  # the writing children's forkserver imports TensorFlow
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_shards_written_in_children_equal_those_written_here(tmp_path, monkeypatch,
+                                                             compression):
+    """With `processes`, children write the shards (the images are never read in this
+    process: reading here raises) and every file, index row, features summary and ShardFile
+    is the one written here."""
+    from transforms.offline import shard_writing
+    images = tmp_path / "images"
+    images.mkdir()
+    records = [_record(images, f"{i}.png", bytes([i]) * (20 + i), split, label,
+                       boxes=((0.1, 0.2, 0.5, 0.6, "cat"),) if i % 3 == 0 else ())
+               for i, (split, label) in enumerate([("train", "cat"), ("train", "dog")] * 5
+                                                  + [("validation", "dog")] * 3)]
+    output = OutputConfig(num_shards=3, compression=compression)
+    here = _write(records, tmp_path / "here", output, processes=0)
+
+    def not_here(path, limit=None):
+        raise AssertionError(f"{path} was read by the launcher")
+    monkeypatch.setattr(shard_writing, "read_bytes", not_here)
+    in_children = _write(records, tmp_path / "children", output, processes=2)
+    assert in_children == here
+    assert len(here) == 2 * len(records) + 6  # rows, features, the 3 shards of each split
+    assert _folder_bytes(tmp_path / "children") == _folder_bytes(tmp_path / "here")
+
+
+@pytest.mark.slow  # the writing children's forkserver imports TensorFlow
+def test_a_file_that_changed_fails_the_job_from_a_writing_child_with_its_cause(tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    record = _record(images, "a.png", b"validated bytes", "train", "cat")
+    with open(record.uri, "wb") as handle:
+        handle.write(b"changed bytes")
+    shard = _shard("train", 0, 1)
+    with pytest.raises(Exception, match=f"Writing the shard {shard} failed in its process "
+                                        r"\(error\): RuntimeError: .*a.png changed while the job "
+                                        "ran"):
+        with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+            _ = (pipeline | "Records" >> beam.Create([record])
+                 | WriteShards(str(tmp_path / "staging"), OutputConfig(num_shards=1),
+                               *_side_inputs(pipeline), processes=1))

@@ -1,8 +1,9 @@
 """Sharded TFRecord writing that is deterministic and scales.
 
-Only small metadata flows through the job; the image bytes are read again here, when a shard is
-written (and their sha256 checked, so a file that changed during the run fails the job instead
-of writing content the rest of the job never validated). The number of shards per split comes
+Only small metadata flows through the job; the image bytes are read again when a shard is
+written (`shard_writing`: their sha256 checked, so a file that changed during the run fails the
+job instead of writing content the rest of the job never validated), in the worker or in child
+processes beside it (`_WriteShardFn`). The number of shards per split comes
 from the split's total bytes and `output.target_shard_mb` (or `output.num_shards`); a record's
 shard comes from its content hash, and records inside a shard are ordered by hash, so the same
 inputs and config always give byte-identical files, whatever the runner or worker count.
@@ -11,43 +12,26 @@ every record gets every `meta/` column of the run (empty where its CSV row had n
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
-import hashlib
 import math
 import typing
-import zlib
 
 import apache_beam as beam
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from apache_beam.metrics import Metrics
+from apache_beam.utils.windowed_value import WindowedValue
 
 from configs.schema import OutputConfig
-from transforms import codec
-from transforms.file_reads import read_bytes
-from transforms.offline import progress, splits
-from transforms.offline.dali_index import IndexBuilder
+from transforms.offline import isolation, progress, splits
 from transforms.offline.gather import Gather, once
 from transforms.offline.index_table import record_row
+from transforms.offline.shard_writing import ShardFile, ShardWriter, write_shard
 from transforms.offline.tfrecord_framing import frame_record
-from transforms.reporting.feature_stats import summarize_features
-from transforms.s3_storage import create_file
-from transforms.snapshot_layout import dali_index_name, shard_name
+from transforms.snapshot_layout import shard_name
 
 __all__ = ["AssignShards", "WriteShards", "MetaColumns", "shard_counts", "frame_record",
            "ShardFile", "WrittenShards", "FILES", "FEATURES"]
 
 FILES = "files"
 FEATURES = "features"  # (split, reporting.feature_stats.record_features) per written record
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardFile:
-    """One written shard, for the manifest."""
-    path: str        # relative to the snapshot folder
-    bytes: int
-    sha256: str
-    records: int
 
 
 def shard_counts(bytes_by_split: dict, output: OutputConfig) -> dict:
@@ -67,65 +51,6 @@ class MetaColumns(beam.PTransform):
                 | "Sorted" >> Gather(sorted))
 
 
-def _features(record, data: bytes, class_ids: dict, columns, label_offset: int) -> tuple:
-    """`codec.example_features` of the record's Example."""
-    return codec.example_features(
-        encoded=data, image_format=record.format, height=record.height, width=record.width,
-        orientation=record.orientation, filename=record.path, sha256=record.sha256,
-        label=record.label_id, label_text=record.label,
-        boxes=[box[:4] for box in record.boxes],
-        box_labels=[class_ids[box[4]] for box in record.boxes],
-        box_texts=[box[4] for box in record.boxes],
-        quality=dict(record.metrics), meta={**dict.fromkeys(columns, ""), **dict(record.meta)},
-        label_offset=label_offset)
-
-
-def _write_shard(staging_dir: str, output: OutputConfig, rel_path: str, records,
-                 class_table, columns, emit):
-    """Writes the shard `rel_path` of `records` (sorted by sha256 here) and, uncompressed, its
-    DALI index. Yields what `emit(record, features)` gives as each record is written; returns
-    its ShardFile. No record gives an empty shard (a gzip shard: gzip's empty stream)."""
-    records = sorted(records, key=lambda r: r.sha256)
-    class_ids = {name: i for i, name in enumerate(class_table)}
-    digest = hashlib.sha256()
-    size = 0
-    compressor = (zlib.compressobj(9, zlib.DEFLATED, 31)
-                  if output.compression == "gzip" else None)
-    dali = IndexBuilder()
-    with create_file(FileSystems.join(staging_dir, rel_path),
-                     compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        def write(chunk: bytes):
-            nonlocal size
-            if compressor is not None:
-                chunk = compressor.compress(chunk)
-            handle.write(chunk)
-            digest.update(chunk)
-            size += len(chunk)
-
-        for record in records:
-            data = read_bytes(record.uri)
-            if hashlib.sha256(data).hexdigest() != record.sha256:
-                raise RuntimeError(
-                    f"{record.uri} changed while the job ran (sha256 differs from the one "
-                    f"validated); rerun the job on a stable input.")
-            features = _features(record, data, class_ids, columns, output.label_offset)
-            framed = frame_record(codec.serialize_features(features))
-            dali.add(len(framed))
-            write(framed)
-            yield from emit(record, features)
-        if compressor is not None:
-            tail = compressor.flush()
-            handle.write(tail)
-            digest.update(tail)
-            size += len(tail)
-    if compressor is None:
-        index_path = FileSystems.join(staging_dir, dali_index_name(rel_path))
-        with create_file(index_path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            handle.write(dali.text())
-    return ShardFile(path=rel_path, bytes=size, sha256=digest.hexdigest(),
-                     records=len(records))
-
-
 class WrittenShards(typing.NamedTuple):
     """What `WriteShards` gives: `index` rows of the written records, every ShardFile
     (`files`), and (split, features) per record (`features`)."""
@@ -134,31 +59,86 @@ class WrittenShards(typing.NamedTuple):
     features: beam.PCollection
 
 
-class _WriteShardFn(beam.DoFn):
-    """((split, shard index), records) -> the shard written; an index row and (split,
-    features) per record, the ShardFile tagged `files`."""
+_WRITE_TIMEOUT_S = 3600.0  # one shard (128 MB by default) written by a child, remote included
 
-    def __init__(self, staging_dir: str, output: OutputConfig):
+
+class _WriteShardFn(beam.DoFn):
+    """((split, shard index), records) -> the shard written (`shard_writing.write_shard`); an
+    index row and (split, features) per record, the ShardFile tagged `files`.
+
+    With `processes`, shards are written in that many child processes of the decoders'
+    forkserver (`isolation.ChildPool`, one shard per child at a time): the worker then neither
+    reads, hashes nor encodes an image (on one core it was ~half the launcher's CPU per photo),
+    and the shards of a bundle are written side by side. Outputs leave in the order the shards
+    came, as when they are written here, so the steps after see the same sequence. A child's
+    failure fails the job with its cause, as the same error here would."""
+
+    def __init__(self, staging_dir: str, output: OutputConfig, processes: int = 0):
         self._staging_dir = staging_dir
         self._output = output
+        self._processes = processes
         self._written = Metrics.counter("pixelmill", "accepted")
 
-    def process(self, item, counts, class_table, columns):
+    def setup(self):
+        self._pool = None
+        self._waiting: dict = {}  # key -> (split, rel_path, records, timestamp, window), in order
+        self._results: dict = {}  # key -> a child's result, until the shards before it are out
+        self._next_key = 0
+
+    def process(self, item, counts, class_table, columns, timestamp=beam.DoFn.TimestampParam,
+                window=beam.DoFn.WindowParam):
         (split, index), records = item
         progress.enter("writing")
         output = self._output
         rel_path = shard_name(output.name, split, index, counts[split], output.compression)
-        shard = yield from _write_shard(
-            self._staging_dir, output, rel_path, records, class_table, columns,
-            emit=functools.partial(self._outputs, split, rel_path))
-        yield beam.pvalue.TaggedOutput(FILES, shard)
+        records = sorted(records, key=lambda r: r.sha256)  # as written: rows follow that order
+        arguments = (self._staging_dir, output, rel_path, records, class_table, columns)
+        if not self._processes:
+            yield from self._outputs(split, rel_path, records, *write_shard(*arguments))
+            return
+        if self._pool is None:
+            self._pool = isolation.ChildPool(ShardWriter(), self._processes, _WRITE_TIMEOUT_S,
+                                             preload=isolation.DECODER_PRELOAD,
+                                             role="shard writing", per_child=1)
+        key, self._next_key = self._next_key, self._next_key + 1
+        self._waiting[key] = (split, rel_path, records, timestamp, window)
+        self._pool.put(key, arguments)
+        yield from self._emit(self._pool.poll(wait=self._pool.in_flight >= self._processes))
 
-    def _outputs(self, split: str, rel_path: str, record, features) -> tuple:
-        """A written record's index row and (split, features)."""
-        self._written.inc()
-        progress.add("written")
-        return (record_row(record, rel_path),
-                beam.pvalue.TaggedOutput(FEATURES, (split, summarize_features(features))))
+    def finish_bundle(self):
+        while self._waiting:
+            yield from self._emit(self._pool.poll(wait=True))
+
+    def teardown(self):
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.close()
+
+    def _emit(self, done):
+        """The outputs of every shard whose result is in and whose predecessors are out."""
+        self._results.update(done)
+        while self._waiting and next(iter(self._waiting)) in self._results:
+            key = next(iter(self._waiting))
+            split, rel_path, records, timestamp, window = self._waiting.pop(key)
+            result = self._results.pop(key)
+            if isinstance(result, isolation.Failure):
+                raise RuntimeError(f"Writing the shard {rel_path} failed in its process "
+                                   f"({result.kind}): {result.detail}")
+            for value in self._outputs(split, rel_path, records, *result):
+                if isinstance(value, beam.pvalue.TaggedOutput):
+                    yield beam.pvalue.TaggedOutput(
+                        value.tag, WindowedValue(value.value, timestamp, [window]))
+                else:
+                    yield WindowedValue(value, timestamp, [window])
+
+    def _outputs(self, split: str, rel_path: str, records, shard: ShardFile, summaries):
+        """Each written record's index row and (split, features), then the ShardFile."""
+        for record, summary in zip(records, summaries, strict=True):
+            self._written.inc()
+            progress.add("written")
+            yield record_row(record, rel_path)
+            yield beam.pvalue.TaggedOutput(FEATURES, (split, summary))
+        yield beam.pvalue.TaggedOutput(FILES, shard)
 
 
 def _every_shard_file(_, written, counts, staging_dir: str, output: OutputConfig):
@@ -175,12 +155,8 @@ def _every_shard_file(_, written, counts, staging_dir: str, output: OutputConfig
 
 def _empty_shard(staging_dir: str, output: OutputConfig, rel_path: str) -> ShardFile:
     """Writes the shard `rel_path` with no record; its ShardFile."""
-    writing = _write_shard(staging_dir, output, rel_path, (), (), (), emit=None)  # no record
-    try:
-        next(writing)
-    except StopIteration as done:
-        return done.value
-    raise AssertionError(f"{rel_path}: a shard of no record wrote one")
+    shard, _summaries = write_shard(staging_dir, output, rel_path, (), (), ())
+    return shard
 
 
 class AssignShards(beam.PTransform):
@@ -209,14 +185,17 @@ class WriteShards(beam.PTransform):
     """Accepted ImageRecords (with split and label_id) -> `WrittenShards`: index rows; `files`:
     one ShardFile per shard, empty ones included; `features`: (split, each record's features) for
     the TFDV-style statistics. `class_table` and `meta_columns` (`MetaColumns` of the records:
-    every record gets these columns) are singleton side inputs (lists of names)."""
+    every record gets these columns) are singleton side inputs (lists of names). `processes`:
+    shards are written in that many child processes per worker (0: in the worker)."""
 
-    def __init__(self, staging_dir: str, output: OutputConfig, class_table, meta_columns):
+    def __init__(self, staging_dir: str, output: OutputConfig, class_table, meta_columns,
+                 processes: int = 0):
         super().__init__()
         self._staging_dir = staging_dir
         self._output = output
         self._class_table = class_table
         self._meta_columns = meta_columns
+        self._processes = processes
 
     def expand(self, records):
         output = self._output
@@ -225,7 +204,7 @@ class WriteShards(beam.PTransform):
         written = (keyed
                    | "GroupByShard" >> beam.GroupByKey()
                    | "WriteShard" >> beam.ParDo(
-                       _WriteShardFn(self._staging_dir, output), counts,
+                       _WriteShardFn(self._staging_dir, output, self._processes), counts,
                        beam.pvalue.AsSingleton(self._class_table),
                        beam.pvalue.AsSingleton(self._meta_columns)
                    ).with_outputs(FILES, FEATURES, main="index"))

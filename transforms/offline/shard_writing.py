@@ -1,0 +1,118 @@
+"""Writing one shard: its records' Examples, framed as TFRecords, into one file, with the DALI
+index of an uncompressed shard and, per record, what the feature statistics keep of it.
+
+The image bytes are read again here and their sha256 checked, so a file that changed during
+the run fails the job instead of writing content the rest of the job never validated. Records
+are written in sha256 order, so the same records always give the same bytes.
+
+Apart from the Beam step (`write_shards`) because a shard is also written in a child process
+(`ShardWriter`, run by `isolation.ChildPool`): this module imports neither Beam nor TensorFlow,
+so a child of the decoders' forkserver starts in milliseconds and writes a local shard with
+nothing more imported.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import zlib
+
+from transforms import codec
+from transforms.file_reads import read_bytes
+from transforms.local_paths import is_local
+from transforms.offline.dali_index import IndexBuilder
+from transforms.offline.tfrecord_framing import frame_record
+from transforms.reporting.feature_values import summarize_features
+from transforms.s3_storage import create_file
+from transforms.snapshot_layout import dali_index_name
+
+__all__ = ["ShardFile", "write_shard", "ShardWriter"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardFile:
+    """One written shard, for the manifest."""
+    path: str        # relative to the snapshot folder
+    bytes: int
+    sha256: str
+    records: int
+
+
+def _join(folder: str, rel_path: str) -> str:
+    """`FileSystems.join(folder, rel_path)`; a local folder without importing Beam (its
+    LocalFileSystem joins with `os.path.join`)."""
+    if is_local(folder):
+        return os.path.join(folder, rel_path)
+    from apache_beam.io.filesystems import FileSystems
+    return FileSystems.join(folder, rel_path)
+
+
+def _features(record, data: bytes, class_ids: dict, columns, label_offset: int) -> tuple:
+    """`codec.example_features` of the record's Example."""
+    return codec.example_features(
+        encoded=data, image_format=record.format, height=record.height, width=record.width,
+        orientation=record.orientation, filename=record.path, sha256=record.sha256,
+        label=record.label_id, label_text=record.label,
+        boxes=[box[:4] for box in record.boxes],
+        box_labels=[class_ids[box[4]] for box in record.boxes],
+        box_texts=[box[4] for box in record.boxes],
+        quality=dict(record.metrics), meta={**dict.fromkeys(columns, ""), **dict(record.meta)},
+        label_offset=label_offset)
+
+
+def write_shard(staging_dir: str, output, rel_path: str, records, class_table,
+                columns) -> tuple[ShardFile, list]:
+    """Writes the shard `rel_path` (under `staging_dir`, with `output`'s compression and label
+    offset) of `records`, in sha256 order, and, uncompressed, its DALI index. Returns its
+    ShardFile and, per record in the order written, `feature_values.summarize_features` of its
+    Example. No record gives an empty shard (a gzip shard: gzip's empty stream)."""
+    records = sorted(records, key=lambda r: r.sha256)
+    class_ids = {name: i for i, name in enumerate(class_table)}
+    summaries = []
+    digest = hashlib.sha256()
+    size = 0
+    compressor = (zlib.compressobj(9, zlib.DEFLATED, 31)
+                  if output.compression == "gzip" else None)
+    dali = IndexBuilder()
+    with create_file(_join(staging_dir, rel_path), compression_type="uncompressed") as handle:
+        def write(chunk: bytes):
+            nonlocal size
+            if compressor is not None:
+                chunk = compressor.compress(chunk)
+            handle.write(chunk)
+            digest.update(chunk)
+            size += len(chunk)
+
+        for record in records:
+            data = read_bytes(record.uri)
+            if hashlib.sha256(data).hexdigest() != record.sha256:
+                raise RuntimeError(
+                    f"{record.uri} changed while the job ran (sha256 differs from the one "
+                    f"validated); rerun the job on a stable input.")
+            features = _features(record, data, class_ids, columns, output.label_offset)
+            framed = frame_record(codec.serialize_features(features))
+            dali.add(len(framed))
+            write(framed)
+            summaries.append(summarize_features(features))
+        if compressor is not None:
+            tail = compressor.flush()
+            handle.write(tail)
+            digest.update(tail)
+            size += len(tail)
+    if compressor is None:
+        index_path = _join(staging_dir, dali_index_name(rel_path))
+        with create_file(index_path, compression_type="uncompressed") as handle:
+            handle.write(dali.text())
+    return ShardFile(path=rel_path, bytes=size, sha256=digest.hexdigest(),
+                     records=len(records)), summaries
+
+
+class ShardWriter:
+    """What a shard-writing child runs (`isolation.ChildPool`): `write_shard` of each item, an
+    argument tuple."""
+
+    def setup(self) -> None:
+        pass
+
+    def run(self, arguments: tuple) -> tuple[ShardFile, list]:
+        return write_shard(*arguments)
