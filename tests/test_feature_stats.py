@@ -49,8 +49,8 @@ def _combine(parts) -> statistics_pb2.DatasetFeatureStatistics:
     for part in parts:
         accumulator = fn.create_accumulator()
         for index in part:
-            accumulator = fn.add_input(accumulator, record_features(_example(index,
-                                                                             HEIGHTS[index])))
+            accumulator = fn.add_input(
+                accumulator, (record_features(_example(index, HEIGHTS[index])),))
         accumulators.append(pickle.loads(pickle.dumps(accumulator)))
     return fn.extract_output(fn.merge_accumulators(accumulators))
 
@@ -170,11 +170,17 @@ def _odd_records(count: int) -> list:
     return records
 
 
-def _combine_logged(records, cuts):
-    """(serialized statistics, every sketch's calls by key) of records cut into parts at
-    cuts, each part pickled, then merged."""
+def _combine_logged(records, cuts, batch_sizes=None):
+    """(serialized statistics, every sketch's calls by key) of records, one per element or in
+    elements of `batch_sizes` records (a shard's, as the writer hands them over), the elements
+    cut into parts at cuts, each part pickled, then merged."""
+    items, start = [], 0
+    for size in batch_sizes or [1] * len(records):
+        items.append(tuple(records[start:start + size]))
+        start += size
+    assert start == len(records)
     fn = FeatureStatsFn()
-    merged = merged_in_parts(fn, records, cuts)
+    merged = merged_in_parts(fn, items, cuts)
     dataset = fn.extract_output(merged)
     calls = {(key, name): getattr(getattr(feature, name), "sketch", getattr(feature, name)).calls
              for key, feature in merged.features.items()
@@ -202,6 +208,23 @@ def test_batched_records_pickled_and_merged_mid_batch_feed_the_sketches_as_one_b
     assert batched[1] == one_by_one_cut[1]  # the same values, in the same calls, per sketch
     assert batched[0] == one_by_one[0]
     assert any(len(calls) > 3 for calls in batched[1].values())
+
+
+def test_records_handed_over_a_shard_at_a_time_feed_the_sketches_as_one_by_one(monkeypatch):
+    # Batches of any size, their ends falling anywhere against `_RECORD_BATCH` and the sketch
+    # buffers, give the statistics and sketch calls of records added one by one.
+    records = _odd_records(60)
+    monkeypatch.setattr("transforms.reporting.feature_stats.sketches", _LOGGED_SKETCHES)
+    monkeypatch.setattr("transforms.reporting.feature_stats.MisraGries", _LoggedMisraGries)
+    monkeypatch.setattr("transforms.reporting.feature_stats._FLUSH", 7)
+    monkeypatch.setattr("transforms.reporting.feature_stats._KMV_BATCH", 5)
+    monkeypatch.setattr("transforms.reporting.feature_stats._RECORD_BATCH", 8)
+    one_by_one = _combine_logged(records, ())
+    in_shards = _combine_logged(records, (), batch_sizes=(1, 5, 13, 2, 9, 30))
+    in_shards_cut = _combine_logged(records, (2, 4), batch_sizes=(7, 7, 7, 7, 32))
+    assert in_shards == one_by_one
+    assert in_shards_cut[0] == one_by_one[0]
+    assert any(len(calls) > 3 for calls in in_shards[1].values())
 
 
 def test_to_statistics_list_holds_one_named_dataset():

@@ -31,7 +31,7 @@ __all__ = ["AssignShards", "WriteShards", "MetaColumns", "shard_counts", "frame_
            "ShardFile", "WrittenShards", "FILES", "FEATURES"]
 
 FILES = "files"
-FEATURES = "features"  # (split, reporting.feature_stats.record_features) per written record
+FEATURES = "features"  # (split, a shard's feature_stats.record_features, in order) per shard
 
 
 def shard_counts(bytes_by_split: dict, output: OutputConfig) -> dict:
@@ -53,7 +53,7 @@ class MetaColumns(beam.PTransform):
 
 class WrittenShards(typing.NamedTuple):
     """What `WriteShards` gives: `index` rows of the written records, every ShardFile
-    (`files`), and (split, features) per record (`features`)."""
+    (`files`), and (split, its records' features) per shard (`features`)."""
     index: beam.PCollection
     files: beam.PCollection
     features: beam.PCollection
@@ -64,7 +64,8 @@ _WRITE_TIMEOUT_S = 3600.0  # one shard (128 MB by default) written by a child, r
 
 class _WriteShardFn(beam.DoFn):
     """((split, shard index), records) -> the shard written (`shard_writing.write_shard`); an
-    index row and (split, features) per record, the ShardFile tagged `files`.
+    index row per record; (split, the records' features) tagged `features` and the ShardFile
+    tagged `files`.
 
     With `processes`, shards are written in that many child processes of the decoders'
     forkserver (`isolation.ChildPool`, one shard per child at a time): the worker then neither
@@ -132,12 +133,16 @@ class _WriteShardFn(beam.DoFn):
                     yield WindowedValue(value, timestamp, [window])
 
     def _outputs(self, split: str, rel_path: str, records, shard: ShardFile, summaries):
-        """Each written record's index row and (split, features), then the ShardFile."""
-        for record, summary in zip(records, summaries, strict=True):
+        """Each written record's index row, then (split, the records' features) and the
+        ShardFile."""
+        if len(summaries) != len(records):
+            raise AssertionError(f"{rel_path}: {len(summaries)} feature summaries for "
+                                 f"{len(records)} records")
+        for record in records:
             self._written.inc()
             progress.add("written")
             yield record_row(record, rel_path)
-            yield beam.pvalue.TaggedOutput(FEATURES, (split, summary))
+        yield beam.pvalue.TaggedOutput(FEATURES, (split, tuple(summaries)))
         yield beam.pvalue.TaggedOutput(FILES, shard)
 
 
@@ -183,8 +188,8 @@ class AssignShards(beam.PTransform):
 
 class WriteShards(beam.PTransform):
     """Accepted ImageRecords (with split and label_id) -> `WrittenShards`: index rows; `files`:
-    one ShardFile per shard, empty ones included; `features`: (split, each record's features) for
-    the TFDV-style statistics. `class_table` and `meta_columns` (`MetaColumns` of the records:
+    one ShardFile per shard, empty ones included; `features`: (split, the features of a shard's
+    records) per shard, for the TFDV-style statistics. `class_table` and `meta_columns` (`MetaColumns` of the records:
     every record gets these columns) are singleton side inputs (lists of names). `processes`:
     shards are written in that many child processes per worker (0: in the worker)."""
 

@@ -1,6 +1,6 @@
 """Statistics of every feature of the written records, per split, as TFDV writes them.
 
-The shard writer hands each record's features over as it writes it (`record_features`: the
+The shard writer hands its records' features over, a shard at a time (`record_features`: the
 values of every key; image bytes as their length and digest, not the bytes). `FeatureStatsFn`
 combines them per split with the sketches TFDV itself uses (tfx_bsl's quantiles and KMV, and
 its Misra-Gries algorithm in `misra_gries`, which gives one answer where tfx_bsl's varied
@@ -337,15 +337,18 @@ def _columns(records: list) -> list:
 
 
 class FeatureStatsFn(beam.CombineFn):
-    """`record_features` tuples of one split -> its `DatasetFeatureStatistics` (unnamed;
-    `to_statistics_list` names it)."""
+    """Batches of `record_features` tuples of one split (a shard's records: one Beam element
+    per shard, not per record, as the launcher's cost per element is the job's bottleneck on
+    small images) -> its `DatasetFeatureStatistics` (unnamed; `to_statistics_list` names it).
+    How records are batched does not change the result: they wait in the accumulator and
+    reach the sketches `_RECORD_BATCH` at a time, as added one by one."""
 
     def create_accumulator(self) -> _Split:
         return _Split()
 
-    def add_input(self, accumulator: _Split, features: tuple) -> _Split:
-        accumulator.examples += 1
-        accumulator.pending.append(features)
+    def add_input(self, accumulator: _Split, batch: tuple) -> _Split:
+        accumulator.examples += len(batch)
+        accumulator.pending.extend(batch)
         if len(accumulator.pending) >= _RECORD_BATCH:
             accumulator.fold()
         return accumulator
@@ -392,8 +395,8 @@ def _write_split(item, staging_dir: str) -> str:
 
 
 class WriteFeatureStatistics(beam.PTransform):
-    """(split, `record_features`) pairs -> `Split-<split>/FeatureStats.pb` under `staging_dir`
-    for every split with records; outputs the written paths."""
+    """(split, batch of `record_features`) pairs -> `Split-<split>/FeatureStats.pb` under
+    `staging_dir` for every split with records; outputs the written paths."""
 
     def __init__(self, staging_dir: str):
         super().__init__()
