@@ -54,7 +54,7 @@ from transforms.offline.join_labels import (
     resolve_labels,
     retire_inspected,
 )
-from transforms.offline.outputs import WriteRejectsLedger, count_into, write_text
+from transforms.offline.outputs import WriteRejectsLedger, count_into, count_keys, write_text
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, REASONS, Reject
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
 from transforms.offline.write_shards import MetaColumns, WriteShards
@@ -377,23 +377,21 @@ class Accounting(beam.PTransform):
             inspected.skipped | "CountSkipped" >> count_into(count_key(IMAGES, "skipped")),
             inputs.label_items | "CountLabelRows" >> count_into(count_key(LABEL_ROWS, "total")),
             inputs.box_items | "CountBoxRows" >> count_into(count_key(BOX_ROWS, "total")),
-            (counted.all_rejects
-             | "RowRejects" >> beam.Filter(lambda r: r.kind != IMAGE)
-             | "RowRejectPairs" >> beam.Map(
-                 lambda r: (count_key(_ROW_COUNT[r.kind], "rejected"), 1))),
-            (inspected.matched
-             | "MatchedPairs" >> beam.Map(
-                 lambda kv: (count_key(_ROW_COUNT[kv[0]], "matched"), kv[1]))),
-            (counted.all_rejects
-             | "ReasonKeys" >> beam.Map(lambda r: (staged_run.reason_key(r.kind, r.reason), 1))),
-            (inputs.archive_rows
-             | "LiveBefore" >> beam.Filter(lambda r: r["accepted"] and not r["removed"])
-             | "CountLiveBefore" >> count_into(count_key(LIVE, "before"))),
+            counted.all_rejects | "CountRowRejects" >> count_keys(
+                lambda r: None if r.kind == IMAGE else (count_key(_ROW_COUNT[r.kind],
+                                                                  "rejected"), 1)),
+            inspected.matched | "CountMatched" >> count_keys(
+                lambda kv: (count_key(_ROW_COUNT[kv[0]], "matched"), kv[1])),
+            counted.all_rejects | "CountReasons" >> count_keys(
+                lambda r: (staged_run.reason_key(r.kind, r.reason), 1)),
+            inputs.archive_rows | "CountLiveBefore" >> count_keys(
+                lambda r: (count_key(LIVE, "before"), 1)
+                if r["accepted"] and not r["removed"] else None),
             inspected.kept | "CountKept" >> count_into(count_key(LIVE, "kept")),
             inspected.retired | "CountRetired" >> count_into(count_key(LIVE, "retired")),
-            (inspected.retired
-             | "RetiredKeys" >> beam.Map(lambda line: (staged_run.retired_key(line["reason"]), 1))),
-            inputs.other_files | "OtherFileKeys" >> beam.Map(
+            inspected.retired | "CountRetiredReasons" >> count_keys(
+                lambda line: (staged_run.retired_key(line["reason"]), 1)),
+            inputs.other_files | "CountOtherFiles" >> count_keys(
                 lambda key: (staged_run.other_files_key(key), 1)),
         ]
         return (counts

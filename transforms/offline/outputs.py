@@ -15,11 +15,12 @@ import zlib
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.transforms.window import GlobalWindows
 
 from transforms.offline.gather import Gather
 from transforms.s3_storage import create_file
 
-__all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "LEDGER_PART_LINES", "write_text",
+__all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "count_keys", "LEDGER_PART_LINES", "write_text",
            "SampleAndCountFn", "range_bounds", "already_joined", "remove_parts"]
 
 LEDGER_PART_LINES = 200_000   # lines per sorted range of the ledger (~40 MB on one worker)
@@ -172,9 +173,39 @@ class WriteJson(beam.PTransform):
                 data, indent=2, sort_keys=True, allow_nan=False) + "\n")).with_output_types(str)
 
 
+class _CountPerBundleFn(beam.DoFn):
+    """Elements -> one `(key, count)` pair per key a bundle saw, at its end; `key_count` maps
+    an element to a (key, count) pair, or None for an element not counted."""
+
+    def __init__(self, key_count):
+        self._key_count = key_count
+
+    def start_bundle(self):
+        self._counts: dict = {}
+
+    def process(self, element):
+        found = self._key_count(element)
+        if found is not None:
+            key, count = found
+            self._counts[key] = self._counts.get(key, 0) + count
+
+    def finish_bundle(self):
+        counts, self._counts = self._counts, {}
+        for pair in counts.items():
+            yield GlobalWindows.windowed_value(pair)
+
+
+def count_keys(key_count) -> beam.PTransform:
+    """The accounting's counts of a PCollection: `key_count(element)` gives (key, count) or
+    None (not counted), summed per key within each bundle, for the accounting's one
+    `CombinePerKey(sum)`. Partial sums leave a bundle, not a pair per element: the counts'
+    Flatten before that combine would otherwise copy every element of every counted
+    PCollection once more (Beam's local runner materializes a Flatten of several steps), per
+    image several times. Nothing comes out of an empty PCollection; the accounting seeds each
+    key with 0."""
+    return beam.ParDo(_CountPerBundleFn(key_count))
+
+
 def count_into(name: str) -> beam.PTransform:
-    """A `(name, 1)` pair per element, for the accounting's one `CombinePerKey(sum)`: every
-    count shares that combiner (with partial sums before its shuffle) instead of each being a
-    global combine with its own stages. Nothing comes out of an empty PCollection; the
-    accounting seeds each name with 0. A plain Map, not a composite: one transform less each."""
-    return beam.Map(lambda _: (name, 1))
+    """`count_keys` with every element counted once under `name`."""
+    return count_keys(lambda _: (name, 1))
