@@ -18,7 +18,6 @@ import re
 import typing
 
 import apache_beam as beam
-from apache_beam.io import fileio
 from apache_beam.io.filesystem import FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
@@ -31,7 +30,7 @@ from transforms.offline.image_record import ImageRecord
 
 __all__ = ["FileRef", "DiscoverImages", "Discovered", "Listing", "root_and_pattern",
            "UNSAFE_TAG", "classify_file", "one_per_rel_path", "list_images", "TooManyFiles",
-           "unresolved_listing"]
+           "unresolved_listing", "list_root"]
 
 UNSAFE_TAG = "unsafe"
 _OTHER_TAG = "other"
@@ -88,6 +87,15 @@ def unresolved_listing(base: str, pattern: str) -> list:
     wanted = re.compile(FileSystem.translate_pattern(pattern))
     return [FileMetadata(path, 0) for path in paths.unresolvable_links(base)
             if wanted.match(path)]
+
+
+def list_root(base: str, pattern: str) -> list:
+    """FileMetadata of every file a root lists: Beam's match of its pattern
+    (`file_reads.match`) and the links it drops (`unresolved_listing`), each path once."""
+    listed = {}
+    for metadata in file_reads.match(pattern) + unresolved_listing(base, pattern):
+        listed.setdefault(metadata.path, metadata)
+    return list(listed.values())
 
 
 def classify_file(root: str, metadata, extensions: tuple,
@@ -151,8 +159,7 @@ def list_images(roots, extensions: tuple, max_file_bytes: int | None,
     extensions = tuple(extensions)
     for root in roots:
         base, pattern = root_and_pattern(root)
-        for metadata in (file_reads.match(pattern)
-                         + unresolved_listing(base, pattern)):
+        for metadata in list_root(base, pattern):
             listed += 1
             if max_files is not None and listed > max_files:
                 raise TooManyFiles(f"more than {max_files} files under {list(roots)}")
@@ -178,11 +185,14 @@ class _ClassifyFileFn(beam.DoFn):
     """Keeps image files by extension; splits off files that must never be opened (or cannot
     be decoded) and the extension keys of the files that are no images."""
 
-    def __init__(self, root: str, extensions: tuple, max_file_bytes: int | None):
+    def __init__(self, root: str, extensions: tuple, max_file_bytes: int | None,
+                 only_root: bool = False):
         self._root = root
         self._extensions = tuple(extensions)
         self._max_file_bytes = max_file_bytes
+        self._only_root = only_root  # its FileRefs are the discovered ones (no other root)
         self._skipped = Metrics.counter("pixelmill", "skipped_not_image_extension")
+        self._discovered = Metrics.counter("pixelmill", "discovered")
 
     def process(self, metadata):
         progress.enter("discovering")
@@ -192,6 +202,9 @@ class _ClassifyFileFn(beam.DoFn):
             self._skipped.inc()
             yield beam.pvalue.TaggedOutput(_OTHER_TAG, found)
         elif isinstance(found, FileRef):
+            if self._only_root:
+                self._discovered.inc()
+                progress.add("discovered")
             yield found
         else:
             yield beam.pvalue.TaggedOutput(UNSAFE_TAG, found)
@@ -218,23 +231,25 @@ class DiscoverImages(beam.PTransform):
 
     def expand(self, pbegin):
         refs, unsafe, other = [], [], []
+        only_root = len(self._roots) == 1
         for index, root in enumerate(self._roots):
             base, pattern = root_and_pattern(root)
-            listed = (once(pbegin.pipeline, f"Once{index}")
-                      | f"Pattern{index}" >> beam.Map(lambda _, pattern: pattern, pattern)
-                      | f"Match{index}" >> fileio.MatchAll())
-            if paths.is_local(base):
-                listed = ((listed, once(pbegin.pipeline, f"OnceLocal{index}")
-                           | f"Unresolved{index}" >> beam.FlatMap(
-                               lambda _, base, pattern: unresolved_listing(base, pattern),
-                               base, pattern))
-                          | f"AllListed{index}" >> beam.Flatten())
-            found = listed | f"Classify{index}" >> beam.ParDo(
-                _ClassifyFileFn(base, self._extensions, self._max_file_bytes)
-            ).with_outputs(UNSAFE_TAG, _OTHER_TAG, main="ok")
+            # One step lists the root (no Flatten of Beam's match and the dropped links: it
+            # would copy every listed file once more on Beam's local runner).
+            found = (once(pbegin.pipeline, f"Once{index}")
+                     | f"List{index}" >> beam.FlatMap(
+                         lambda _, base, pattern: list_root(base, pattern), base, pattern)
+                     | f"Classify{index}" >> beam.ParDo(
+                         _ClassifyFileFn(base, self._extensions, self._max_file_bytes,
+                                         only_root)
+                     ).with_outputs(UNSAFE_TAG, _OTHER_TAG, main="ok"))
             refs.append(found.ok)
             unsafe.append(found[UNSAFE_TAG])
             other.append(found[_OTHER_TAG])
+        if only_root:
+            # A root lists each path once, so its relative paths are distinct already: no
+            # grouping (it would shuffle every ref once more); PlanImages' join spreads them.
+            return Discovered(refs[0], unsafe[0], other[0])
         grouped = (
             refs
             | "FlattenRefs" >> beam.Flatten()
