@@ -4,6 +4,7 @@ import os
 import pytest
 
 from transforms.offline.paths import (
+    RealPaths,
     UnsafePath,
     escapes_root,
     match_key,
@@ -225,3 +226,32 @@ def test_unresolvable_links_and_the_detail_of_each(tmp_path):
     assert not_a_regular_file(str(tmp_path / "gone.jpg")) == (
         "symlink cannot be resolved: its target 'nowhere' cannot be reached (No such file or "
         "directory); never opened")
+
+
+def test_real_paths_resolve_as_realpath_does(data_root, tmp_path, monkeypatch):
+    """`RealPaths` (folders remembered) gives `os.path.realpath` of plain files, links to files
+    and folders inside and outside, chains, dangling links, missing names, `..` after a link
+    and relative paths, and `escapes_root` with it gives the same verdicts."""
+    root, secret = data_root
+    outside = tmp_path / "elsewhere"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "c.jpg").write_bytes(b"\xff\xd8")
+    (root / "dogs").symlink_to(outside / "deep", target_is_directory=True)
+    (root / "cats" / "out.jpg").symlink_to(secret)
+    (root / "cats" / "in.jpg").symlink_to(root / "cats" / "a.jpg")
+    (root / "cats" / "chain.jpg").symlink_to(root / "cats" / "in.jpg")
+    (root / "cats" / "dangling.jpg").symlink_to(root / "gone.jpg")
+    monkeypatch.chdir(root)
+    candidates = [str(root / "cats" / "a.jpg"), str(root / "cats" / "out.jpg"),
+                  str(root / "cats" / "in.jpg"), str(root / "cats" / "chain.jpg"),
+                  str(root / "cats" / "dangling.jpg"), str(root / "cats" / "missing.jpg"),
+                  str(root / "dogs" / "c.jpg"), str(root / "dogs" / ".." / "c.jpg"),
+                  str(root / "dogs" / ".." / "deep" / "c.jpg"), "cats/a.jpg", "dogs/c.jpg",
+                  str(secret)]
+    real_paths = RealPaths()
+    for _ in range(2):  # the second time from remembered folders
+        assert [real_paths.file(path) for path in candidates] == [
+            os.path.realpath(path) for path in candidates]
+        assert [escapes_root(str(root), path, real_paths) for path in candidates] == [
+            escapes_root(str(root), path) for path in candidates]
+    assert real_paths.folder(str(root / "dogs")) == os.path.realpath(outside / "deep")

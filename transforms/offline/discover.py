@@ -98,11 +98,12 @@ def list_root(base: str, pattern: str) -> list:
     return list(listed.values())
 
 
-def classify_file(root: str, metadata, extensions: tuple,
-                  max_file_bytes: int | None) -> FileRef | ImageRecord | str:
+def classify_file(root: str, metadata, extensions: tuple, max_file_bytes: int | None,
+                  real_paths: paths.RealPaths | None = None) -> FileRef | ImageRecord | str:
     """One listed file under `root`: a FileRef to read, a rejected ImageRecord for a file that
     must never be opened (or whose format the decoder cannot read), or, for a file that is no
-    image, its extension key (`file_kinds.other_file_key`)."""
+    image, its extension key (`file_kinds.other_file_key`). `real_paths`: resolves links for
+    `paths.escapes_root`, remembering folders across calls."""
     extension = file_kinds.extension_of(metadata.path)
     if extension not in extensions and extension not in file_kinds.UNSUPPORTED:
         return file_kinds.other_file_key(paths.printable(metadata.path))
@@ -113,7 +114,7 @@ def classify_file(root: str, metadata, extensions: tuple,
         shown = paths.printable(metadata.path)  # the raw name may not even be UTF-8
         return ImageRecord(uri=shown, path=shown, file_bytes=size).rejected("unsafe_path",
                                                                             str(exc))
-    escape = paths.escapes_root(root, metadata.path)
+    escape = paths.escapes_root(root, metadata.path, real_paths)
     if escape:
         return ImageRecord(uri=metadata.path, path=rel, file_bytes=size).rejected(
             "unsafe_path", escape)
@@ -157,13 +158,14 @@ def list_images(roots, extensions: tuple, max_file_bytes: int | None,
     `max_files` files are listed."""
     by_path, rejected, other, listed = {}, [], {}, 0
     extensions = tuple(extensions)
+    real_paths = paths.RealPaths()
     for root in roots:
         base, pattern = root_and_pattern(root)
         for metadata in list_root(base, pattern):
             listed += 1
             if max_files is not None and listed > max_files:
                 raise TooManyFiles(f"more than {max_files} files under {list(roots)}")
-            found = classify_file(base, metadata, extensions, max_file_bytes)
+            found = classify_file(base, metadata, extensions, max_file_bytes, real_paths)
             if isinstance(found, FileRef):
                 by_path.setdefault(found.path, []).append(found)
             elif isinstance(found, str):
@@ -194,10 +196,14 @@ class _ClassifyFileFn(beam.DoFn):
         self._skipped = Metrics.counter("pixelmill", "skipped_not_image_extension")
         self._discovered = Metrics.counter("pixelmill", "discovered")
 
+    def start_bundle(self):
+        self._real_paths = paths.RealPaths()  # folders' real paths, for this bundle
+
     def process(self, metadata):
         progress.enter("discovering")
         progress.add("listed")
-        found = classify_file(self._root, metadata, self._extensions, self._max_file_bytes)
+        found = classify_file(self._root, metadata, self._extensions, self._max_file_bytes,
+                              self._real_paths)
         if isinstance(found, str):
             self._skipped.inc()
             yield beam.pvalue.TaggedOutput(_OTHER_TAG, found)

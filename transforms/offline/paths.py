@@ -23,8 +23,8 @@ import re
 import stat
 import unicodedata
 
-__all__ = ["UnsafePath", "normalize_relative", "relative_to_root", "escapes_root", "printable",
-           "not_a_regular_file", "unresolvable_links", "is_local", "match_key",
+__all__ = ["UnsafePath", "normalize_relative", "relative_to_root", "escapes_root", "RealPaths",
+           "printable", "not_a_regular_file", "unresolvable_links", "is_local", "match_key",
            "match_row_path"]
 
 # Beam FileSystems' own rule for a scheme-qualified path (`gs://`, `s3://`, `file://`).
@@ -131,17 +131,55 @@ def relative_to_root(root: str, full_path: str) -> str:
     return relative
 
 
-def escapes_root(root: str, full_path: str) -> str | None:
+class RealPaths:
+    """`os.path.realpath` of many files, each folder resolved once: realpath walks every
+    component of a path (an `lstat` each), which was most of the launcher's discovery cost
+    per file on small images. A file that is no link resolves to its folder's real path
+    joined with its name, as realpath gives it; a link, or a path holding `..` (which
+    realpath applies after the links before it), is resolved in full."""
+
+    _MAX_FOLDERS = 4096  # folders remembered (then forgotten all at once)
+
+    def __init__(self):
+        self._folders: dict = {}
+
+    def folder(self, path: str) -> str:
+        """`os.path.realpath(path)`, remembered."""
+        real = self._folders.get(path)
+        if real is None:
+            if len(self._folders) >= self._MAX_FOLDERS:
+                self._folders.clear()
+            real = self._folders[path] = os.path.realpath(path)
+        return real
+
+    def file(self, path: str) -> str:
+        """`os.path.realpath(path)`."""
+        if ".." in path.split("/"):
+            return os.path.realpath(path)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return os.path.realpath(path)
+        except OSError:
+            pass  # realpath keeps a name that does not exist as it is
+        folder, name = os.path.split(os.path.abspath(path))
+        return os.path.join(self.folder(folder), name)
+
+
+def escapes_root(root: str, full_path: str, real_paths: RealPaths | None = None
+                 ) -> str | None:
     """Returns a reject detail when a local file resolves (via symlinks) outside the root.
 
-    Both paths are resolved with `os.path.realpath`, which follows links without opening the
-    file. Returns None when the file stays inside the root, and for scheme-qualified paths
-    (`gs://...`), where there are no symlinks.
+    Both paths are resolved with `os.path.realpath` (or `real_paths`, which gives the same
+    and remembers folders), which follows links without opening the file. Returns None when
+    the file stays inside the root, and for scheme-qualified paths (`gs://...`), where there
+    are no symlinks.
     """
     if _URL.match(root) or _URL.match(full_path):
         return None
-    real_root = os.path.realpath(root)
-    real_file = os.path.realpath(full_path)
+    if real_paths is None:
+        real_root, real_file = os.path.realpath(root), os.path.realpath(full_path)
+    else:
+        real_root, real_file = real_paths.folder(root), real_paths.file(full_path)
     if os.path.commonpath([real_root, real_file]) == real_root:
         return None
     if real_file != os.path.abspath(full_path):
