@@ -287,7 +287,7 @@ def test_a_shard_writing_child_imports_no_beam_for_a_local_shard(tmp_path):
     pool = isolation.ChildPool(ShardWriter(), 1, 120.0, preload=isolation.DECODER_PRELOAD,
                                role="shard writing", per_child=1)
     try:
-        pool.put(0, (str(tmp_path / "staging"), OutputConfig(), rel, [record], ["cat"], []))
+        pool.put(0, (str(tmp_path / "staging"), OutputConfig(), rel, [record], {}, []))
         done = []
         while pool.in_flight:
             done += pool.poll(wait=True)

@@ -60,14 +60,15 @@ def _features(record, data: bytes, class_ids: dict, columns, label_offset: int) 
         label_offset=label_offset)
 
 
-def write_shard(staging_dir: str, output, rel_path: str, records, class_table,
+def write_shard(staging_dir: str, output, rel_path: str, records, box_class_ids: dict,
                 columns) -> tuple[ShardFile, list]:
     """Writes the shard `rel_path` (under `staging_dir`, with `output`'s compression and label
-    offset) of `records`, in sha256 order, and, uncompressed, its DALI index. Returns its
-    ShardFile and, per record in the order written, `feature_values.summarize_features` of its
-    Example. No record gives an empty shard (a gzip shard: gzip's empty stream)."""
+    offset) of `records`, in sha256 order, and, uncompressed, its DALI index. `box_class_ids`:
+    the class id of each class name the records' boxes use (not the whole class table, which
+    may hold tens of thousands of names). Returns its ShardFile and, per record in the order
+    written, `feature_values.summarize_features` of its Example. No record gives an empty
+    shard (a gzip shard: gzip's empty stream)."""
     records = sorted(records, key=lambda r: r.sha256)
-    class_ids = {name: i for i, name in enumerate(class_table)}
     summaries = []
     digest = hashlib.sha256()
     size = 0
@@ -89,7 +90,7 @@ def write_shard(staging_dir: str, output, rel_path: str, records, class_table,
                 raise RuntimeError(
                     f"{record.uri} changed while the job ran (sha256 differs from the one "
                     f"validated); rerun the job on a stable input.")
-            features = _features(record, data, class_ids, columns, output.label_offset)
+            features = _features(record, data, box_class_ids, columns, output.label_offset)
             framed = frame_record(codec.serialize_features(features))
             dali.add(len(framed))
             write(framed)

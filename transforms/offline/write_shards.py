@@ -85,6 +85,7 @@ class _WriteShardFn(beam.DoFn):
         self._waiting: dict = {}  # key -> (split, rel_path, records, timestamp, window), in order
         self._results: dict = {}  # key -> a child's result, until the shards before it are out
         self._next_key = 0
+        self._table, self._class_ids = None, {}  # the class table seen last, its names' ids
 
     def process(self, item, counts, class_table, columns, timestamp=beam.DoFn.TimestampParam,
                 window=beam.DoFn.WindowParam):
@@ -93,7 +94,10 @@ class _WriteShardFn(beam.DoFn):
         output = self._output
         rel_path = shard_name(output.name, split, index, counts[split], output.compression)
         records = sorted(records, key=lambda r: r.sha256)  # as written: rows follow that order
-        arguments = (self._staging_dir, output, rel_path, records, class_table, columns)
+        if class_table is not self._table:  # a new side input value: at most once a bundle
+            self._table, self._class_ids = class_table, {n: i for i, n in enumerate(class_table)}
+        box_class_ids = {box[4]: self._class_ids[box[4]] for r in records for box in r.boxes}
+        arguments = (self._staging_dir, output, rel_path, records, box_class_ids, columns)
         if not self._processes:
             yield from self._outputs(split, rel_path, records, *write_shard(*arguments))
             return
@@ -160,7 +164,7 @@ def _every_shard_file(_, written, counts, staging_dir: str, output: OutputConfig
 
 def _empty_shard(staging_dir: str, output: OutputConfig, rel_path: str) -> ShardFile:
     """Writes the shard `rel_path` with no record; its ShardFile."""
-    shard, _summaries = write_shard(staging_dir, output, rel_path, (), (), ())
+    shard, _summaries = write_shard(staging_dir, output, rel_path, (), {}, ())
     return shard
 
 
