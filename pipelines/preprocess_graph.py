@@ -82,12 +82,32 @@ def _route_quality(record: ImageRecord):
         yield record
 
 
+def _step_then_route(element, step, args):
+    yield from _route(step(element, *args))
+
+
 class _Route(beam.PTransform):
-    """Splits ImageRecords into (still candidates, rejected)."""
+    """Splits ImageRecords into (still candidates, rejected); with `step`, each element is
+    `step(element, *args)` (a record) first, in the same Beam step: a step fewer per record
+    and per job (each costs Beam per element, and to build and set up every run)."""
+
+    def __init__(self, step=None, *args):
+        super().__init__()
+        self._step, self._args = step, args
 
     def expand(self, records):
-        routed = records | "Route" >> beam.FlatMap(_route).with_outputs(REJECTED, main="ok")
+        route = (beam.FlatMap(_route) if self._step is None
+                 else beam.FlatMap(_step_then_route, self._step, self._args))
+        routed = records | "Route" >> route.with_outputs(REJECTED, main="ok")
         return routed.ok, routed[REJECTED]
+
+
+class _AssignClassIdsFn(classes.AssignClassIdFn):
+    """`classes.AssignClassIdFn`, its rejects tagged `rejected` in the same step."""
+
+    def process(self, record, table):
+        for result in super().process(record, table):
+            yield from _route(result)
 
 
 def _split_rows(item):
@@ -188,9 +208,7 @@ class InspectAndLabel(beam.PTransform):
             inspected = inspected | "RejectForgotten" >> beam.Map(_reject_forgotten,
                                                                   *self._forgotten)
         labelled, rejected_inspected = (
-            inspected
-            | "ResolveLabels" >> beam.Map(resolve_labels, config, folder_labels)
-            | "RouteLabelled" >> _Route())
+            inspected | "ResolveLabels" >> _Route(resolve_labels, config, folder_labels))
         # Discovery rejects carry no CSV rows and stay rejected, so they join the rejects
         # alone: the inspected records do not pass through a Flatten (one more copy of each).
         rejected = ((rejected_inspected, planned[REJECTED])
@@ -219,12 +237,11 @@ class AssignClasses(beam.PTransform):
                        | "DistinctLabels" >> beam.Distinct()
                        | "ClassTable" >> Gather(
                            lambda labels: classes.extend_class_table(start_table, labels, frozen)))
-        with_ids, rejected = (
-            labelled
-            | "AssignClassIds" >> beam.ParDo(classes.AssignClassIdFn(),
-                                             beam.pvalue.AsSingleton(class_table))
-            | "RouteClassIds" >> _Route())
-        return Classified(class_table=class_table, records=with_ids, rejected=rejected)
+        assigned = labelled | "AssignClassIds" >> beam.ParDo(
+            _AssignClassIdsFn(), beam.pvalue.AsSingleton(class_table)).with_outputs(
+                REJECTED, main="ok")
+        return Classified(class_table=class_table, records=assigned.ok,
+                          rejected=assigned[REJECTED])
 
 
 class Dedup(beam.PTransform):
