@@ -251,9 +251,10 @@ class Dedup(beam.PTransform):
     `dedup.near_duplicates`) near duplicates by perceptual hash among the records, both tonight
     and against the archive."""
 
-    def __init__(self, config: Config):
+    def __init__(self, config: Config, has_archive: bool = True):
         super().__init__()
         self._config = config
+        self._has_archive = has_archive  # False: a full run, no archived hashes to search
 
     def expand(self, inputs: DedupInputs):
         records, quality_rejected, archive_accepted = inputs
@@ -264,13 +265,13 @@ class Dedup(beam.PTransform):
                                   | "RouteExact" >> _Route())
         rejected = [rejected_exact]
         if self._config.dedup.near_duplicates:
-            archive_hashes = (archive_accepted
-                              | "ArchiveWithHash" >> beam.Filter(lambda r: r["phash"])
-                              | "ArchiveHashes" >> beam.Map(
-                                  lambda r: (r["path"], r["phash"], r["run_id"])))
+            archive_hashes = None if not self._has_archive else (
+                archive_accepted
+                | "ArchiveWithHash" >> beam.Filter(lambda r: r["phash"])
+                | "ArchiveHashes" >> beam.Map(lambda r: (r["path"], r["phash"], r["run_id"])))
             dedup = self._config.dedup
             archive_centers = None
-            if dedup.crop_tolerant:  # archived images indexed with a centre hash
+            if dedup.crop_tolerant and self._has_archive:  # archived with a centre hash
                 archive_centers = (archive_accepted
                                    | "ArchiveWithCenter" >> beam.Filter(
                                        lambda r: r.get("center_phash"))
@@ -429,7 +430,7 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     classified = inspected.labelled | "AssignClasses" >> (
         AssignClasses(job.class_table, job.frozen_classes))
     deduped = (DedupInputs(classified.records, inspected.quality_rejected, archive_accepted)
-               | "Dedup" >> Dedup(config))
+               | "Dedup" >> Dedup(config, has_archive=bool(job.archive)))
     accepted = deduped.unique | "AssignSplits" >> beam.Map(_assign_split, config.split)
     written = ((accepted, archive_accepted, classified.class_table)
                | "WriteSnapshot" >> WriteSnapshot(job))

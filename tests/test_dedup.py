@@ -91,3 +91,24 @@ def test_near_duplicate_threshold_is_inclusive_and_zero_means_identical_hashes_o
                                 "the earlier or lower path is kept)"),
             records[2],
         ]))
+
+
+def test_no_archive_searches_tonights_hashes_alone_with_the_same_answers():
+    """`archive=None` (a full run) skips the Flatten with the archive's hashes: the same
+    verdicts as an empty archive, for the plain and the crop-tolerant search."""
+    records = [_record("a.jpg", "1", "0000000000000000"),
+               _record("b.jpg", "2", "0000000000000007"),
+               _record("c.jpg", "3", "ffffffffffffffff")]
+    records = [r.replace(center_phash=r.phash) for r in records]
+    expected = [records[0],
+                records[1].rejected("near_duplicate", _near_detail(3, "'a.jpg'")),
+                records[2]]
+    for crop in (None, 4):
+        with fn_api_pipeline() as pipeline:
+            tonight = pipeline | "Tonight" >> beam.Create(records)
+            empty = pipeline | "Archive" >> beam.Create([])
+            with_empty = tonight | "EmptyArchive" >> DropNearDuplicates(
+                4, empty, crop_max_hamming=crop)
+            alone = tonight | "NoArchive" >> DropNearDuplicates(4, None, crop_max_hamming=crop)
+            assert_that(with_empty, equal_to(expected), label="WithEmpty")
+            assert_that(alone, equal_to(expected), label="Alone")

@@ -251,7 +251,8 @@ def _mark(item, max_hamming: int, crop_max_hamming: int | None = None):
 
 class DropNearDuplicates(beam.PTransform):
     """ImageRecords -> ImageRecords (near duplicates rejected). `archive`: PCollection of
-    (rel, phash, run_id) accepted earlier. `hot_bucket_values`: distinct hashes above which a
+    (rel, phash, run_id) accepted earlier (None: no archive, so tonight's hashes are searched
+    without a Flatten, which Beam's local runner pays with a copy of each). `hot_bucket_values`: distinct hashes above which a
     band bucket is searched in parts (None: never split; the answers are the same either way).
     `crop_max_hamming`: also the crop-tolerant search (records carry `center_phash`) within
     this distance; None: off. `archive_centers`: PCollection of (rel, center_phash, run_id) of
@@ -275,10 +276,10 @@ class DropNearDuplicates(beam.PTransform):
     def expand(self, records):
         max_hamming = self._max_hamming
         tonight = records | "TonightHashes" >> beam.Map(lambda r: (r.path, r.phash, ""))
-        found = [(tonight, self._archive)
-                 | "AllHashes" >> beam.Flatten()
-                 | "SearchBands" >> _BandSearch(max_hamming, self._hot_bucket_values,
-                                                 _SearchBucketFn, _SearchPartsFn)]
+        members = tonight if self._archive is None else (
+            (tonight, self._archive) | "AllHashes" >> beam.Flatten())
+        found = [members | "SearchBands" >> _BandSearch(max_hamming, self._hot_bucket_values,
+                                                        _SearchBucketFn, _SearchPartsFn)]
         if self._crop_max_hamming is not None:
             found.append(self._crop_search(records))
         neighbours = (tuple(found)
@@ -293,13 +294,15 @@ class DropNearDuplicates(beam.PTransform):
     def _crop_search(self, records):
         """(rel, best crop neighbour) from the centre hashes against the full hashes."""
         crop_max = self._crop_max_hamming
-        members = [records | "CropHashes" >> beam.FlatMap(_crop_members),
-                   self._archive | "ArchiveFullHashes" >> beam.Map(lambda m: (*m, FULL))]
+        members = [records | "CropHashes" >> beam.FlatMap(_crop_members)]
+        if self._archive is not None:
+            members.append(self._archive | "ArchiveFullHashes" >> beam.Map(lambda m: (*m, FULL)))
         if self._archive_centers is not None:
             members.append(self._archive_centers
                            | "ArchiveCenterHashes" >> beam.Map(lambda m: (*m, CENTER)))
-        return (tuple(members)
-                | "AllCropHashes" >> beam.Flatten()
+        if len(members) > 1:
+            members = [tuple(members) | "AllCropHashes" >> beam.Flatten()]
+        return (members[0]
                 | "SearchCropBands" >> _BandSearch(crop_max, self._hot_bucket_values,
                                                    _SearchCropBucketFn, _SearchCropPartsFn))
 
