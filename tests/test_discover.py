@@ -139,3 +139,22 @@ def test_a_glob_root_lists_only_the_unresolvable_links_it_matches(tmp_path):
     os.symlink(root / "y", root / "gone.jpg")
     listing = list_images([str(root / "cats" / "*.jpg")], EXTENSIONS, None)
     assert [r.uri for r in listing.rejected] == [str(root / "cats" / "gone.jpg")]
+
+
+def test_a_link_listed_by_both_listings_is_listed_once_as_the_dangling_link(tmp_path,
+                                                                          monkeypatch):
+    """Beam's match drops a link that resolves to nothing and `unresolved_listing` finds it;
+    when its target appears between the two listings both hold it: it is listed once, as the
+    dangling link (size 0), and every other file once."""
+    from apache_beam.io.filesystem import FileMetadata
+
+    from transforms.offline import discover
+    root = tmp_path / "images"
+    _write(root / "a.jpg", b"\xff\xd8")
+    os.symlink(root / "missing", root / "late.jpg")
+    base, pattern = root_and_pattern(str(root))
+    raced = [FileMetadata(str(root / "a.jpg"), 2), FileMetadata(str(root / "late.jpg"), 9)]
+    monkeypatch.setattr(discover.file_reads, "match", lambda _pattern: raced)
+    listed = discover.list_root(base, pattern)
+    assert sorted((m.path, m.size_in_bytes) for m in listed) == [
+        (str(root / "a.jpg"), 2), (str(root / "late.jpg"), 0)]

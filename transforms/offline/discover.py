@@ -91,11 +91,13 @@ def unresolved_listing(base: str, pattern: str) -> list:
 
 def list_root(base: str, pattern: str) -> list:
     """FileMetadata of every file a root lists: Beam's match of its pattern
-    (`file_reads.match`) and the links it drops (`unresolved_listing`), each path once."""
-    listed = {}
-    for metadata in file_reads.match(pattern) + unresolved_listing(base, pattern):
-        listed.setdefault(metadata.path, metadata)
-    return list(listed.values())
+    (`file_reads.match`) and the links it drops (`unresolved_listing`), each path once (a link
+    in both, its target made between the two listings, counts as the dangling link). No
+    index of the whole listing is built: it can hold millions of files."""
+    links = unresolved_listing(base, pattern)
+    dangling = {metadata.path for metadata in links}
+    return [metadata for metadata in file_reads.match(pattern)
+            if metadata.path not in dangling] + links
 
 
 def classify_file(root: str, metadata, extensions: tuple, max_file_bytes: int | None,
