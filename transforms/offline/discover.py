@@ -24,6 +24,7 @@ from apache_beam.metrics import Metrics
 
 from transforms import file_reads
 from transforms.file_reads import read_bytes
+from transforms.local_paths import is_local
 from transforms.offline import file_kinds, paths, progress
 from transforms.offline.gather import once
 from transforms.offline.image_record import ImageRecord
@@ -82,7 +83,7 @@ def unresolved_listing(base: str, pattern: str) -> list:
     """FileMetadata (size 0) of the links under a local root that resolve to nothing and match
     its pattern: the files Beam's local listing drops (`paths.unresolvable_links`). None for
     object stores, which have no links."""
-    if not paths.is_local(base) or not os.path.isdir(base):
+    if not is_local(base) or not os.path.isdir(base):
         return []
     wanted = re.compile(FileSystem.translate_pattern(pattern))
     return [FileMetadata(path, 0) for path in paths.unresolvable_links(base)

@@ -24,7 +24,7 @@ import stat
 import unicodedata
 
 __all__ = ["UnsafePath", "normalize_relative", "relative_to_root", "escapes_root", "RealPaths",
-           "printable", "not_a_regular_file", "unresolvable_links", "is_local", "match_key",
+           "printable", "not_a_regular_file", "unresolvable_links", "match_key",
            "match_row_path"]
 
 # Beam FileSystems' own rule for a scheme-qualified path (`gs://`, `s3://`, `file://`).
@@ -217,11 +217,6 @@ def _unresolved(full_path: str, exc: OSError) -> str:
                 f"{exc.strerror}); never opened")
     return (f"symlink cannot be resolved: its target {printable(target)!r} cannot be reached "
             f"({exc.strerror or exc}); never opened")
-
-
-def is_local(path: str) -> bool:
-    """Whether `path` is on the local file system (no `scheme://`)."""
-    return not _URL.match(path)
 
 
 def unresolvable_links(folder: str):
