@@ -58,6 +58,20 @@ class _Pid:
         return os.getpid()
 
 
+def _run_one_and_read_maps(pool, item) -> tuple[list, str]:
+    """(the pool's results for `item`, its child's /proc maps: which libraries it loaded);
+    the pool is closed after."""
+    try:
+        pool.put(0, item)
+        done = []
+        while pool.in_flight:
+            done += pool.poll(wait=True)
+        with open(f"/proc/{pool.pids()[0]}/maps", encoding="utf-8") as handle:
+            return done, handle.read()
+    finally:
+        pool.close()
+
+
 def _run_all(pool, items) -> dict:
     for key, item in enumerate(items):
         pool.put(key, item)
@@ -140,8 +154,9 @@ def test_a_hang_times_out_once_and_is_not_retried(pool, tmp_path):
     assert time.monotonic() - started < 30
 
 
-def test_a_hang_in_another_roles_pool_names_its_limit_in_seconds(tmp_path):
-    pool = isolation.ChildPool(_Worker(str(tmp_path)), 1, 1.0, role="shard writing")
+def test_a_hang_in_a_pool_without_a_setting_name_names_its_limit_in_seconds(tmp_path):
+    pool = isolation.ChildPool(_Worker(str(tmp_path)), 1, 1.0, role="shard writing",
+                               timeout_name=None)
     try:
         failure = _run_all(pool, ["hang"])["hang"]
     finally:
@@ -253,16 +268,7 @@ def test_the_decoding_children_import_no_beam(tmp_path):
                          label_rows=(label_row,), box_rows=(box_row,))
     pool = isolation.ChildPool(IsolatedInspector(ImageInspector(load_config(None, ()))), 1,
                                120.0, preload=isolation.DECODER_PRELOAD)
-    try:
-        pool.put(0, record)
-        done = []
-        while pool.in_flight:
-            done += pool.poll(wait=True)
-        with open(f"/proc/{pool.pids()[0]}/maps", encoding="utf-8") as handle:
-            mapped = handle.read()
-    finally:
-        pool.close()
-    [(_, inspected)] = done
+    [(_, inspected)], mapped = _run_one_and_read_maps(pool, record)
     assert inspected.reject is None and inspected.width == 128 and len(inspected.sha256) == 64
     assert "/tensorflow/" in mapped and "/apache_beam/" not in mapped
 
@@ -285,17 +291,9 @@ def test_a_shard_writing_child_imports_no_beam_for_a_local_shard(tmp_path):
                          height=2, label="cat", label_id=0, split="train")
     rel = "train/images-train.tfrecord-00000-of-00001"
     pool = isolation.ChildPool(ShardWriter(), 1, 120.0, preload=isolation.DECODER_PRELOAD,
-                               role="shard writing", per_child=1)
-    try:
-        pool.put(0, (str(tmp_path / "staging"), OutputConfig(), rel, [record], {}, []))
-        done = []
-        while pool.in_flight:
-            done += pool.poll(wait=True)
-        with open(f"/proc/{pool.pids()[0]}/maps", encoding="utf-8") as handle:
-            mapped = handle.read()
-    finally:
-        pool.close()
-    [(_, (shard, [summary]))] = done
+                               role="shard writing", per_child=1, timeout_name=None)
+    [(_, (shard, [summary]))], mapped = _run_one_and_read_maps(
+        pool, (str(tmp_path / "staging"), OutputConfig(), rel, [record], {}, []))
     assert shard.records == 1 and shard.bytes == (tmp_path / "staging" / rel).stat().st_size
     assert (tmp_path / "staging" / "train" / "dali_index").is_dir()
     assert dict((key, values) for key, _kind, values in summary)["image/filename"] == (b"a.png",)

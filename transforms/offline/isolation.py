@@ -220,12 +220,14 @@ class _Child:
 class ChildPool:
     """See the module docstring. `preload`: modules the forkserver imports once for all
     children (e.g. tensorflow), so each child starts in milliseconds. `role` names the
-    children in a crash's detail ("the decoding process died ..."). `per_child`: items a child
-    holds at most, sent in batches of half as many (one at a time for 1: large items, such as
-    a shard to write, spread over every child)."""
+    children in a crash's detail ("the decoding process died ..."), `timeout_name` the setting
+    `timeout_s` comes from in a timeout's detail (None: the limit in seconds). `per_child`:
+    items a child holds at most, sent in batches of half as many (one at a time for 1: large
+    items, such as a shard to write, spread over every child)."""
 
     def __init__(self, worker, processes: int, timeout_s: float, preload=(),
-                 role: str = "decoding", per_child: int = QUEUED_PER_CHILD):
+                 role: str = "decoding", per_child: int = QUEUED_PER_CHILD,
+                 timeout_name: str | None = "decode.timeout_s"):
         if processes < 1:
             raise ValueError(f"processes must be >= 1. Received: processes={processes}")
         if per_child < 1:
@@ -234,6 +236,7 @@ class ChildPool:
         self._batch = max(1, per_child // 2)
         self._worker = worker
         self._role = role
+        self._timeout_name = timeout_name
         self._filesystem_options = _filesystem_options()
         self._timeout_s = timeout_s
         self._context = multiprocessing.get_context("forkserver")
@@ -330,8 +333,8 @@ class ChildPool:
             if child.held and now - child.current()[1] > self._timeout_s:
                 key, _item = self._take_current(index)
                 self._replace(index)
-                limit = (f"decode.timeout_s={self._timeout_s:g}" if self._role == "decoding"
-                         else f"{self._timeout_s:g} s")
+                limit = (f"{self._timeout_s:g} s" if self._timeout_name is None
+                         else f"{self._timeout_name}={self._timeout_s:g}")
                 done.append((key, Failure("timeout", f"no result within {limit}")))
         return done
 

@@ -216,7 +216,8 @@ def _tensorflow_loaded() -> bool:
 def _writer_pool(warm_up: tuple | None = None):
     from transforms.offline import isolation
     return isolation.ChildPool(_TransformWriter(warm_up), 1, _WRITE_TIMEOUT_S,
-                               preload=isolation.DECODER_PRELOAD, role="transform's writing")
+                               preload=isolation.DECODER_PRELOAD, role="transform's writing",
+                               timeout_name=None)
 
 
 class _WriterAhead:
