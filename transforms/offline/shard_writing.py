@@ -3,7 +3,8 @@ index of an uncompressed shard and, per record, what the feature statistics keep
 
 The image bytes are read again here and their sha256 checked, so a file that changed during
 the run fails the job instead of writing content the rest of the job never validated. Records
-are written in sha256 order, so the same records always give the same bytes.
+are written in sha256 order (`write_shards` sorts them), so the same records always give the
+same bytes.
 
 Apart from the Beam step (`write_shards`) because a shard is also written in a child process
 (`ShardWriter`, run by `isolation.ChildPool`): this module imports neither Beam nor TensorFlow,
@@ -63,12 +64,12 @@ def _features(record, data: bytes, class_ids: dict, columns, label_offset: int) 
 def write_shard(staging_dir: str, output, rel_path: str, records, box_class_ids: dict,
                 columns) -> tuple[ShardFile, list]:
     """Writes the shard `rel_path` (under `staging_dir`, with `output`'s compression and label
-    offset) of `records`, in sha256 order, and, uncompressed, its DALI index. `box_class_ids`:
+    offset) of `records` in the order given (the caller sorts them by sha256, so the same
+    records give the same bytes), and, uncompressed, its DALI index. `box_class_ids`:
     the class id of each class name the records' boxes use (not the whole class table, which
     may hold tens of thousands of names). Returns its ShardFile and, per record in the order
     written, `feature_values.summarize_features` of its Example. No record gives an empty
     shard (a gzip shard: gzip's empty stream)."""
-    records = sorted(records, key=lambda r: r.sha256)
     summaries = []
     digest = hashlib.sha256()
     size = 0

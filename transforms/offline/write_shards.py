@@ -93,7 +93,7 @@ class _WriteShardFn(beam.DoFn):
         progress.enter("writing")
         output = self._output
         rel_path = shard_name(output.name, split, index, counts[split], output.compression)
-        records = sorted(records, key=lambda r: r.sha256)  # as written: rows follow that order
+        records = sorted(records, key=lambda r: r.sha256)  # the order written, and of the rows
         if class_table is not self._table:  # a new side input value: at most once a bundle
             self._table, self._class_ids = class_table, {n: i for i, n in enumerate(class_table)}
         box_class_ids = {box[4]: self._class_ids[box[4]] for r in records for box in r.boxes}
@@ -104,7 +104,8 @@ class _WriteShardFn(beam.DoFn):
         if self._pool is None:
             self._pool = isolation.ChildPool(ShardWriter(), self._processes, _WRITE_TIMEOUT_S,
                                              preload=isolation.DECODER_PRELOAD,
-                                             role="shard writing", per_child=1)
+                                             role="shard writing", per_child=1,
+                                             timeout_name=None)
         key, self._next_key = self._next_key, self._next_key + 1
         self._waiting[key] = (split, rel_path, records, timestamp, window)
         self._pool.put(key, arguments)
@@ -193,9 +194,10 @@ class AssignShards(beam.PTransform):
 class WriteShards(beam.PTransform):
     """Accepted ImageRecords (with split and label_id) -> `WrittenShards`: index rows; `files`:
     one ShardFile per shard, empty ones included; `features`: (split, the features of a shard's
-    records) per shard, for the TFDV-style statistics. `class_table` and `meta_columns` (`MetaColumns` of the records:
-    every record gets these columns) are singleton side inputs (lists of names). `processes`:
-    shards are written in that many child processes per worker (0: in the worker)."""
+    records) per shard, for the TFDV-style statistics. `class_table` and `meta_columns`
+    (`MetaColumns` of the records: every record gets these columns) are singleton side inputs
+    (lists of names). `processes`: shards are written in that many child processes per worker
+    (0: in the worker)."""
 
     def __init__(self, staging_dir: str, output: OutputConfig, class_table, meta_columns,
                  processes: int = 0):
