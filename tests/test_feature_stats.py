@@ -189,6 +189,16 @@ def _combine_logged(records, cuts, batch_sizes=None):
     return dataset.SerializeToString(deterministic=True), calls
 
 
+def _log_small_sketches(monkeypatch, record_batch: int) -> None:
+    """Logged sketches with small buffers, so that batches cut across flushes; records reach
+    them `record_batch` at a time."""
+    monkeypatch.setattr("transforms.reporting.feature_stats.sketches", _LOGGED_SKETCHES)
+    monkeypatch.setattr("transforms.reporting.feature_stats.MisraGries", _LoggedMisraGries)
+    monkeypatch.setattr("transforms.reporting.feature_stats._FLUSH", 7)
+    monkeypatch.setattr("transforms.reporting.feature_stats._KMV_BATCH", 5)
+    monkeypatch.setattr("transforms.reporting.feature_stats._RECORD_BATCH", record_batch)
+
+
 @pytest.mark.parametrize("cuts", [(), (2, 3, 21, 40)])
 def test_batched_records_pickled_and_merged_mid_batch_feed_the_sketches_as_one_by_one(
         cuts, monkeypatch):
@@ -196,11 +206,7 @@ def test_batched_records_pickled_and_merged_mid_batch_feed_the_sketches_as_one_b
     # them one by one. Small sketch buffers make batches cut across flushes; cuts fall inside
     # batches, and each part is pickled before merging.
     records = _odd_records(60)
-    monkeypatch.setattr("transforms.reporting.feature_stats.sketches", _LOGGED_SKETCHES)
-    monkeypatch.setattr("transforms.reporting.feature_stats.MisraGries", _LoggedMisraGries)
-    monkeypatch.setattr("transforms.reporting.feature_stats._FLUSH", 7)
-    monkeypatch.setattr("transforms.reporting.feature_stats._KMV_BATCH", 5)
-    monkeypatch.setattr("transforms.reporting.feature_stats._RECORD_BATCH", 1)
+    _log_small_sketches(monkeypatch, record_batch=1)
     one_by_one = _combine_logged(records, ())
     one_by_one_cut = _combine_logged(records, cuts)
     monkeypatch.setattr("transforms.reporting.feature_stats._RECORD_BATCH", 8)
@@ -214,11 +220,7 @@ def test_records_handed_over_a_shard_at_a_time_feed_the_sketches_as_one_by_one(m
     # Batches of any size, their ends falling anywhere against `_RECORD_BATCH` and the sketch
     # buffers, give the statistics and sketch calls of records added one by one.
     records = _odd_records(60)
-    monkeypatch.setattr("transforms.reporting.feature_stats.sketches", _LOGGED_SKETCHES)
-    monkeypatch.setattr("transforms.reporting.feature_stats.MisraGries", _LoggedMisraGries)
-    monkeypatch.setattr("transforms.reporting.feature_stats._FLUSH", 7)
-    monkeypatch.setattr("transforms.reporting.feature_stats._KMV_BATCH", 5)
-    monkeypatch.setattr("transforms.reporting.feature_stats._RECORD_BATCH", 8)
+    _log_small_sketches(monkeypatch, record_batch=8)
     one_by_one = _combine_logged(records, ())
     in_shards = _combine_logged(records, (), batch_sizes=(1, 5, 13, 2, 9, 30))
     in_shards_cut = _combine_logged(records, (2, 4), batch_sizes=(7, 7, 7, 7, 32))

@@ -252,8 +252,9 @@ def _mark(item, max_hamming: int, crop_max_hamming: int | None = None):
 class DropNearDuplicates(beam.PTransform):
     """ImageRecords -> ImageRecords (near duplicates rejected). `archive`: PCollection of
     (rel, phash, run_id) accepted earlier (None: no archive, so tonight's hashes are searched
-    without a Flatten, which Beam's local runner pays with a copy of each). `hot_bucket_values`: distinct hashes above which a
-    band bucket is searched in parts (None: never split; the answers are the same either way).
+    without a Flatten, which Beam's local runner pays with a copy of each).
+    `hot_bucket_values`: distinct hashes above which a band bucket is searched in parts (None:
+    never split; the answers are the same either way).
     `crop_max_hamming`: also the crop-tolerant search (records carry `center_phash`) within
     this distance; None: off. `archive_centers`: PCollection of (rel, center_phash, run_id) of
     archived images indexed with a centre hash, for the crop search (None: none)."""

@@ -20,8 +20,8 @@ from apache_beam.transforms.window import GlobalWindows
 from transforms.offline.gather import Gather
 from transforms.s3_storage import create_file
 
-__all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "count_keys", "LEDGER_PART_LINES", "write_text",
-           "SampleAndCountFn", "range_bounds", "already_joined", "remove_parts"]
+__all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "count_keys", "LEDGER_PART_LINES",
+           "write_text", "SampleAndCountFn", "range_bounds", "already_joined", "remove_parts"]
 
 LEDGER_PART_LINES = 200_000   # lines per sorted range of the ledger (~40 MB on one worker)
 _LEDGER_SAMPLE = 1024         # keys sampled to cut the ranges (at most this many ranges)
