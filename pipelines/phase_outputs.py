@@ -26,9 +26,10 @@ class Inputs(NamedTuple):
 
 class Inspected(NamedTuple):
     """InspectAndLabel's outputs (PCollections)."""
-    labelled: beam.PCollection          # inspected records with their label and boxes
+    labelled: beam.PCollection          # inspected records with their label and boxes, and
+    #                                     those a quality rule rejected (exact dedup still looks
+    #                                     at them; they pass class assignment as they are)
     rejected: beam.PCollection          # records rejected so far, but by a quality rule
-    quality_rejected: beam.PCollection  # by a quality rule: exact dedup still looks at them
     row_rejects: beam.PCollection       # PlanImages' CSV row rejects
     skipped: beam.PCollection           # unchanged since the archive: not inspected again
     matched: beam.PCollection           # (row kind, count) of CSV rows matched to a file
@@ -38,7 +39,8 @@ class Inspected(NamedTuple):
 
 class Classified(NamedTuple):
     """AssignClasses' outputs: the class table (a singleton list of names), the records with
-    class ids, and the records rejected for their label."""
+    class ids (and, as they came, the quality rejects), and the records rejected for their
+    label."""
     class_table: beam.PCollection
     records: beam.PCollection
     rejected: beam.PCollection
@@ -58,6 +60,5 @@ class Counted(NamedTuple):
 
 
 class DedupInputs(NamedTuple):
-    records: beam.PCollection            # candidates with class ids
-    quality_rejected: beam.PCollection   # rejected by a quality rule
+    records: beam.PCollection            # candidates with class ids, and the quality rejects
     archive_accepted: beam.PCollection   # the archive's index rows that stay live

@@ -65,49 +65,47 @@ __all__ = ["PreprocessJob", "build_preprocess", "ReadInputs", "InspectAndLabel",
            "Dedup", "WriteSnapshot", "WriteLedgers", "Accounting"]
 
 _ROW_COUNT = {LABEL_ROW: LABEL_ROWS, BOX_ROW: BOX_ROWS}
-_QUALITY = "quality"
 
 
-def _route(record: ImageRecord):
-    if record.reject is not None:
+def _route(record: ImageRecord, keep_quality: bool = False):
+    """A rejected record goes out tagged `rejected`. With `keep_quality` a quality reject stays
+    with the candidates: exact dedup looks at it (a copy of a blurry image is a `duplicate`),
+    and through the candidates' own steps its join has one input on a full run."""
+    if record.reject is not None and not (keep_quality
+                                          and record.reject.reason in REASONS.quality):
         yield beam.pvalue.TaggedOutput(REJECTED, record)
     else:
         yield record
 
 
-def _route_quality(record: ImageRecord):
-    if record.reject.reason in REASONS.quality:
-        yield beam.pvalue.TaggedOutput(_QUALITY, record)
-    else:
-        yield record
-
-
-def _step_then_route(element, step, args):
-    yield from _route(step(element, *args))
+def _step_then_route(element, step, args, keep_quality):
+    yield from _route(step(element, *args), keep_quality)
 
 
 class _Route(beam.PTransform):
-    """Splits ImageRecords into (still candidates, rejected); with `step`, each element is
-    `step(element, *args)` (a record) first, in the same Beam step: a step fewer per record
-    and per job (each costs Beam per element, and to build and set up every run)."""
+    """Splits ImageRecords into (still candidates, rejected) (`_route`); with `step`, each
+    element is `step(element, *args)` (a record) first, in the same Beam step: a step fewer
+    per record and per job (each costs Beam per element, and to build and set up every run)."""
 
-    def __init__(self, step=None, *args):
+    def __init__(self, step=None, *args, keep_quality: bool = False):
         super().__init__()
-        self._step, self._args = step, args
+        self._step, self._args, self._keep_quality = step, args, keep_quality
 
     def expand(self, records):
-        route = (beam.FlatMap(_route) if self._step is None
-                 else beam.FlatMap(_step_then_route, self._step, self._args))
+        route = (beam.FlatMap(_route, self._keep_quality) if self._step is None
+                 else beam.FlatMap(_step_then_route, self._step, self._args, self._keep_quality))
         routed = records | "Route" >> route.with_outputs(REJECTED, main="ok")
         return routed.ok, routed[REJECTED]
 
 
 class _AssignClassIdsFn(classes.AssignClassIdFn):
-    """`classes.AssignClassIdFn`, its rejects tagged `rejected` in the same step."""
+    """`classes.AssignClassIdFn`, its rejects tagged `rejected` in the same step. A quality
+    reject passes as it is, with the records (it has no label to look up)."""
 
     def process(self, record, table):
-        for result in super().process(record, table):
-            yield from _route(result)
+        results = [record] if record.reject is not None else super().process(record, table)
+        for result in results:
+            yield from _route(result, keep_quality=True)
 
 
 def _split_rows(item):
@@ -118,6 +116,8 @@ def _split_rows(item):
 
 
 def _labels_of(record: ImageRecord):
+    if record.reject is not None:  # a quality reject names no class
+        return
     yield record.label
     for box in record.boxes:
         yield box[4]
@@ -208,15 +208,14 @@ class InspectAndLabel(beam.PTransform):
             inspected = inspected | "RejectForgotten" >> beam.Map(_reject_forgotten,
                                                                   *self._forgotten)
         labelled, rejected_inspected = (
-            inspected | "ResolveLabels" >> _Route(resolve_labels, config, folder_labels))
-        # Discovery rejects carry no CSV rows and stay rejected, so they join the rejects
-        # alone: the inspected records do not pass through a Flatten (one more copy of each).
+            inspected | "ResolveLabels" >> _Route(resolve_labels, config, folder_labels,
+                                                  keep_quality=True))
+        # Discovery rejects carry no CSV rows and stay rejected (no quality rule judged
+        # them), so they join the rejects alone: the inspected records do not pass through a
+        # Flatten (one more copy of each).
         rejected = ((rejected_inspected, planned[REJECTED])
                     | "AllImageRejects" >> beam.Flatten())
-        split = rejected | "SplitQualityRejects" >> beam.FlatMap(_route_quality).with_outputs(
-            _QUALITY, main="other")
-        return Inspected(labelled=labelled, rejected=split.other,
-                         quality_rejected=split[_QUALITY], row_rejects=planned[ROW_REJECTS],
+        return Inspected(labelled=labelled, rejected=rejected, row_rejects=planned[ROW_REJECTS],
                          skipped=planned[SKIPPED], matched=planned[MATCHED], kept=planned[KEPT],
                          retired=retired)
 
@@ -257,10 +256,11 @@ class Dedup(beam.PTransform):
         self._has_archive = has_archive  # False: a full run, no archived hashes to search
 
     def expand(self, inputs: DedupInputs):
-        records, quality_rejected, archive_accepted = inputs
-        archive_shas = archive_accepted | "ArchiveShas" >> beam.Map(
-            lambda r: (r["sha256"], (r["run_id"], r["path"])))
-        unique, rejected_exact = ((records, quality_rejected)
+        records, archive_accepted = inputs
+        archive_shas = None if not self._has_archive else (
+            archive_accepted | "ArchiveShas" >> beam.Map(
+                lambda r: (r["sha256"], (r["run_id"], r["path"]))))
+        unique, rejected_exact = (records
                                   | "DropExactDuplicates" >> DropExactDuplicates(archive_shas)
                                   | "RouteExact" >> _Route())
         rejected = [rejected_exact]
@@ -429,7 +429,7 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
         FileSystems.join(job.staging_dir, layout.RETIRED))
     classified = inspected.labelled | "AssignClasses" >> (
         AssignClasses(job.class_table, job.frozen_classes))
-    deduped = (DedupInputs(classified.records, inspected.quality_rejected, archive_accepted)
+    deduped = (DedupInputs(classified.records, archive_accepted)
                | "Dedup" >> Dedup(config, has_archive=bool(job.archive)))
     accepted = deduped.unique | "AssignSplits" >> beam.Map(_assign_split, config.split)
     written = ((accepted, archive_accepted, classified.class_table)

@@ -45,6 +45,23 @@ def test_content_accepted_in_an_earlier_snapshot_rejects_every_copy_tonight():
         ]))
 
 
+def test_no_archive_joins_tonights_records_alone_with_the_same_answers():
+    """`archive=None` (a full run) joins the records alone: the same outcomes as an empty
+    archive, a quality reject with the lowest path keeping its own reason."""
+    blurry = _record("a.jpg", "aa").rejected("blurry", "blur_laplacian_var=1.0 < 50")
+    records = [_record("b.jpg", "aa"), blurry, _record("c.jpg", "cc")]
+    expected = [blurry,
+                _record("b.jpg", "aa").rejected("duplicate", "same sha256 as 'a.jpg' (kept)"),
+                _record("c.jpg", "cc")]
+    with fn_api_pipeline() as pipeline:
+        tonight = pipeline | "Tonight" >> beam.Create(records)
+        empty = pipeline | "Archive" >> beam.Create([])
+        with_empty = tonight | "EmptyArchive" >> DropExactDuplicates(empty)
+        alone = tonight | "NoArchive" >> DropExactDuplicates()
+        assert_that(with_empty, equal_to(expected), label="WithEmpty")
+        assert_that(alone, equal_to(expected), label="Alone")
+
+
 def _near_detail(distance: int, who: str) -> str:
     return (f"perceptual hash {distance} bit(s) from {who} (<= dedup.max_hamming=4; the earlier "
             f"or lower path is kept)")

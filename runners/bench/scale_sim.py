@@ -226,7 +226,7 @@ def step_accounting(pipeline, corpus, workdir):
                     label_items=records, label_rows=empty, label_rejects=empty,
                     box_items=empty, box_rows=empty, box_rejects=empty,
                     archive_rows=empty)  # a full run: no archive, so no live set before it
-    inspected = Inspected(labelled=empty, rejected=empty, quality_rejected=empty,
+    inspected = Inspected(labelled=empty, rejected=empty,
                           row_rejects=empty, skipped=empty,
                           matched=records | beam.Map(lambda r: (LABEL_ROW, 1)),
                           kept=empty, retired=empty)

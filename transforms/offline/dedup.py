@@ -45,7 +45,7 @@ def _keep_lowest_path(item):
     progress.enter("dedup")
     _sha, grouped = item
     ordered = sorted(grouped["records"], key=lambda r: r.path)
-    archived = sorted(grouped["archive"])  # (run_id, rel) of earlier acceptances
+    archived = sorted(grouped.get("archive", ()))  # (run_id, rel) of earlier acceptances
     if archived:
         run_id, rel = archived[0]
         for record in ordered:
@@ -61,14 +61,19 @@ def _keep_lowest_path(item):
 
 class DropExactDuplicates(beam.PTransform):
     """ImageRecords (a PCollection, or a tuple of them) -> ImageRecords (duplicates
-    rejected). `archive`: PCollection of (sha256, (run_id, rel)) accepted earlier."""
+    rejected). `archive`: PCollection of (sha256, (run_id, rel)) accepted earlier, or None on
+    a full run: the join then has the records alone as input, which Beam's local runner does
+    not copy once more (it materializes every Flatten of several inputs)."""
 
-    def __init__(self, archive):
+    def __init__(self, archive=None):
         super().__init__()
         self._archive = archive
 
     def expand(self, records):
-        return ({"records": records, "archive": self._archive}
+        inputs = {"records": records}
+        if self._archive is not None:
+            inputs["archive"] = self._archive
+        return (inputs
                 | "GroupBySha256" >> JoinByKey({"records": lambda r: (r.sha256, r)})
                 | "KeepLowestPath" >> beam.FlatMap(_keep_lowest_path))
 
