@@ -36,7 +36,7 @@ from transforms.live_view import removal_key
 from transforms.offline import classes, splits
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
-from transforms.offline.gather import Gather, constant
+from transforms.offline.gather import Gather, constant, merged
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
 from transforms.offline.index_writer import WriteIndexTable
@@ -312,9 +312,8 @@ class WriteSnapshot(beam.PTransform):
         # class weights describe the whole training set. A full run has no archive, and no
         # Flatten: Beam's local runner copies every element of one once more.
         if config.transform.enabled:
-            accepted_so_far = accepted if not self._job.archive else (
-                (accepted, archive_accepted) | "AcceptedSoFar" >> beam.Flatten())
-            (accepted_so_far
+            (merged([accepted, archive_accepted if self._job.archive else None],
+                    "AcceptedSoFar")
              | "AnalyzeAndWriteTransform" >> AnalyzeAndWriteTransform(
                  staging, class_table, config.online.image_size,
                  size_quantiles=config.transform.size_quantiles,

@@ -129,3 +129,14 @@ def test_no_archive_searches_tonights_hashes_alone_with_the_same_answers():
             alone = tonight | "NoArchive" >> DropNearDuplicates(4, None, crop_max_hamming=crop)
             assert_that(with_empty, equal_to(expected), label="WithEmpty")
             assert_that(alone, equal_to(expected), label="Alone")
+
+
+def test_merged_leaves_an_absent_side_out_and_flattens_several():
+    """`gather.merged`: one PCollection is itself (no Flatten, which Beam's local runner
+    would copy); several are one Flatten of them."""
+    from transforms.offline.gather import merged
+    with fn_api_pipeline() as pipeline:
+        tonight = pipeline | "Tonight" >> beam.Create([1, 2])
+        archive = pipeline | "Archive" >> beam.Create([3])
+        assert merged([tonight, None], "Alone") is tonight
+        assert_that(merged([tonight, None, archive], "Both"), equal_to([1, 2, 3]))

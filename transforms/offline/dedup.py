@@ -27,7 +27,7 @@ from apache_beam.metrics import Metrics
 
 from transforms.offline import progress, quality
 from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
-from transforms.offline.gather import JoinByKey
+from transforms.offline.gather import JoinByKey, merged
 from transforms.offline.near_search import search_bucket
 
 __all__ = ["DropExactDuplicates", "DropNearDuplicates", "HOT_BUCKET_VALUES"]
@@ -282,10 +282,9 @@ class DropNearDuplicates(beam.PTransform):
     def expand(self, records):
         max_hamming = self._max_hamming
         tonight = records | "TonightHashes" >> beam.Map(lambda r: (r.path, r.phash, ""))
-        members = tonight if self._archive is None else (
-            (tonight, self._archive) | "AllHashes" >> beam.Flatten())
-        found = [members | "SearchBands" >> _BandSearch(max_hamming, self._hot_bucket_values,
-                                                        _SearchBucketFn, _SearchPartsFn)]
+        found = [merged([tonight, self._archive], "AllHashes")
+                 | "SearchBands" >> _BandSearch(max_hamming, self._hot_bucket_values,
+                                                _SearchBucketFn, _SearchPartsFn)]
         if self._crop_max_hamming is not None:
             found.append(self._crop_search(records))
         neighbours = (tuple(found)
@@ -306,9 +305,7 @@ class DropNearDuplicates(beam.PTransform):
         if self._archive_centers is not None:
             members.append(self._archive_centers
                            | "ArchiveCenterHashes" >> beam.Map(lambda m: (*m, CENTER)))
-        if len(members) > 1:
-            members = [tuple(members) | "AllCropHashes" >> beam.Flatten()]
-        return (members[0]
+        return (merged(members, "AllCropHashes")
                 | "SearchCropBands" >> _BandSearch(crop_max, self._hot_bucket_values,
                                                    _SearchCropBucketFn, _SearchCropPartsFn))
 

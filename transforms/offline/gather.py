@@ -15,13 +15,24 @@ import typing
 
 import apache_beam as beam
 
-__all__ = ["Gather", "JoinByKey", "constant", "once"]
+__all__ = ["Gather", "JoinByKey", "constant", "once", "merged"]
 
 
 def once(pipeline: beam.Pipeline, label: str) -> beam.PCollection:
     """A PCollection of exactly one element (`b""`): one transform where `beam.Create([x])`
     applies five."""
     return pipeline | label >> beam.Impulse()
+
+
+def merged(pcolls, label: str) -> beam.PCollection:
+    """The PCollections of `pcolls` that are not None as one: the only one itself, or a
+    Flatten labelled `label`. Beam's local runner copies every element of a Flatten of several
+    inputs once more, so a side that is absent (a full run's archive) is left out, not made
+    empty."""
+    present = [pcoll for pcoll in pcolls if pcoll is not None]
+    if len(present) == 1:
+        return present[0]
+    return tuple(present) | label >> beam.Flatten()
 
 
 def constant(pipeline: beam.Pipeline, label: str, values, spread: bool = False
