@@ -369,6 +369,14 @@ class WriteLedgers(beam.PTransform):
                 | "WriteIndexSummary" >> staged_run.write_index_summary(staging))
 
 
+def _reject_counts(reject: Reject) -> tuple:
+    """A Reject's counts: its reason, and a CSV row's rejection among its kind's rows."""
+    reason = (staged_run.reason_key(reject.kind, reject.reason), 1)
+    if reject.kind == IMAGE:
+        return (reason,)
+    return reason, (count_key(_ROW_COUNT[reject.kind], "rejected"), 1)
+
+
 class Accounting(beam.PTransform):
     """(Inputs, Inspected, Counted) -> `_work/counts.json` (`pipelines.staged_run`): how many
     inputs were discovered, accepted, rejected (per reason) and skipped, how many CSV rows
@@ -394,22 +402,18 @@ class Accounting(beam.PTransform):
             inspected.skipped | "CountSkipped" >> count_into(count_key(IMAGES, "skipped")),
             inputs.label_items | "CountLabelRows" >> count_into(count_key(LABEL_ROWS, "total")),
             inputs.box_items | "CountBoxRows" >> count_into(count_key(BOX_ROWS, "total")),
-            counted.all_rejects | "CountRowRejects" >> count_keys(
-                lambda r: None if r.kind == IMAGE else (count_key(_ROW_COUNT[r.kind],
-                                                                  "rejected"), 1)),
+            counted.all_rejects | "CountRejects" >> count_keys(_reject_counts),
             inspected.matched | "CountMatched" >> count_keys(
-                lambda kv: (count_key(_ROW_COUNT[kv[0]], "matched"), kv[1])),
-            counted.all_rejects | "CountReasons" >> count_keys(
-                lambda r: (staged_run.reason_key(r.kind, r.reason), 1)),
+                lambda kv: ((count_key(_ROW_COUNT[kv[0]], "matched"), kv[1]),)),
             inputs.archive_rows | "CountLiveBefore" >> count_keys(
-                lambda r: (count_key(LIVE, "before"), 1)
-                if r["accepted"] and not r["removed"] else None),
+                lambda r: ((count_key(LIVE, "before"), 1),)
+                if r["accepted"] and not r["removed"] else ()),
             inspected.kept | "CountKept" >> count_into(count_key(LIVE, "kept")),
-            inspected.retired | "CountRetired" >> count_into(count_key(LIVE, "retired")),
-            inspected.retired | "CountRetiredReasons" >> count_keys(
-                lambda line: (staged_run.retired_key(line["reason"]), 1)),
+            inspected.retired | "CountRetired" >> count_keys(
+                lambda line: ((count_key(LIVE, "retired"), 1),
+                              (staged_run.retired_key(line["reason"]), 1))),
             inputs.other_files | "CountOtherFiles" >> count_keys(
-                lambda key: (staged_run.other_files_key(key), 1)),
+                lambda key: ((staged_run.other_files_key(key), 1),)),
         ]
         return (counts
                 | "AllCounts" >> beam.Flatten()

@@ -174,19 +174,17 @@ class WriteJson(beam.PTransform):
 
 
 class _CountPerBundleFn(beam.DoFn):
-    """Elements -> one `(key, count)` pair per key a bundle saw, at its end; `key_count` maps
-    an element to a (key, count) pair, or None for an element not counted."""
+    """Elements -> one `(key, count)` pair per key a bundle saw, at its end; `key_counts` maps
+    an element to the (key, count) pairs it adds to (none: not counted)."""
 
-    def __init__(self, key_count):
-        self._key_count = key_count
+    def __init__(self, key_counts):
+        self._key_counts = key_counts
 
     def start_bundle(self):
         self._counts: dict = {}
 
     def process(self, element):
-        found = self._key_count(element)
-        if found is not None:
-            key, count = found
+        for key, count in self._key_counts(element):
             self._counts[key] = self._counts.get(key, 0) + count
 
     def finish_bundle(self):
@@ -195,17 +193,17 @@ class _CountPerBundleFn(beam.DoFn):
             yield GlobalWindows.windowed_value(pair)
 
 
-def count_keys(key_count) -> beam.PTransform:
-    """The accounting's counts of a PCollection: `key_count(element)` gives (key, count) or
-    None (not counted), summed per key within each bundle, for the accounting's one
-    `CombinePerKey(sum)`. Partial sums leave a bundle, not a pair per element: the counts'
-    Flatten before that combine would otherwise copy every element of every counted
-    PCollection once more (Beam's local runner materializes a Flatten of several steps), per
-    image several times. Nothing comes out of an empty PCollection; the accounting seeds each
-    key with 0."""
-    return beam.ParDo(_CountPerBundleFn(key_count))
+def count_keys(key_counts) -> beam.PTransform:
+    """The accounting's counts of a PCollection: `key_counts(element)` gives the (key, count)
+    pairs the element adds to (several: one step counts it under every key it belongs to),
+    summed per key within each bundle, for the accounting's one `CombinePerKey(sum)`. Partial
+    sums leave a bundle, not a pair per element: the counts' Flatten before that combine would
+    otherwise copy every element of every counted PCollection once more (Beam's local runner
+    materializes a Flatten of several steps), per image several times. Nothing comes out of
+    an empty PCollection; the accounting seeds each key with 0."""
+    return beam.ParDo(_CountPerBundleFn(key_counts))
 
 
 def count_into(name: str) -> beam.PTransform:
     """`count_keys` with every element counted once under `name`."""
-    return count_keys(lambda _: (name, 1))
+    return count_keys(lambda _: ((name, 1),))
