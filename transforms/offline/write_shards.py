@@ -143,9 +143,9 @@ class _WriteShardFn(beam.DoFn):
         if len(summaries) != len(records):
             raise AssertionError(f"{rel_path}: {len(summaries)} feature summaries for "
                                  f"{len(records)} records")
+        self._written.inc(len(records))  # once a shard: each inc finds the metrics container
+        progress.add("written", len(records))
         for record in records:
-            self._written.inc()
-            progress.add("written")
             yield record_row(record, rel_path)
         yield beam.pvalue.TaggedOutput(FEATURES, (split, tuple(summaries)))
         yield beam.pvalue.TaggedOutput(FILES, shard)
