@@ -141,12 +141,18 @@ def test_assign_shards_keys_each_record_by_the_shard_of_its_hash():
         assert_that(shard_numbers, equal_to([counts]), label="Counts")
 
 
-def test_a_file_that_changed_since_it_was_validated_fails_the_job(tmp_path):
+def _changed_since_validated(tmp_path):
+    """A record of `a.png` whose bytes changed after its sha256 was taken."""
     images = tmp_path / "images"
     images.mkdir()
     record = _record(images, "a.png", b"validated bytes", "train", "cat")
     with open(record.uri, "wb") as handle:
         handle.write(b"changed bytes")
+    return record
+
+
+def test_a_file_that_changed_since_it_was_validated_fails_the_job(tmp_path):
+    record = _changed_since_validated(tmp_path)
     with pytest.raises(Exception, match="changed while the job ran"):
         with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
             _ = (pipeline | "Records" >> beam.Create([record])
@@ -212,11 +218,7 @@ def test_shards_written_in_children_equal_those_written_here(tmp_path, monkeypat
 
 @pytest.mark.slow  # the writing children's forkserver imports TensorFlow
 def test_a_file_that_changed_fails_the_job_from_a_writing_child_with_its_cause(tmp_path):
-    images = tmp_path / "images"
-    images.mkdir()
-    record = _record(images, "a.png", b"validated bytes", "train", "cat")
-    with open(record.uri, "wb") as handle:
-        handle.write(b"changed bytes")
+    record = _changed_since_validated(tmp_path)
     shard = _shard("train", 0, 1)
     with pytest.raises(Exception, match=f"Writing the shard {shard} failed in its process "
                                         r"\(error\): RuntimeError: .*a.png changed while the job "
