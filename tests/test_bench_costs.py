@@ -195,6 +195,34 @@ def test_an_end_to_end_target_below_its_floor_is_blocked():
     assert line[0].rstrip().endswith("BLOCKED")
 
 
+def test_the_import_before_the_first_decode_is_a_floor_no_core_can_share():
+    # The same job as above, reachable when every import is spread over 2 cores: (6.0 +
+    # 0.3) / 2 = 3.15 s. But no decode starts before TensorFlow's 3.2 s import, and the
+    # 0.3 s of decode then takes 0.15 s on 2 cores: 3.35 s > 3.33 s allowed.
+    blocked = costs.CostResult((_thumbnail_cost(300.0),), imports_cpu_s=6.0, cores=2,
+                               decoder_import_s=3.2)
+    row = {row[1]: row for row in costs.cost_targets(blocked)}[
+        "thumbnails: end to end vs naive, 1000 images"]
+    assert row[4] == costs.BLOCKED and row[2].endswith("floor 3.4 s, allowed 3.3 s")
+    assert "3.2 s of TensorFlow's import before any decode" in costs.format_costs(blocked)
+    # A shorter import leaves the spread bound the floor: (6.0 + 0.3) / 2 = 3.15 s.
+    spread = costs.CostResult((_thumbnail_cost(300.0),), imports_cpu_s=6.0, cores=2,
+                              decoder_import_s=2.0)
+    row = [r for r in costs.cost_targets(spread) if r[0] == "4"][0]
+    assert row[4] is False and row[2].endswith("floor 3.1 s, allowed 3.3 s")
+    assert _thumbnail_cost(300.0).floor_s(6.0, 2, 3.2) == 3.2 + 0.3 / 2
+    assert _thumbnail_cost(300.0).floor_s(6.0, 2, 2.0) == (6.0 + 0.3) / 2
+
+
+def test_the_decoder_import_is_timed_as_the_lesser_of_wall_and_cpu(monkeypatch, tmp_path):
+    rounds = iter([(3.5, 3.1), (2.9, 3.3), (4.0, 3.0)])  # (wall, CPU) of three processes
+    seen = []
+    monkeypatch.setattr(costs, "_run_imports",
+                        lambda code, workdir: seen.append(code) or next(rounds))
+    assert costs.measure_decoder_import_s(str(tmp_path), 3) == 3.0  # median of 3.1, 2.9, 3.0
+    assert seen == ["import gc; gc.disable(); import tensorflow"] * 3
+
+
 def test_a_met_target_passes_and_no_floor_without_the_imports_or_the_scaled_decode():
     passing = costs.CostResult((_thumbnail_cost(50.0),), imports_cpu_s=70.0, cores=2)
     assert _verdicts(passing)["thumbnails: end to end vs naive, 1000 images"] is True  # 2x

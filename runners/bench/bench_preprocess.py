@@ -96,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="start-up check: the whole command on this many photos against "
                              "the bare imports (0: skip; default 20)")
     parser.add_argument("--floor_rounds", type=int, default=3,
-                        help="fresh processes timing the bare imports' CPU, for the floor of "
+                        help="fresh processes timing the bare imports (and TensorFlow's "
+                             "import alone), for the floor of "
                              "the end-to-end targets (0: no floor; default 3)")
     parser.add_argument("--make_test", action="store_true",
                         help="also time `make test`'s pytest command (target 6)")
@@ -309,7 +310,8 @@ def _costs(args, workdir: str, photos, class_pairs: tuple, threads: int, min_var
            analysis_size: int):
     """The issue-22 figures: `photos` (the photo corpus's CorpusCost), `class_pairs` (target
     2's (many-class JobRun, photo JobRun) pairs), the other corpora, start-up, the test suite,
-    identity against --baseline; writes decisions.json."""
+    identity against --baseline, and target 4's floor imports (the bare imports' CPU,
+    TensorFlow's import alone; None without --floor_rounds); writes decisions.json."""
     from runners.bench import bench_costs
     costs = [photos]
     for name in ("thumbnails", "camera"):
@@ -333,14 +335,15 @@ def _costs(args, workdir: str, photos, class_pairs: tuple, threads: int, min_var
             prepare_corpus(workdir, args.startup_images, args.seed), workdir,
             rounds=args.repetitions)
     tests = bench_costs.time_test_suite(workdir) if args.make_test else None
-    imports_cpu = (bench_costs.measure_imports_cpu(workdir, args.floor_rounds)
-                   if args.floor_rounds else None)
+    floor_imports = ((bench_costs.measure_imports_cpu(workdir, args.floor_rounds),
+                      bench_costs.measure_decoder_import_s(workdir, args.floor_rounds))
+                     if args.floor_rounds else (None, None))
     current = {cost.name: bench_costs.decisions(cost.job) for cost in costs}
     baseline = (bench_costs.compare_decisions(current, bench_costs.load_baseline(args.baseline))
                 if args.baseline else None)  # read before this run's file may replace it
     with open(os.path.join(workdir, "decisions.json"), "w", encoding="utf-8") as handle:
         json.dump(current, handle, indent=1, sort_keys=True)
-    return costs, startup, tests, baseline, imports_cpu
+    return costs, startup, tests, baseline, floor_imports
 
 
 def run(argv=None) -> BenchResult:
@@ -374,7 +377,7 @@ def run(argv=None) -> BenchResult:
                         statistics.median(naive[0]),
                         job_scale_decode_ms(paths, config.quality.analysis_size, threads),
                         tuple(zip(job_runs, small_runs)))
-    costs, startup, tests, baseline, imports_cpu = _costs(
+    costs, startup, tests, baseline, floor_imports = _costs(
         args, workdir, photos, tuple(zip(class_runs, job_runs)), threads, min_variance,
         config.quality.analysis_size)
     workers_text = {"default": "default local run (no runner flags)",
@@ -395,8 +398,8 @@ def run(argv=None) -> BenchResult:
         inspect=inspect, nightly=nightly, identity=identity,
         scale=_scale_check(args, workdir, min_variance),
         date=datetime.date.today().isoformat(), load=(load_at_start, os.getloadavg()[0]),
-        costs=CostResult(tuple(costs), startup, tests, identity, baseline, imports_cpu,
-                         _cores_used(args.workers)))
+        costs=CostResult(tuple(costs), startup, tests, identity, baseline, floor_imports[0],
+                         _cores_used(args.workers), floor_imports[1]))
 
 
 def main(argv=None) -> int:
