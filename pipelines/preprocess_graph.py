@@ -185,21 +185,22 @@ def _read_archive(pipeline: beam.Pipeline, archive: tuple, removed: frozenset):
 
 
 class InspectAndLabel(beam.PTransform):
-    """Inputs -> Inspected: every image planned against its CSV rows and the archive,
-    inspected and labelled; quality rejects apart, so that a copy of a blurry image is a
-    `duplicate` too."""
+    """Inputs -> Inspected: every image planned against its CSV rows and the archive (each
+    file alone when there are neither), inspected and labelled."""
 
     def __init__(self, job: PreprocessJob):
         super().__init__()
         self._config = job.config
         self._folder_labels = job.folder_labels
         self._forgotten = (job.forgotten_paths, job.forgotten_shas)
+        self._joined = bool(job.label_csvs or job.box_csvs or job.archive)
 
     def expand(self, inputs: Inputs):
         config, folder_labels = self._config, self._folder_labels
         planned = ((inputs.refs, inputs.discovery_rejects, inputs.label_rows,
                     inputs.box_rows, inputs.archive_rows)
-                   | "PlanImages" >> PlanImages(config, folder_labels, self._forgotten))
+                   | "PlanImages" >> PlanImages(config, folder_labels, self._forgotten,
+                                                self._joined))
         inspected = planned.images | "InspectImages" >> InspectImages(config)
         retired = ((planned[RETIRED],
                     inspected | "RetireReplaced" >> beam.FlatMap(retire_inspected))
@@ -210,9 +211,8 @@ class InspectAndLabel(beam.PTransform):
         labelled, rejected_inspected = (
             inspected | "ResolveLabels" >> _Route(resolve_labels, config, folder_labels,
                                                   keep_quality=True))
-        # Discovery rejects carry no CSV rows and stay rejected (no quality rule judged
-        # them), so they join the rejects alone: the inspected records do not pass through a
-        # Flatten (one more copy of each).
+        # Discovery rejects carry no CSV rows and stay rejected (no quality rule judged them):
+        # they join the rejects alone, and the inspected records pass through no Flatten.
         rejected = ((rejected_inspected, planned[REJECTED])
                     | "AllImageRejects" >> beam.Flatten())
         return Inspected(labelled=labelled, rejected=rejected, row_rejects=planned[ROW_REJECTS],

@@ -41,12 +41,13 @@ def _prior(path: str, run_id: str, label_key: str, reason: str | None = None,
             "removed": False, "sha256": f"sha-{path}", "split": "train", "label": label_key}
 
 
-def _plan(pipeline, refs, rejected, labels, boxes, priors, folder_labels=True) -> dict:
+def _plan(pipeline, refs, rejected, labels, boxes, priors, folder_labels=True,
+          joined=True) -> dict:
     """PlanImages' outputs by name: `images` and its tagged outputs."""
     inputs = tuple(pipeline | name >> beam.Create(values) for name, values in (
         ("Refs", refs), ("Rejected", rejected), ("Labels", labels), ("Boxes", boxes),
         ("Priors", priors)))
-    planned = inputs | PlanImages(CONFIG, folder_labels)
+    planned = inputs | PlanImages(CONFIG, folder_labels, joined=joined)
     return {"images": planned.images,
             **{tag: planned[tag] for tag in (REJECTED, SKIPPED, ROW_REJECTS, MATCHED, KEPT,
                                              RETIRED)}}
@@ -78,6 +79,32 @@ def test_without_folder_labels_a_file_without_rows_has_an_empty_label_key():
         planned = _plan(pipeline, [_ref("dog/3.jpg")], [], [], [], [], folder_labels=False)
         assert_outputs(planned, {"images": [
             ImageRecord(uri="/data/dog/3.jpg", path="dog/3.jpg", file_bytes=10, mtime=1000.0)]})
+
+
+def test_without_csv_or_archive_each_file_is_planned_alone_with_the_joins_outputs():
+    """`joined=False` (a full run labelled by folders): no join by path, and the same outputs
+    as the join gives the same files and discovery rejects, a pair of names equal in NFC
+    included (the join groups them; each is still its own record)."""
+    unsafe = ImageRecord(uri="/data/link.jpg", path="link.jpg", file_bytes=7).rejected(
+        "unsafe_path", "symlink resolves outside the data root: /etc/secret")
+    refs = [_ref("dog/3.jpg"), _ref("loose.jpg"), _ref("b/caf\u00e9.jpg"),
+            _ref("b/cafe\u0301.jpg")]
+    expected = {"images": [
+        ImageRecord(uri="/data/dog/3.jpg", path="dog/3.jpg", file_bytes=10, mtime=1000.0,
+                    label_key="canine"),
+        ImageRecord(uri="/data/loose.jpg", path="loose.jpg", file_bytes=10, mtime=1000.0),
+        ImageRecord(uri="/data/b/caf\u00e9.jpg", path="b/caf\u00e9.jpg", file_bytes=10,
+                    mtime=1000.0, label_key="b"),
+        ImageRecord(uri="/data/b/cafe\u0301.jpg", path="b/cafe\u0301.jpg", file_bytes=10,
+                    mtime=1000.0, label_key="b"),
+    ], REJECTED: [unsafe]}
+    for joined in (True, False):
+        with fn_api_pipeline() as pipeline:
+            assert_outputs(_plan(pipeline, refs, [unsafe], [], [], [], joined=joined),
+                           expected)
+            names = {t.unique_name for t in
+                     pipeline.to_runner_api().components.transforms.values()}
+        assert any("JoinByPath" in name for name in names) is joined
 
 
 def test_rows_naming_no_discovered_file_are_missing_file_and_discovery_rejects_pass_through():

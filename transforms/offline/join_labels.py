@@ -309,6 +309,27 @@ class _PlanFn(beam.DoFn):
                                             for row in live))
 
 
+class _PlanAloneFn(_PlanFn):
+    """`_PlanFn` for a run with nothing to join a file with (no CSV, no archive): each
+    discovered file is planned alone, as its one-file group would be."""
+
+    def process(self, ref):
+        yield from self._plan(ref.path, {"refs": [ref], "rejected": [], "labels": [],
+                                         "boxes": [], "prior": []}, {})
+
+
+class _PlannedAlone:
+    """PlanImages' outputs without a join: the plan step's, and the discovery rejects as they
+    came (the join passes them through unchanged when no row or archive row names them)."""
+
+    def __init__(self, planned, rejected):
+        self.images = planned.images
+        self._planned, self._rejected = planned, rejected
+
+    def __getitem__(self, tag):
+        return self._rejected if tag == REJECTED else self._planned[tag]
+
+
 def _path_of(element) -> str:
     return element.path
 
@@ -362,17 +383,27 @@ class PlanImages(beam.PTransform):
     files); `retired`, retirement lines of records whose file is gone or now rejected at
     discovery (`transforms.live_view`). An index row is live when it is its path's latest,
     accepted, and not `removed` (retired by a later snapshot or forgotten).
+
+    `joined=False` says no CSV and no archive was given (a full run labelled by its folders):
+    the rows and archive inputs are then empty and not read, and each file is planned alone,
+    with the same outputs, without the join (its Flatten and group copy every record twice).
     """
 
     def __init__(self, config: Config, folder_labels: bool,
-                 forgotten: tuple = (frozenset(), frozenset())):
+                 forgotten: tuple = (frozenset(), frozenset()), joined: bool = True):
         super().__init__()
         self._config = config
         self._folder_labels = folder_labels
         self._forgotten = forgotten  # (paths, sha256s) `pixelmill forget` named
+        self._joined = joined
 
     def expand(self, inputs):
         refs, rejected, label_rows, box_rows, prior_rows = inputs
+        if not self._joined:
+            planned = refs | "PlanAlone" >> beam.ParDo(_PlanAloneFn(
+                self._config, self._folder_labels, self._forgotten)).with_outputs(
+                    SKIPPED, ROW_REJECTS, MATCHED, KEPT, RETIRED, main="images")
+            return _PlannedAlone(planned, rejected)
         inputs = {"refs": refs, "rejected": rejected, "labels": label_rows, "boxes": box_rows,
                   "prior": prior_rows}
         return (inputs
