@@ -29,3 +29,10 @@ class PreprocessJob:
     def folder_labels(self) -> bool:
         """Labels come from `<root>/<class>/<image>` when no label CSV is given."""
         return not self.label_csvs and self.config.labels.folder_labels
+
+    @property
+    def joins_by_path(self) -> bool:
+        """Whether planning has anything to join a discovered file with by path: CSV rows or
+        the archive's index rows (`join_labels.PlanImages(joined=...)`; without them each file
+        is planned alone). An input joined by path that is added to the job belongs here."""
+        return bool(self.label_csvs or self.box_csvs or self.archive)

@@ -193,7 +193,7 @@ class InspectAndLabel(beam.PTransform):
         self._config = job.config
         self._folder_labels = job.folder_labels
         self._forgotten = (job.forgotten_paths, job.forgotten_shas)
-        self._joined = bool(job.label_csvs or job.box_csvs or job.archive)  # inputs joined by path
+        self._joined = job.joins_by_path
 
     def expand(self, inputs: Inputs):
         config, folder_labels = self._config, self._folder_labels

@@ -2,6 +2,8 @@
 rows joined by path; every output checked exactly."""
 from __future__ import annotations
 
+import dataclasses
+
 import apache_beam as beam
 
 from configs.schema import load_config
@@ -187,3 +189,13 @@ def test_near_misses_in_case_or_between_two_normalizations_say_so():
                             label_key="canine", label_rows=(rows[2],)),
                 ImageRecord(uri=f"/data/{both[1]}", path=both[1], file_bytes=10,
                             mtime=1000.0)]})
+
+
+def test_a_job_joins_by_path_only_when_it_has_csv_rows_or_an_archive():
+    from pipelines.job import PreprocessJob
+    job = PreprocessJob(data_roots=("/data",), label_csvs=(), box_csvs=(), class_table=(),
+                        frozen_classes=False, staging_dir="/out/.staging/r", config=CONFIG)
+    assert not job.joins_by_path  # folder labels, first run: each file planned alone
+    for change in ({"label_csvs": ("labels.csv",)}, {"box_csvs": ("boxes.csv",)},
+                   {"archive": (("r0", "/out/snapshots/r0/index.parquet"),)}):
+        assert dataclasses.replace(job, **change).joins_by_path, change
