@@ -49,10 +49,11 @@ COST_TARGETS = {
     "test_suite_s": 180.0,           # 6: make test
 }
 _BARE_IMPORTS = "import tensorflow, apache_beam, tensorflow_transform.beam"
-# The same imports as the job does them (`transforms.gc_policy`): with the collector paused.
-_PAUSED_IMPORTS = "import gc; gc.disable(); " + _BARE_IMPORTS
-# What a decoding process must import before its first decode, as the job does it.
-_DECODER_IMPORT = "import gc; gc.disable(); import tensorflow"
+# Imports as the job does them (`transforms.gc_policy`): with the collector paused.
+_PAUSE = "import gc; gc.disable(); "
+_PAUSED_IMPORTS = _PAUSE + _BARE_IMPORTS
+# What a decoding process must import before its first decode.
+_DECODER_IMPORT = _PAUSE + "import tensorflow"
 BLOCKED = "BLOCKED"  # a target 4 verdict: the floor is above what the target allows
 
 
@@ -215,8 +216,7 @@ def measure_imports_cpu(workdir: str, rounds: int = 3) -> float:
     """Median CPU seconds (user + system) of `python -c` the bare imports with the collector
     paused (the cheapest way known, the job's), a fresh process each round: the part of any
     job's floor that no per-image work can hide."""
-    return statistics.median(_run_imports(_PAUSED_IMPORTS, workdir)[1]
-                             for _ in range(max(1, rounds)))
+    return _median_of_rounds(_PAUSED_IMPORTS, workdir, rounds, lambda wall, cpu: cpu)
 
 
 def measure_decoder_import_s(workdir: str, rounds: int = 3) -> float:
@@ -225,7 +225,12 @@ def measure_decoder_import_s(workdir: str, rounds: int = 3) -> float:
     import is one process's sequential work before any decode (TensorFlow's image ops come
     with the whole package), so it is a lower bound on the wait for the first decode however
     many cores there are."""
-    return statistics.median(min(_run_imports(_DECODER_IMPORT, workdir))
+    return _median_of_rounds(_DECODER_IMPORT, workdir, rounds, min)
+
+
+def _median_of_rounds(code_text: str, workdir: str, rounds: int, pick) -> float:
+    """Median over `rounds` fresh processes of `pick(wall, cpu)` of `python -c code_text`."""
+    return statistics.median(pick(*_run_imports(code_text, workdir))
                              for _ in range(max(1, rounds)))
 
 
