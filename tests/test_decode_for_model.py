@@ -123,6 +123,14 @@ def test_decode_image_array_gives_decode_image_pixels(name, data, ratio):
         np.testing.assert_array_equal(array, expected)
 
 
+@pytest.mark.parametrize("data", [b"", b"\x00", b"\x00\xff\xfe\x00", bytes(range(256)) * 64])
+def test_string_tensor_holds_the_bytes_as_they_are(data):
+    from transforms.decode import string_tensor
+    for given in (data, bytearray(data), memoryview(data), tf.constant(data)):
+        tensor = string_tensor(given)
+        assert tensor.dtype == tf.string and tensor.shape == () and tensor.numpy() == data
+
+
 @pytest.mark.parametrize("data", [b"\xff\xd8\xff\xe0 truncated", b"\x89PNG\r\n\x1a\n broken"])
 def test_decode_image_array_raises_what_decode_image_raises(data):
     from transforms.decode import decode_image_array
