@@ -145,7 +145,7 @@ def _vp8x(width: int, height: int) -> bytes:
 
 # ------------------------------------------------------------------------- the module itself
 
-def test_module_imports_only_struct_and_dataclasses():
+def test_module_imports_only_struct_re_and_dataclasses():
     source = pathlib.Path(image_header.__file__).read_text()
     imported = set()
     for node in ast.walk(ast.parse(source)):
@@ -153,7 +153,7 @@ def test_module_imports_only_struct_and_dataclasses():
             imported.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module)
-    assert imported == {"__future__", "dataclasses", "struct", "transforms.offline"}
+    assert imported == {"__future__", "dataclasses", "re", "struct", "transforms.offline"}
     # ... and its EXIF reader (`from transforms.offline import exif`) is pure struct too.
     exif_source = pathlib.Path(image_header.exif.__file__).read_text()
     exif_imports = {node.module if isinstance(node, ast.ImportFrom) else node.names[0].name

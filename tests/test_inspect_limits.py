@@ -13,6 +13,7 @@ import pytest
 from PIL import Image
 
 from configs.schema import load_config
+from transforms.offline import image_header
 from transforms.offline.image_header import jpeg_scans
 from transforms.offline.image_inspection import ImageInspector
 from transforms.offline.image_record import ImageRecord
@@ -47,6 +48,14 @@ def _inspect(tmp_path, data: bytes, name: str = "x.jpg") -> ImageRecord:
 def test_scans_of_baseline_and_progressive_jpegs():
     assert jpeg_scans(_jpeg(progressive=False)) == 1
     assert 5 <= jpeg_scans(_jpeg(progressive=True)) <= 12
+
+
+@pytest.mark.parametrize("offset", [None, -1, 0, 1, 2])
+def test_scans_are_counted_exactly_however_many_there_are(offset):
+    # `offset` from image_header._FEW_SCANS, past which the count takes its other way
+    scans = jpeg_scans(_jpeg(progressive=True))
+    copies = 0 if offset is None else image_header._FEW_SCANS + offset - scans
+    assert jpeg_scans(_scan_bomb(copies)) == scans + copies
 
 
 def test_a_thumbnail_inside_an_app_segment_does_not_count():
