@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import apache_beam as beam
 
-__all__ = ["Inputs", "Inspected", "Classified", "DedupInputs", "Deduped", "Counted"]
+__all__ = ["Inputs", "Inspected", "DedupInputs", "Deduped", "Counted"]
 
 
 class Inputs(NamedTuple):
@@ -37,15 +37,6 @@ class Inspected(NamedTuple):
     retired: beam.PCollection           # retirement lines of the archive's records that do not
 
 
-class Classified(NamedTuple):
-    """AssignClasses' outputs: the class table (a singleton list of names), the records with
-    class ids (and, as they came, the quality rejects), and the records rejected for their
-    label."""
-    class_table: beam.PCollection
-    records: beam.PCollection
-    rejected: beam.PCollection
-
-
 class Deduped(NamedTuple):
     """Dedup's outputs: unique records, and the PCollections of rejected ones."""
     unique: beam.PCollection
@@ -60,5 +51,6 @@ class Counted(NamedTuple):
 
 
 class DedupInputs(NamedTuple):
-    records: beam.PCollection            # candidates with class ids, and the quality rejects
+    records: beam.PCollection            # labelled candidates, and the quality rejects
     archive_accepted: beam.PCollection   # the archive's index rows that stay live
+    class_table: beam.PCollection        # classes.ClassTable of the records (a singleton)

@@ -5,9 +5,11 @@ It reads as the data flow in the README, one named composite per phase:
     ReadInputs        discover files, read label/box CSV rows, read the archive's index
     InspectAndLabel   plan (join rows and the archive by path; skip unchanged files) -> inspect
                       (read, sha256, header, decode, validate, quality) -> resolve labels/boxes
-    AssignClasses     extend the append-only class table, give every record its class id
-    Dedup             exact (sha256; quality rejects too, so a copy is always `duplicate`) then
-                      near (perceptual hash), tonight and against the archive
+    ClassTable        extend the append-only class table with the records' labels
+    Dedup             class ids (in the exact step's groups: the table is then known without
+                      keeping the records once more), exact (sha256; quality rejects too, so a
+                      copy is always `duplicate`) then near (perceptual hash), tonight and
+                      against the archive
     AssignSplits      split from the CSV or the sha256
     WriteSnapshot     shards + index rows (+ DALI indexes, per-split TFDV statistics), TFT
                       analysis, class table, shard list
@@ -29,7 +31,7 @@ from apache_beam.io.parquetio import ReadAllFromParquet
 from configs.schema import Config
 from pipelines import staged_run
 from pipelines.job import PreprocessJob
-from pipelines.phase_outputs import Classified, Counted, Deduped, DedupInputs, Inputs, Inspected
+from pipelines.phase_outputs import Counted, Deduped, DedupInputs, Inputs, Inspected
 from pipelines.staged_run import BOX_ROWS, IMAGES, LABEL_ROWS, LIVE, count_key
 from transforms import snapshot_layout as layout
 from transforms.live_view import removal_key
@@ -61,8 +63,8 @@ from transforms.offline.write_shards import MetaColumns, WriteShards
 from transforms.reporting.feature_stats import WriteFeatureStatistics
 from transforms.reporting.stats import SummarizeIndexFn
 
-__all__ = ["PreprocessJob", "build_preprocess", "ReadInputs", "InspectAndLabel", "AssignClasses",
-           "Dedup", "WriteSnapshot", "WriteLedgers", "Accounting"]
+__all__ = ["PreprocessJob", "build_preprocess", "ReadInputs", "InspectAndLabel", "Dedup",
+           "WriteSnapshot", "WriteLedgers", "Accounting"]
 
 _ROW_COUNT = {LABEL_ROW: LABEL_ROWS, BOX_ROW: BOX_ROWS}
 
@@ -98,29 +100,11 @@ class _Route(beam.PTransform):
         return routed.ok, routed[REJECTED]
 
 
-class _AssignClassIdsFn(classes.AssignClassIdFn):
-    """`classes.AssignClassIdFn`, its rejects tagged `rejected` in the same step. A quality
-    reject passes as it is, with the records (it has no label to look up)."""
-
-    def process(self, record, table):
-        results = [record] if record.reject is not None else super().process(record, table)
-        for result in results:
-            yield from _route(result, keep_quality=True)
-
-
 def _split_rows(item):
     if isinstance(item, Reject):
         yield beam.pvalue.TaggedOutput(REJECTED, item)
     else:
         yield item
-
-
-def _labels_of(record: ImageRecord):
-    if record.reject is not None:  # a quality reject names no class
-        return
-    yield record.label
-    for box in record.boxes:
-        yield box[4]
 
 
 def _reject_forgotten(record: ImageRecord, paths: frozenset, shas: frozenset) -> ImageRecord:
@@ -220,35 +204,13 @@ class InspectAndLabel(beam.PTransform):
                          retired=retired)
 
 
-class AssignClasses(beam.PTransform):
-    """Labelled records -> Classified. The table starts from the run's table (ids never move)
-    and, unless frozen, appends new names."""
-
-    def __init__(self, start_table, frozen: bool):
-        super().__init__()
-        self._start_table = list(start_table)
-        self._frozen = frozen
-
-    def expand(self, labelled):
-        start_table, frozen = self._start_table, self._frozen
-        class_table = (labelled
-                       | "LabelNames" >> beam.FlatMap(_labels_of)
-                       | "DistinctLabels" >> beam.Distinct()
-                       | "ClassTable" >> Gather(
-                           lambda labels: classes.extend_class_table(start_table, labels, frozen)))
-        assigned = labelled | "AssignClassIds" >> beam.ParDo(
-            _AssignClassIdsFn(), beam.pvalue.AsSingleton(class_table)).with_outputs(
-                REJECTED, main="ok")
-        return Classified(class_table=class_table, records=assigned.ok,
-                          rejected=assigned[REJECTED])
-
-
 class Dedup(beam.PTransform):
     """DedupInputs -> Deduped: exact duplicates by sha256 among the records and the quality
     rejects (the lowest path of a group keeps its own outcome, every other copy is `duplicate`:
-    copies share their quality verdict, so a copy is never named blurry instead), then (when
-    `dedup.near_duplicates`) near duplicates by perceptual hash among the records, both tonight
-    and against the archive."""
+    copies share their quality verdict, so a copy is never named blurry instead), each
+    candidate given its class id in its group first (an unknown label or box class is
+    rejected there and takes no part), then (when `dedup.near_duplicates`) near duplicates by
+    perceptual hash among the records, both tonight and against the archive."""
 
     def __init__(self, config: Config, has_archive: bool = True):
         super().__init__()
@@ -256,12 +218,13 @@ class Dedup(beam.PTransform):
         self._has_archive = has_archive  # False: a full run, no archived hashes to search
 
     def expand(self, inputs: DedupInputs):
-        records, archive_accepted = inputs
+        records, archive_accepted, class_table = inputs
         archive_shas = None if not self._has_archive else (
             archive_accepted | "ArchiveShas" >> beam.Map(
                 lambda r: (r["sha256"], (r["run_id"], r["path"]))))
         unique, rejected_exact = (records
-                                  | "DropExactDuplicates" >> DropExactDuplicates(archive_shas)
+                                  | "DropExactDuplicates" >> DropExactDuplicates(
+                                      archive_shas, class_table)
                                   | "RouteExact" >> _Route())
         rejected = [rejected_exact]
         if self._config.dedup.near_duplicates:
@@ -430,15 +393,15 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     archive_accepted = inspected.kept  # the archive's records that stay live tonight
     inspected.retired | "WriteRetirements" >> WriteRetirements(
         FileSystems.join(job.staging_dir, layout.RETIRED))
-    classified = inspected.labelled | "AssignClasses" >> (
-        AssignClasses(job.class_table, job.frozen_classes))
-    deduped = (DedupInputs(classified.records, archive_accepted)
+    class_table = inspected.labelled | "ClassTable" >> classes.ClassTable(job.class_table,
+                                                                 job.frozen_classes)
+    deduped = (DedupInputs(inspected.labelled, archive_accepted, class_table)
                | "Dedup" >> Dedup(config, has_archive=bool(job.archive)))
     accepted = deduped.unique | "AssignSplits" >> beam.Map(_assign_split, config.split)
-    written = ((accepted, archive_accepted, classified.class_table)
+    written = ((accepted, archive_accepted, class_table)
                | "WriteSnapshot" >> WriteSnapshot(job))
 
-    rejected_images = ([inspected.rejected, classified.rejected, *deduped.rejected]
+    rejected_images = ([inspected.rejected, *deduped.rejected]
                        | "AllRejectedImages" >> beam.Flatten())
     image_rejects = rejected_images | "ImageRejects" >> beam.Map(lambda r: r.reject)
     all_rejects = ((image_rejects, inputs.label_rejects, inputs.box_rejects,

@@ -67,6 +67,45 @@ def _near_detail(distance: int, who: str) -> str:
             f"or lower path is kept)")
 
 
+def _labelled(path: str, sha256: str, label: str, boxes: tuple = ()) -> ImageRecord:
+    return ImageRecord(uri=f"/data/{path}", path=path, file_bytes=100, sha256=sha256,
+                       label=label, boxes=boxes)
+
+
+def test_with_a_class_table_ids_come_first_and_a_label_reject_takes_no_part():
+    """`class_table`: each candidate of a group gets its id before the keep rule; one whose
+    label (or box class) the table lacks is rejected and does not make the others duplicates,
+    as when classes were assigned before the dedup. A quality reject passes without an id and
+    still takes part. Without the table the same records keep the lowest path."""
+    table = ["cat", "dog"]
+    unknown = _labelled("a.jpg", "aa", "owl")
+    bad_box = _labelled("c.jpg", "cc", "cat", boxes=((0.1, 0.1, 0.5, 0.5, "owl"),))
+    blurry = _labelled("e.jpg", "ee", "dog").rejected("blurry", "blur_laplacian_var=1.0 < 50")
+    records = [unknown, _labelled("b.jpg", "aa", "dog"), bad_box,
+               _labelled("d.jpg", "cc", "cat"), blurry, _labelled("f.jpg", "ee", "cat")]
+    unknown_detail = "label 'owl' is not in the class table (2 classes: cat, dog)"
+    with fn_api_pipeline() as pipeline:
+        tonight = pipeline | "Tonight" >> beam.Create(records)
+        classes = pipeline | "Table" >> beam.Create([table])
+        assert_that(tonight | "WithTable" >> DropExactDuplicates(class_table=classes), equal_to([
+            unknown.rejected("unknown_class", unknown_detail),
+            _labelled("b.jpg", "aa", "dog").replace(label_id=1),
+            bad_box.rejected("bad_box", "box classes ['owl'] are not in the class table"),
+            _labelled("d.jpg", "cc", "cat").replace(label_id=0),
+            blurry,
+            _labelled("f.jpg", "ee", "cat").replace(label_id=0).rejected(
+                "duplicate", "same sha256 as 'e.jpg' (kept)"),
+        ]), label="with the table")
+        assert_that(tonight | "NoTable" >> DropExactDuplicates(), equal_to([
+            unknown,
+            _labelled("b.jpg", "aa", "dog").rejected("duplicate", "same sha256 as 'a.jpg' (kept)"),
+            bad_box,
+            _labelled("d.jpg", "cc", "cat").rejected("duplicate", "same sha256 as 'c.jpg' (kept)"),
+            blurry,
+            _labelled("f.jpg", "ee", "cat").rejected("duplicate", "same sha256 as 'e.jpg' (kept)"),
+        ]), label="without")
+
+
 def test_near_duplicates_against_tonight_and_the_archive():
     records = [
         _record("a.jpg", "1", "0000000000000000"),

@@ -31,6 +31,7 @@ import apache_beam as beam
 from configs.schema import load_config
 from transforms import snapshot_layout as layout
 from transforms.offline import quality_rules, splits
+from transforms.offline.classes import AssignClassIdFn, ClassTable
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import FileRef
 from transforms.offline.image_record import RECORD_METRICS, ImageRecord
@@ -170,11 +171,14 @@ def step_plan(pipeline, corpus, _workdir):
 
 
 def step_classes(pipeline, corpus, _workdir):
-    """AssignClasses: the class table (distinct labels, bounded) and a class id per record."""
-    from pipelines.preprocess_graph import AssignClasses  # imports TensorFlow: only when needed
-    _table, with_ids, rejected = _records(pipeline, corpus) | AssignClasses((), False)
-    _count(with_ids, "WithIds")
-    _count(rejected, "Unknown")
+    """The class table (distinct labels, bounded) and a class id per record (the job gives
+    them in the exact dedup's groups; here on the records as they come)."""
+    records = _records(pipeline, corpus)
+    table = records | ClassTable((), False)
+    assigned = records | "AssignClassIds" >> beam.ParDo(AssignClassIdFn(),
+                                                        beam.pvalue.AsSingleton(table))
+    _count(assigned | beam.Filter(lambda r: r.reject is None), "WithIds")
+    _count(assigned | beam.Filter(lambda r: r.reject is not None), "Unknown")
 
 
 def step_dedup_exact(pipeline, corpus, _workdir):

@@ -23,10 +23,13 @@ import apache_beam as beam
 from transforms import file_reads
 from transforms.file_reads import read_bytes
 from transforms.offline.class_names import class_name_problem
+from transforms.offline.gather import Gather
 from transforms.s3_storage import create_file
 
-__all__ = ["AssignClassIdFn", "parse_class_table", "read_class_table", "write_class_table", "class_table_bytes",
-           "apply_renames", "extend_class_table"]
+__all__ = ["ClassTable", "AssignClassIdFn", "record_labels", "parse_class_table",
+           "read_class_table", "write_class_table", "class_table_bytes", "apply_renames",
+           "extend_class_table"]
+
 
 def parse_class_table(text: str, source: str) -> list[str]:
     r"""Names, one per `\n`-terminated line (blank lines and surrounding whitespace, including a
@@ -86,6 +89,38 @@ def extend_class_table(existing: Sequence[str], labels: Iterable[str], frozen: b
         return list(existing)
     known = set(existing)
     return list(existing) + sorted({label for label in labels if label not in known})
+
+
+def record_labels(record):
+    """The class names an ImageRecord uses (its label, its boxes' labels); none for a record
+    rejected already (a quality reject names no class)."""
+    if record.reject is not None:
+        return
+    yield record.label
+    for box in record.boxes:
+        yield box[4]
+
+
+class ClassTable(beam.PTransform):
+    """Labelled ImageRecords -> a singleton PCollection, the run's table: `start_table` (ids
+    never move) plus, unless `frozen`, the sorted new names the records use. The records get
+    their ids from it with `AssignClassIdFn`, which the job runs in the exact dedup's groups
+    (`dedup.DropExactDuplicates`): the table is made from these very records, so a step that
+    reads it before a shuffle would make Beam's local runner keep every record once more
+    until the table is known."""
+
+    def __init__(self, start_table: Sequence[str], frozen: bool):
+        super().__init__()
+        self._start_table = list(start_table)
+        self._frozen = frozen
+
+    def expand(self, labelled):
+        start_table, frozen = self._start_table, self._frozen
+        return (labelled
+                | "LabelNames" >> beam.FlatMap(record_labels)
+                | "DistinctLabels" >> beam.Distinct()
+                | "Extend" >> Gather(
+                    lambda labels: extend_class_table(start_table, labels, frozen)))
 
 
 @beam.typehints.with_output_types(typing.Any)  # as Beam infers it: no disassembly at build

@@ -26,6 +26,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.offline import progress, quality
+from transforms.offline.classes import AssignClassIdFn
 from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
 from transforms.offline.gather import JoinByKey, merged
 from transforms.offline.near_search import search_bucket
@@ -59,23 +60,54 @@ def _keep_lowest_path(item):
         yield other.rejected("duplicate", f"same sha256 as {ordered[0].path!r} (kept)")
 
 
+class _ClassIdsThenKeepLowestPathFn(beam.DoFn):
+    """`_keep_lowest_path` of a sha256 group whose candidates first get their class ids
+    (`AssignClassIdFn`; a quality reject stays as it is): one rejected for its label comes
+    out at once and takes no part in the keep rule."""
+
+    def __init__(self):
+        self._assign = AssignClassIdFn()
+
+    def process(self, item, table):
+        sha, grouped = item
+        records = []
+        for record in grouped["records"]:
+            if record.reject is not None:
+                records.append(record)
+                continue
+            for result in self._assign.process(record, table):
+                if result.reject is None:
+                    records.append(result)
+                else:
+                    yield result
+        yield from _keep_lowest_path((sha, {**grouped, "records": records}))
+
+
 class DropExactDuplicates(beam.PTransform):
     """ImageRecords (a PCollection, or a tuple of them) -> ImageRecords (duplicates
     rejected). `archive`: PCollection of (sha256, (run_id, rel)) accepted earlier, or None on
     a full run: the join then has the records alone as input, which Beam's local runner does
-    not copy once more (it materializes every Flatten of several inputs)."""
+    not copy once more (it materializes every Flatten of several inputs). `class_table`: a
+    singleton PCollection of class names (`classes.ClassTable` of these records), or None;
+    with it each candidate gets its class id in its group, after the shuffle, and one
+    rejected for its label (`unknown_class`, `bad_box`) comes out rejected before the keep
+    rule, as if classified before the dedup. Read before the shuffle, the table would make
+    Beam's local runner keep every record once more until the table is known."""
 
-    def __init__(self, archive=None):
+    def __init__(self, archive=None, class_table=None):
         super().__init__()
         self._archive = archive
+        self._class_table = class_table
 
     def expand(self, records):
         inputs = {"records": records}
         if self._archive is not None:
             inputs["archive"] = self._archive
-        return (inputs
-                | "GroupBySha256" >> JoinByKey({"records": lambda r: (r.sha256, r)})
-                | "KeepLowestPath" >> beam.FlatMap(_keep_lowest_path))
+        grouped = inputs | "GroupBySha256" >> JoinByKey({"records": lambda r: (r.sha256, r)})
+        if self._class_table is None:
+            return grouped | "KeepLowestPath" >> beam.FlatMap(_keep_lowest_path)
+        return grouped | "KeepLowestPath" >> beam.ParDo(
+            _ClassIdsThenKeepLowestPathFn(), beam.pvalue.AsSingleton(self._class_table))
 
 
 def _band_keys(member, max_hamming: int):
