@@ -233,7 +233,7 @@ class ChildPool:
         if per_child < 1:
             raise ValueError(f"per_child must be >= 1. Received: per_child={per_child}")
         self._per_child = per_child
-        self._batch = max(1, per_child // 2)
+        self.batch = max(1, per_child // 2)  # items sent to a child in one message
         self._worker = worker
         self._role = role
         self._timeout_name = timeout_name
@@ -263,9 +263,9 @@ class ChildPool:
     def _dispatch(self) -> None:
         for child in self._children:
             while self._queue and child.ready and \
-                    self._per_child - len(child.held) >= self._batch:
+                    self._per_child - len(child.held) >= self.batch:
                 child.send([self._queue.popleft()
-                            for _ in range(min(self._batch, len(self._queue)))])
+                            for _ in range(min(self.batch, len(self._queue)))])
 
     def _replace(self, index: int) -> None:
         """Stops child `index` and starts a fresh one; what it held goes back to the queue."""
