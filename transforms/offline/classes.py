@@ -133,16 +133,19 @@ class AssignClassIdFn(beam.DoFn):
         self._table, self._ids = None, {}
 
     def process(self, record, table):
+        yield self.assign(record, table)
+
+    def assign(self, record, table):
+        """The record with its class id, or rejected; what `process` yields, for a step that
+        gives ids inside its own work (the exact dedup's groups)."""
         if table is not self._table:
             self._table, self._ids = table, {name: i for i, name in enumerate(table)}
         ids = self._ids
         if record.label not in ids:
-            yield record.rejected("unknown_class", (
+            return record.rejected("unknown_class", (
                 f"label {record.label!r} is not in the class table ({len(table)} classes: "
                 f"{', '.join(table[:20])}{', ...' if len(table) > 20 else ''})"))
-            return
         unknown = sorted({box[4] for box in record.boxes if box[4] not in ids})
         if unknown:
-            yield record.rejected("bad_box", f"box classes {unknown} are not in the class table")
-            return
-        yield record.replace(label_id=ids[record.label])
+            return record.rejected("bad_box", f"box classes {unknown} are not in the class table")
+        return record.replace(label_id=ids[record.label])

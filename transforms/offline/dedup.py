@@ -72,14 +72,12 @@ class _ClassIdsThenKeepLowestPathFn(beam.DoFn):
         sha, grouped = item
         records = []
         for record in grouped["records"]:
-            if record.reject is not None:
-                records.append(record)
-                continue
-            for result in self._assign.process(record, table):
-                if result.reject is None:
-                    records.append(result)
-                else:
-                    yield result
+            if record.reject is None:
+                record = self._assign.assign(record, table)
+                if record.reject is not None:  # its label or a box class is not in the table
+                    yield record
+                    continue
+            records.append(record)
         yield from _keep_lowest_path((sha, {**grouped, "records": records}))
 
 
