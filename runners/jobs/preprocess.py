@@ -32,7 +32,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from configs.schema import ConfigError, load_config
 from pipelines.beam_files import BEAM_FILES, check_buckets, set_options
 from pipelines.job import PreprocessJob
-from runners.beam_runner import decoders_here, prepare_job, runner_for
+from runners.beam_runner import beam_options, decoders_here, prepare_job, runner_for
 from runners.errors import UsageError
 from runners.jobs.guard import check_max_shrink, guarded_publish
 from runners.locking.locked_run import check_run_id, locked_run
@@ -191,7 +191,7 @@ def parse_options(argv, command: str = "preprocess"
     (`runners.strict_flags`)."""
     argv = translate_flags(sys.argv[1:] if argv is None else list(argv))
     check_flags(argv, command)
-    options = PipelineOptions(argv)
+    options = beam_options(argv)
     job_options = options.view_as(PreprocessOptions)
     output_dir = _require(job_options.output_dir, "--output_dir")
     set_options(options)  # --s3_* reach the lock, the checks and the publisher too

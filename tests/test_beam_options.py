@@ -1,0 +1,41 @@
+"""The job's Beam options: construction-time type inference off, and nothing it wrote moves."""
+from __future__ import annotations
+
+import hashlib
+import os
+
+from apache_beam.options.pipeline_options import PipelineOptions, TypeOptions
+
+from runners import beam_runner
+from runners.jobs import preprocess
+from tests.jobutil import index_rows, rejects, run_job, shard_files
+
+
+def test_the_job_builds_its_graph_without_beams_type_inference():
+    options = preprocess.parse_options(["--data_root", "d", "--output_dir", "o"])[0]
+    assert options.view_as(TypeOptions).pipeline_type_check is False
+    assert options.view_as(TypeOptions).runtime_type_check is False
+    assert options.get_all_options()["pipeline_type_check"] is False
+
+
+def _digests(snapshot) -> dict:
+    digests = {}
+    for path in shard_files(snapshot):
+        with open(path, "rb") as handle:
+            digests[os.path.relpath(path, snapshot.path)] = hashlib.sha256(
+                handle.read()).hexdigest()
+    return digests
+
+
+def test_with_beams_type_inference_on_the_job_writes_the_same_bytes(folder_snapshot, tmp_path,
+                                                                     monkeypatch):
+    """conftest's folder_snapshot, run again with Beam's default options (type inference on)."""
+    monkeypatch.setattr(beam_runner, "beam_options", PipelineOptions)
+    monkeypatch.setattr(preprocess, "beam_options", PipelineOptions)
+    again = run_job(folder_snapshot.root, tmp_path / "out", sets=["output.num_shards=8"])
+    assert preprocess.parse_options(["--data_root", "d", "--output_dir", "o"])[0].view_as(
+        TypeOptions).pipeline_type_check is True
+    assert _digests(again) == _digests(folder_snapshot.snapshot)
+    assert len(_digests(again)) == 24  # 8 shards in each of 3 splits
+    assert rejects(again) == rejects(folder_snapshot.snapshot)
+    assert index_rows(again) == index_rows(folder_snapshot.snapshot)
