@@ -71,3 +71,25 @@ def test_range_sample_is_the_bottom_k_by_hash_however_the_lines_are_split():
         [accumulate(lines[i::3]) for i in range(3)] + [fn.create_accumulator()]))
     assert whole == parts == (expected, 500)
     assert fn.extract_output(fn.create_accumulator()) == ([], 0)
+
+
+def test_the_sample_is_combined_without_beams_default_and_no_sample_means_no_cuts(tmp_path):
+    """The writer's sample skips the default a global combine injects (4 transforms: an
+    impulse, 3 ParDos); the side input's own default is what that would have given:
+    `range_bounds` of an empty sample."""
+    from transforms.offline.outputs import SampleAndCountFn, no_cuts_if_empty, range_bounds
+    fn = SampleAndCountFn(16)
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    bounds = pipeline | beam.Create([[("k",)]])
+    assert no_cuts_if_empty(bounds).default_value == range_bounds(
+        fn.extract_output(fn.create_accumulator()), 7) == []
+    labels = []
+
+    class Labels(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            labels.append(node.full_label)
+
+    written = beam.Pipeline(runner=FnApiRunner())
+    (written | beam.Create(_rejects(3)) | WriteRejectsLedger(str(tmp_path / "r.jsonl")))
+    written.visit(Labels())
+    assert not [label for label in labels if "InjectDefault" in label or "DoOnce" in label]

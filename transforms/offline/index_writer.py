@@ -25,6 +25,7 @@ from transforms.offline.gather import Gather
 from transforms.offline.outputs import (
     SampleAndCountFn,
     already_joined,
+    no_cuts_if_empty,
     range_bounds,
     remove_parts,
 )
@@ -142,10 +143,11 @@ class WriteIndexTable(beam.PTransform):
         parts_dir = path + ".parts"
         batches = rows | "RowBatches" >> beam.ParDo(_RowBatchFn(schema))
         cuts = (batches
-                | "SampleAndCount" >> beam.CombineGlobally(_PathSampleFn(_SAMPLE))
+                | "SampleAndCount" >> beam.CombineGlobally(
+                    _PathSampleFn(_SAMPLE)).without_defaults()
                 | "RangeBounds" >> beam.Map(range_bounds, part_rows))
         return (batches
-                | "SplitByRange" >> beam.FlatMap(_split_batch, beam.pvalue.AsSingleton(cuts))
+                | "SplitByRange" >> beam.FlatMap(_split_batch, no_cuts_if_empty(cuts))
                 | "GroupByRange" >> beam.GroupByKey()
                 | "WriteRange" >> beam.Map(_write_part, parts_dir, schema)
                 | "JoinRanges" >> Gather(_join_parts, path, parts_dir, schema))
