@@ -38,7 +38,7 @@ from transforms.live_view import removal_key
 from transforms.offline import classes, splits
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
-from transforms.offline.gather import Gather, constant, merged
+from transforms.offline.gather import CombineToOne, Gather, constant, merged
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
 from transforms.offline.index_writer import WriteIndexTable
@@ -328,8 +328,14 @@ class WriteLedgers(beam.PTransform):
         index_rows | "WriteIndex" >> WriteIndexTable(
             FileSystems.join(staging, layout.INDEX), INDEX_SCHEMA)
         return (index_rows
-                | "SummarizeIndex" >> beam.CombineGlobally(SummarizeIndexFn())
+                | "SummarizeIndex" >> CombineToOne(SummarizeIndexFn())
                 | "WriteIndexSummary" >> staged_run.write_index_summary(staging))
+
+
+def _seeded_counts(sums) -> dict:
+    """{count key: count} from the (key, sum) pairs, every seeded key there (nothing counted
+    is 0)."""
+    return {**dict.fromkeys(staged_run.SEEDED_COUNTS, 0), **dict(sums)}
 
 
 def _reject_counts(reject: Reject) -> tuple:
@@ -354,8 +360,6 @@ class Accounting(beam.PTransform):
     def expand(self, parts):
         inputs, inspected, counted = parts
         counts = [
-            constant(inputs.refs.pipeline, "Zeros",  # nothing counted is 0
-                     [(name, 0) for name in staged_run.SEEDED_COUNTS]),
             inputs.refs | "CountDiscoveredOk" >> count_into(count_key(IMAGES, "discovered")),
             inputs.discovery_rejects | "CountDiscoveryRejects" >> count_into(
                 count_key(IMAGES, "discovered")),
@@ -381,7 +385,7 @@ class Accounting(beam.PTransform):
         return (counts
                 | "AllCounts" >> beam.Flatten()
                 | "SumPerKey" >> beam.CombinePerKey(sum)
-                | "CountsDict" >> Gather(dict)
+                | "CountsDict" >> Gather(_seeded_counts)
                 | "WriteCounts" >> staged_run.write_counts(self._staging))
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from transforms import codec
 from transforms.offline import progress
+from transforms.offline.gather import CombineToOne
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.tft_assets import CLASS_FREQUENCIES, CLASS_TABLE_ASSET, check_class_table
 from transforms.offline.tft_outputs import (
@@ -139,7 +140,7 @@ class AnalyzeAndWriteTransform(beam.PTransform):
     def expand(self, accepted):
         totals = (accepted
                   | "RawFeatures" >> beam.Map(raw_features)
-                  | "Totals" >> beam.CombineGlobally(TotalsFn()))
+                  | "Totals" >> CombineToOne(TotalsFn()))
         class_table = self._class_table
         if isinstance(class_table, beam.PCollection):
             class_table = beam.pvalue.AsSingleton(class_table)
