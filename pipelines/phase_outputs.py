@@ -11,17 +11,30 @@ __all__ = ["Inputs", "Inspected", "DedupInputs", "Deduped", "Counted"]
 
 
 class Inputs(NamedTuple):
-    """ReadInputs' outputs (PCollections)."""
+    """ReadInputs' outputs (PCollections; None where the run was not given that kind of input:
+    no label CSV, no box CSV, no archive)."""
     refs: beam.PCollection               # discovered files (FileRef)
     discovery_rejects: beam.PCollection  # Rejects found while listing
     other_files: beam.PCollection        # the extension key of each listed file that is no image
-    label_items: beam.PCollection        # every label CSV row, parsed (LabelRow) or a Reject
-    label_rows: beam.PCollection         # the parsed ones
-    label_rejects: beam.PCollection      # the rejected ones
-    box_items: beam.PCollection          # likewise for box CSV rows
-    box_rows: beam.PCollection
-    box_rejects: beam.PCollection
-    archive_rows: beam.PCollection       # the live snapshots' index rows with run_id, removed
+    label_items: beam.PCollection | None  # every label CSV row, parsed (LabelRow) or a Reject
+    label_rows: beam.PCollection | None   # the parsed ones
+    label_rejects: beam.PCollection | None  # the rejected ones
+    box_items: beam.PCollection | None    # likewise for box CSV rows
+    box_rows: beam.PCollection | None
+    box_rejects: beam.PCollection | None
+    archive_rows: beam.PCollection | None  # the live snapshots' index rows with run_id, removed
+
+    def pvalues(self) -> dict:
+        """The PCollections there are, by field name: what a composite is applied to (Beam
+        takes no None among a composite's inputs)."""
+        return {name: pcoll for name, pcoll in self._asdict().items() if pcoll is not None}
+
+    @classmethod
+    def of(cls, pvalues) -> Inputs:
+        """The Inputs that `pvalues()` gave (an Inputs itself passes as it is)."""
+        if isinstance(pvalues, cls):
+            return pvalues
+        return cls(**{name: pvalues.get(name) for name in cls._fields})
 
 
 class Inspected(NamedTuple):

@@ -46,9 +46,9 @@ def _prior(path: str, run_id: str, label_key: str, reason: str | None = None,
 def _plan(pipeline, refs, rejected, labels, boxes, priors, folder_labels=True,
           joined=True) -> dict:
     """PlanImages' outputs by name: `images` and its tagged outputs."""
-    inputs = tuple(pipeline | name >> beam.Create(values) for name, values in (
-        ("Refs", refs), ("Rejected", rejected), ("Labels", labels), ("Boxes", boxes),
-        ("Priors", priors)))
+    inputs = {tag: pipeline | name >> beam.Create(values) for tag, name, values in (
+        ("refs", "Refs", refs), ("rejected", "Rejected", rejected),
+        ("labels", "Labels", labels), ("boxes", "Boxes", boxes), ("prior", "Priors", priors))}
     planned = inputs | PlanImages(CONFIG, folder_labels, joined=joined)
     return {"images": planned.images,
             **{tag: planned[tag] for tag in (REJECTED, SKIPPED, ROW_REJECTS, MATCHED, KEPT,

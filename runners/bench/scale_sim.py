@@ -160,12 +160,13 @@ def step_generate(pipeline, corpus, _workdir):
 
 
 def step_plan(pipeline, corpus, _workdir):
-    """PlanImages: files, label rows and (empty) archive joined by path."""
+    """PlanImages: files and label rows joined by path (a full run: no boxes, no archive)."""
     config = load_config()
     refs = _generate(pipeline, corpus, "Refs", lambda i: [corpus.file_ref(i)])
     rows = _generate(pipeline, corpus, "Rows", corpus.label_rows)
-    empty = [pipeline | f"No{name}" >> beam.Create([]) for name in ("Rejects", "Boxes", "Prior")]
-    planned = (refs, empty[0], rows, empty[1], empty[2]) | PlanImages(config, False)
+    no_rejects = pipeline | "NoRejects" >> beam.Create([])
+    planned = ({"refs": refs, "rejected": no_rejects, "labels": rows}
+               | PlanImages(config, False))
     for tag in ("images", REJECTED, SKIPPED, ROW_REJECTS, MATCHED):
         _count(planned[tag], tag)
 
@@ -228,15 +229,15 @@ def step_accounting(pipeline, corpus, workdir):
     empty = pipeline | "Nothing" >> beam.Create([])
     inputs = Inputs(refs=records, discovery_rejects=empty, other_files=empty,
                     label_items=records, label_rows=empty, label_rejects=empty,
-                    box_items=empty, box_rows=empty, box_rejects=empty,
-                    archive_rows=empty)  # a full run: no archive, so no live set before it
+                    box_items=None, box_rows=None, box_rejects=None,
+                    archive_rows=None)  # a full run: no boxes; no archive, no live set
     inspected = Inspected(labelled=empty, rejected=empty,
                           row_rejects=empty, skipped=empty,
                           matched=records | beam.Map(lambda r: (LABEL_ROW, 1)),
                           kept=empty, retired=empty)
     counted = Counted(accepted_rows=records | beam.Filter(lambda r: r.reject is None),
                       image_rejects=rejects, all_rejects=rejects)
-    (inputs, inspected, counted) | Accounting(workdir)
+    (inputs.pvalues(), inspected, counted) | Accounting(workdir)
 
 
 def step_ledger(pipeline, corpus, workdir):

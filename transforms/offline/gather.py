@@ -108,18 +108,21 @@ class JoinByKey(beam.PTransform):
     (key, value); the PCollection of a tag without one holds (key, value) pairs already. A
     tag may name a tuple of PCollections: their values join under that tag, without a
     `beam.Flatten` before the join (Beam's local runner copies every element of a Flatten
-    whose inputs come from different steps once more).
+    whose inputs come from different steps once more). `tags`: every tag a result lists,
+    when some have no input (one the run does not have: its lists are empty, and no step is
+    built for it); by default the inputs' tags.
     Keying and tagging are one Map per input (CoGroupByKey's own tagging is a second), and
     the Maps declare their output type, so that building does not disassemble them."""
 
-    def __init__(self, key_values: dict | None = None):
+    def __init__(self, key_values: dict | None = None, tags=None):
         super().__init__()
         self._key_values = dict(key_values or {})
+        self._tags = None if tags is None else list(tags)
 
     def expand(self, pcolls):
-        tags = list(pcolls)
+        tags = list(pcolls) if self._tags is None else self._tags
         tagged = []
-        for tag in tags:
+        for tag in pcolls:
             key_value = self._key_values.get(tag)
             inputs = pcolls[tag]
             if not isinstance(inputs, (tuple, list)):

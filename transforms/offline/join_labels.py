@@ -384,9 +384,10 @@ class PlanImages(beam.PTransform):
     discovery (`transforms.live_view`). An index row is live when it is its path's latest,
     accepted, and not `removed` (retired by a later snapshot or forgotten).
 
-    `joined=False` says no CSV and no archive was given (a full run labelled by its folders):
-    the rows and archive inputs are then empty and not read, and each file is planned alone,
-    with the same outputs, without the join (its Flatten and group copy every record twice).
+    Inputs: {"refs", "rejected", "labels", "boxes", "prior"}: PCollections, the last three
+    absent when the run has no such input. `joined=False` says no CSV and no archive was
+    given (a full run labelled by its folders): each file is then planned alone, with the same
+    outputs, without the join (its Flatten and group copy every record twice).
     """
 
     def __init__(self, config: Config, folder_labels: bool,
@@ -398,18 +399,15 @@ class PlanImages(beam.PTransform):
         self._joined = joined
 
     def expand(self, inputs):
-        refs, rejected, label_rows, box_rows, prior_rows = inputs
         if not self._joined:
-            planned = refs | "PlanAlone" >> beam.ParDo(_PlanAloneFn(
+            planned = inputs["refs"] | "PlanAlone" >> beam.ParDo(_PlanAloneFn(
                 self._config, self._folder_labels, self._forgotten)).with_outputs(
                     SKIPPED, ROW_REJECTS, MATCHED, KEPT, RETIRED, main="images")
-            return _PlannedAlone(planned, rejected)
-        inputs = {"refs": refs, "rejected": rejected, "labels": label_rows, "boxes": box_rows,
-                  "prior": prior_rows}
+            return _PlannedAlone(planned, inputs["rejected"])
+        keys = {"refs": _by_path, "rejected": _by_path, "labels": _by_path, "boxes": _by_path,
+                "prior": _row_by_path}
         return (inputs
-                | "JoinByPath" >> JoinByKey({"refs": _by_path, "rejected": _by_path,
-                                             "labels": _by_path, "boxes": _by_path,
-                                             "prior": _row_by_path})
+                | "JoinByPath" >> JoinByKey(keys, tags=keys)
                 | "Plan" >> beam.ParDo(_PlanFn(self._config, self._folder_labels,
                                                self._forgotten)).with_outputs(
                     REJECTED, SKIPPED, ROW_REJECTS, MATCHED, KEPT, RETIRED, main="images"))
