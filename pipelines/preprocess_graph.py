@@ -179,8 +179,8 @@ def _read_archive(pipeline: beam.Pipeline, archive: tuple, removed: frozenset):
 
 
 class InspectAndLabel(beam.PTransform):
-    """Inputs -> Inspected: every image planned against its CSV rows and the archive (each
-    file alone when there are neither), inspected and labelled."""
+    """Inputs (as `Inputs.pvalues()`) -> Inspected: every image planned against its CSV rows
+    and the archive (each file alone when there are neither), inspected and labelled."""
 
     def __init__(self, job: PreprocessJob):
         super().__init__()
@@ -360,11 +360,11 @@ def _reject_counts(reject: Reject) -> tuple:
 
 
 class Accounting(beam.PTransform):
-    """(Inputs, Inspected, Counted) -> `_work/counts.json` (`pipelines.staged_run`): how many
-    inputs were discovered, accepted, rejected (per reason) and skipped, how many CSV rows
-    matched or were rejected, how many live records were kept or retired, and how many other
-    files (no images) were listed per extension. Counts go through combiners (constant memory
-    whatever the number of inputs)."""
+    """(Inputs as `Inputs.pvalues()`, Inspected, Counted) -> `_work/counts.json`
+    (`pipelines.staged_run`): how many inputs were discovered, accepted, rejected (per reason)
+    and skipped, how many CSV rows matched or were rejected, how many live records were kept or
+    retired, and how many other files (no images) were listed per extension. Counts go through
+    combiners (constant memory whatever the number of inputs); an absent input counts 0."""
 
     def __init__(self, staging_dir: str):
         super().__init__()
