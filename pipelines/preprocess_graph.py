@@ -199,9 +199,10 @@ class InspectAndLabel(beam.PTransform):
                    | "PlanImages" >> PlanImages(config, folder_labels, self._forgotten,
                                                 self._joined))
         inspected = planned.images | "InspectImages" >> InspectImages(config)
-        retired = ((planned[RETIRED],
-                    inspected | "RetireReplaced" >> beam.FlatMap(retire_inspected))
-                   | "AllRetired" >> beam.Flatten())
+        retired = planned[RETIRED]
+        if inputs.archive_rows is not None:  # only a record the archive has can be replaced
+            retired = ((retired, inspected | "RetireReplaced" >> beam.FlatMap(retire_inspected))
+                       | "AllRetired" >> beam.Flatten())
         if any(self._forgotten):
             inspected = inspected | "RejectForgotten" >> beam.Map(_reject_forgotten,
                                                                   *self._forgotten)

@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from configs.schema import load_config
 from pipelines.job import PreprocessJob
 from pipelines.phase_outputs import Counted, Inputs, Inspected
-from pipelines.preprocess_graph import Accounting, ReadInputs
+from pipelines.preprocess_graph import Accounting, InspectAndLabel, ReadInputs
 from tests.beamutil import fn_api_pipeline
 from transforms.offline.gather import JoinByKey
 
@@ -21,9 +21,11 @@ _CSV_AND_ARCHIVE_FIELDS = ("label_items", "label_rows", "label_rejects", "box_it
                            "box_rows", "box_rejects", "archive_rows")
 
 
-def _read_inputs(job) -> tuple[Inputs, list[str]]:
+def _read_inputs(job, inspect: bool = False) -> tuple[Inputs, list[str]]:
     pipeline = beam.Pipeline()
     inputs = pipeline | "ReadInputs" >> ReadInputs(job)
+    if inspect:
+        inputs.pvalues() | "InspectAndLabel" >> InspectAndLabel(job)
     labels = []
 
     class Labels(beam.pipeline.PipelineVisitor):
@@ -47,6 +49,13 @@ def test_a_run_with_labels_builds_their_steps_and_none_for_boxes_or_archive():
     assert {label.split("/")[1] for label in labels} == {
         "DiscoverImages", "LabelCsvPaths", "LabelCsvPathsValues", "ReadLabelRows",
         "SplitLabelRows"}
+
+
+def test_only_a_run_with_an_archive_looks_for_the_records_an_image_replaces():
+    archive = (("r0", "/out/snapshots/r0/index.parquet"),)
+    for job, looks in ((JOB, False), (dataclasses.replace(JOB, archive=archive), True)):
+        _inputs, labels = _read_inputs(job, inspect=True)
+        assert ("InspectAndLabel/RetireReplaced" in labels) is looks, job.archive
 
 
 def test_accounting_counts_an_absent_input_as_nothing(tmp_path):
