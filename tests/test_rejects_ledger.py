@@ -77,11 +77,11 @@ def test_the_sample_is_combined_without_beams_default_and_no_sample_means_no_cut
     """The writer's sample skips the default a global combine injects (4 transforms: an
     impulse, 3 ParDos); the side input's own default is what that would have given:
     `range_bounds` of an empty sample."""
-    from transforms.offline.outputs import SampleAndCountFn, no_cuts_if_empty, range_bounds
+    from transforms.offline.outputs import SampleAndCountFn, range_bounds, range_cuts
     fn = SampleAndCountFn(16)
     pipeline = beam.Pipeline(runner=FnApiRunner())
-    bounds = pipeline | beam.Create([[("k",)]])
-    assert no_cuts_if_empty(bounds).default_value == range_bounds(
+    lines = pipeline | beam.Create([(("k",), "line\n")])
+    assert range_cuts(lines, fn, 7).default_value == range_bounds(
         fn.extract_output(fn.create_accumulator()), 7) == []
     labels = []
 

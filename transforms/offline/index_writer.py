@@ -25,8 +25,7 @@ from transforms.offline.gather import Gather
 from transforms.offline.outputs import (
     SampleAndCountFn,
     already_joined,
-    no_cuts_if_empty,
-    range_bounds,
+    range_cuts,
     remove_parts,
 )
 from transforms.s3_storage import create_file
@@ -142,12 +141,9 @@ class WriteIndexTable(beam.PTransform):
         path, schema, part_rows = self._path, self._schema, self._part_rows
         parts_dir = path + ".parts"
         batches = rows | "RowBatches" >> beam.ParDo(_RowBatchFn(schema))
-        cuts = (batches
-                | "SampleAndCount" >> beam.CombineGlobally(
-                    _PathSampleFn(_SAMPLE)).without_defaults()
-                | "RangeBounds" >> beam.Map(range_bounds, part_rows))
+        cuts = range_cuts(batches, _PathSampleFn(_SAMPLE), part_rows)
         return (batches
-                | "SplitByRange" >> beam.FlatMap(_split_batch, no_cuts_if_empty(cuts))
+                | "SplitByRange" >> beam.FlatMap(_split_batch, cuts)
                 | "GroupByRange" >> beam.GroupByKey()
                 | "WriteRange" >> beam.Map(_write_part, parts_dir, schema)
                 | "JoinRanges" >> Gather(_join_parts, path, parts_dir, schema))

@@ -21,7 +21,7 @@ from transforms.offline.gather import Gather
 from transforms.s3_storage import create_file
 
 __all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "count_keys", "LEDGER_PART_LINES",
-           "write_text", "SampleAndCountFn", "range_bounds", "no_cuts_if_empty", "already_joined",
+           "write_text", "SampleAndCountFn", "range_bounds", "range_cuts", "already_joined",
            "remove_parts"]
 
 LEDGER_PART_LINES = 200_000   # lines per sorted range of the ledger (~40 MB on one worker)
@@ -86,12 +86,17 @@ def range_bounds(sample_and_count, part_lines: int) -> list:
     return sorted({ordered[len(ordered) * k // parts] for k in range(1, parts)})
 
 
-def no_cuts_if_empty(bounds) -> beam.pvalue.AsSingleton:
-    """`bounds` (the `range_bounds` of a sample combined without Beam's default) as a side
-    input: no cuts when there was nothing to sample, as the default would give (`range_bounds`
-    of an empty sample is `[]`). Beam's default costs a global combine 4 more transforms (an
-    impulse and 3 ParDos), ~5 ms of every run each."""
-    return beam.pvalue.AsSingleton(bounds, default_value=[])
+def range_cuts(items, sample_fn: SampleAndCountFn, per_range: int) -> beam.pvalue.AsSingleton:
+    """The sort keys that cut `items` (what `sample_fn` samples) into ranges of about
+    `per_range`, as a side input: `range_bounds` of the sample. The sample is combined without
+    Beam's default for an empty input (4 more transforms, an impulse and 3 ParDos, ~5 ms of
+    every run each); the side input's default is what that would give, `range_bounds` of an
+    empty sample (no cuts)."""
+    empty = range_bounds(sample_fn.extract_output(sample_fn.create_accumulator()), per_range)
+    bounds = (items
+              | "SampleAndCount" >> beam.CombineGlobally(sample_fn).without_defaults()
+              | "RangeBounds" >> beam.Map(range_bounds, per_range))
+    return beam.pvalue.AsSingleton(bounds, default_value=empty)
 
 
 def _write_range(item, parts_dir: str) -> tuple:
@@ -154,14 +159,10 @@ class WriteRejectsLedger(beam.PTransform):
         path, part_lines = self._path, self._part_lines
         parts_dir = path + ".parts"
         lines = rejects | "LedgerLines" >> beam.Map(_ledger_line)
-        bounds = (lines
-                  | "SampleAndCount" >> beam.CombineGlobally(
-                      SampleAndCountFn(_LEDGER_SAMPLE)).without_defaults()
-                  | "RangeBounds" >> beam.Map(range_bounds, part_lines))
+        cuts = range_cuts(lines, SampleAndCountFn(_LEDGER_SAMPLE), part_lines)
         return (lines
                 | "KeyByRange" >> beam.Map(
-                    lambda kv, cuts: (bisect.bisect_right(cuts, kv[0]), kv),
-                    no_cuts_if_empty(bounds))
+                    lambda kv, cuts: (bisect.bisect_right(cuts, kv[0]), kv), cuts)
                 | "GroupByRange" >> beam.GroupByKey()
                 | "WriteRange" >> beam.Map(_write_range, parts_dir)
                 | "JoinRanges" >> Gather(_join_ranges, path, parts_dir))  # (index, path) each
