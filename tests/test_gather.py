@@ -1,5 +1,6 @@
 """`transforms.offline.gather`: `CombineToOne` gives what `beam.CombineGlobally` gives, with
-its empty-input default in fewer transforms."""
+its empty-input default in fewer transforms; `JoinByKey` gives what `beam.CoGroupByKey` gives,
+the values of the tags it is told crossing the shuffle as pickled bytes (`packed`)."""
 from __future__ import annotations
 
 import apache_beam as beam
@@ -7,7 +8,8 @@ import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.offline.gather import CombineToOne
+from transforms.offline.gather import CombineToOne, JoinByKey, packed, unpacked
+from transforms.offline.image_record import RECORD_METRICS, ImageRecord
 
 
 class _SumAndCount(beam.CombineFn):
@@ -53,3 +55,56 @@ def test_combine_to_one_is_combine_globally_with_its_default(values, expected):
     beams_labels = [label for label in _labels(pipeline) if label.startswith("Beams/")]
     assert len(beams_labels) - len(ours_labels) == 2  # 4 transforms of default, here 2
     assert not [label for label in ours_labels if "InjectDefault" in label]
+
+
+def _record(path: str, sha256: str) -> ImageRecord:
+    return ImageRecord(uri=f"/data/{path}", path=path, file_bytes=len(path), sha256=sha256,
+                       format="jpeg", width=4, height=3, split="train", label="cat",
+                       metrics=tuple((name, 0.5) for name in RECORD_METRICS),
+                       moments=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6), phash="0123456789abcdef")
+
+
+def test_a_packed_record_unpacks_equal_to_itself():
+    record = _record("a/b.jpg", "ab" * 32)
+    assert isinstance(packed(record), bytes)
+    assert unpacked(packed(record)) == record
+    assert unpacked(packed(("key", [1, 2.5]))) == ("key", [1, 2.5])
+
+
+def test_join_by_key_is_co_group_by_key_with_packed_tags_shuffled_as_bytes():
+    records = [_record("a.jpg", "11" * 32), _record("b.jpg", "11" * 32),
+               _record("c.jpg", "22" * 32)]
+    notes = [("11" * 32, "first"), ("33" * 32, "alone")]
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    inputs = {"records": pipeline | "Records" >> beam.Create(records, reshuffle=False),
+              "notes": pipeline | "Notes" >> beam.Create(notes, reshuffle=False)}
+    ours = inputs | "Ours" >> JoinByKey({"records": lambda r: (r.sha256, r)},
+                                        packed=("records",))
+    keyed = inputs["records"] | "Key" >> beam.Map(lambda r: (r.sha256, r))
+    beams = {"records": keyed, "notes": inputs["notes"]} | "Beams" >> beam.CoGroupByKey()
+
+    def comparable(item):
+        key, grouped = item
+        return key, sorted((tag, sorted(values, key=repr)) for tag, values in grouped.items())
+
+    expected = [
+        ("11" * 32, [("notes", ["first"]), ("records", sorted(records[:2], key=repr))]),
+        ("22" * 32, [("notes", []), ("records", [records[2]])]),
+        ("33" * 32, [("notes", ["alone"]), ("records", [])]),
+    ]
+    assert_that(ours | "OursComparable" >> beam.Map(comparable), equal_to(expected),
+                label="CheckOurs")
+    assert_that(beams | "BeamsComparable" >> beam.Map(comparable), equal_to(expected),
+                label="CheckBeams")
+    shuffled = []
+
+    class ShuffleInput(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            if node.full_label == "Ours/GroupByKey":
+                shuffled.append(node.inputs[0])
+
+    pipeline.visit(ShuffleInput())
+    (value_types,) = shuffled
+    assert_that(value_types | "ValueTypes" >> beam.Map(lambda kv: (kv[1][0], type(kv[1][1]))),
+                equal_to([("records", bytes)] * 3 + [("notes", str)] * 2), label="Bytes")
+    pipeline.run().wait_until_finish()

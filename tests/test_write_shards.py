@@ -14,6 +14,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from configs.schema import OutputConfig
 from transforms import codec
+from transforms.offline.gather import unpacked
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import record_row
 from transforms.offline.write_shards import (
@@ -136,8 +137,8 @@ def test_assign_shards_keys_each_record_by_the_shard_of_its_hash():
     with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
         keyed, shard_numbers = (pipeline | beam.Create(records)
                                 | AssignShards(output))
-        assert_that(keyed | beam.MapTuple(lambda key, r: (key, r.path)), equal_to(expected),
-                    label="Keys")
+        assert_that(keyed | beam.MapTuple(lambda key, r: (key, unpacked(r).path)),
+                    equal_to(expected), label="Keys")
         assert_that(shard_numbers, equal_to([counts]), label="Counts")
 
 

@@ -101,7 +101,8 @@ class DropExactDuplicates(beam.PTransform):
         inputs = {"records": records}
         if self._archive is not None:
             inputs["archive"] = self._archive
-        grouped = inputs | "GroupBySha256" >> JoinByKey({"records": lambda r: (r.sha256, r)})
+        grouped = inputs | "GroupBySha256" >> JoinByKey({"records": lambda r: (r.sha256, r)},
+                                                           packed=("records",))
         if self._class_table is None:
             return grouped | "KeepLowestPath" >> beam.FlatMap(_keep_lowest_path)
         return grouped | "KeepLowestPath" >> beam.ParDo(
@@ -323,7 +324,8 @@ class DropNearDuplicates(beam.PTransform):
         mark_args = (max_hamming,) if self._crop_max_hamming is None else (
             max_hamming, self._crop_max_hamming)
         return ({"records": records, "neighbours": neighbours}
-                | "JoinNeighbours" >> JoinByKey({"records": lambda r: (r.path, r)})
+                | "JoinNeighbours" >> JoinByKey({"records": lambda r: (r.path, r)},
+                                                packed=("records",))
                 | "MarkNearDuplicates" >> beam.FlatMap(_mark, *mark_args))
 
     def _crop_search(self, records):

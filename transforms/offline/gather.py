@@ -9,14 +9,33 @@ whole PCollection goes to one place anyway (small lists: labels, shard files, ra
 combine whose partial results shrink the data (sums, sketches) stays a combine. `JoinByKey`
 is `beam.CoGroupByKey` with each input keyed and tagged in one step instead of two.
 `CombineToOne` is `beam.CombineGlobally` with its empty-input default in 2 transforms, not 4.
+`packed` / `unpacked` carry a shuffled value as its pickle (see `packed`).
 """
 from __future__ import annotations
 
+import pickle
 import typing
 
 import apache_beam as beam
 
-__all__ = ["Gather", "CombineToOne", "JoinByKey", "constant", "once", "merged"]
+__all__ = ["Gather", "CombineToOne", "JoinByKey", "constant", "once", "merged", "packed",
+           "unpacked"]
+
+_PROTOCOL = pickle.HIGHEST_PROTOCOL  # what Beam's PickleCoder writes
+
+
+def packed(value) -> bytes:
+    """`value` pickled, to travel through a GroupByKey as bytes. Beam's local runner decodes
+    every element it groups and encodes the grouped values again: a value Beam pickles (a
+    record, a CSV row) makes two pickle round trips per shuffle, one in the runner; bytes it
+    only copies. So a record is pickled once where it is keyed and loaded once where its group
+    is read (`unpacked`): ~6 us less per record and shuffle there (docs/benchmarks.md), the
+    same bytes to shuffle on any other runner."""
+    return pickle.dumps(value, _PROTOCOL)
+
+
+unpacked = pickle.loads
+"""The value `packed` pickled (its pickle loaded, as Beam's coder would)."""
 
 
 def once(pipeline: beam.Pipeline, label: str) -> beam.PCollection:
@@ -85,20 +104,20 @@ class CombineToOne(beam.PTransform):
                                        beam.pvalue.AsSingleton(combined, default_value=empty)))
 
 
-def _tag_pair(pair, tag):
-    return pair[0], (tag, pair[1])
+def _tag_pair(pair, tag, pack):
+    return pair[0], (tag, packed(pair[1]) if pack else pair[1])
 
 
-def _key_and_tag(element, tag, key_value):
+def _key_and_tag(element, tag, key_value, pack):
     key, value = key_value(element)
-    return key, (tag, value)
+    return key, (tag, packed(value) if pack else value)
 
 
-def _collect(item, tags):
+def _collect(item, tags, packed_tags):
     key, tagged = item
     grouped = {tag: [] for tag in tags}
     for tag, value in tagged:
-        grouped[tag].append(value)
+        grouped[tag].append(unpacked(value) if tag in packed_tags else value)
     return key, grouped
 
 
@@ -112,12 +131,16 @@ class JoinByKey(beam.PTransform):
     when some have no input (one the run does not have: its lists are empty, and no step is
     built for it); by default the inputs' tags.
     Keying and tagging are one Map per input (CoGroupByKey's own tagging is a second), and
-    the Maps declare their output type, so that building does not disassemble them."""
+    the Maps declare their output type, so that building does not disassemble them.
+    `packed`: the tags whose values travel `packed` from the keying to the result: those
+    Beam pickles (records, CSV rows; dataclasses). Tuples, dicts and strings Beam's own coder
+    encodes faster than a pickle: they travel as they are."""
 
-    def __init__(self, key_values: dict | None = None, tags=None):
+    def __init__(self, key_values: dict | None = None, tags=None, packed=()):
         super().__init__()
         self._key_values = dict(key_values or {})
         self._tags = None if tags is None else list(tags)
+        self._packed = frozenset(packed)
 
     def expand(self, pcolls):
         tags = list(pcolls) if self._tags is None else self._tags
@@ -127,12 +150,14 @@ class JoinByKey(beam.PTransform):
             inputs = pcolls[tag]
             if not isinstance(inputs, (tuple, list)):
                 inputs = (inputs,)
+            pack = tag in self._packed
             for number, pcoll in enumerate(inputs):
-                step = (beam.Map(_tag_pair, tag) if key_value is None
-                        else beam.Map(_key_and_tag, tag, key_value))
+                step = (beam.Map(_tag_pair, tag, pack) if key_value is None
+                        else beam.Map(_key_and_tag, tag, key_value, pack))
                 label = f"Key[{tag}]" if number == 0 else f"Key[{tag}:{number}]"
                 tagged.append(pcoll | label >> step.with_output_types(typing.Any))
         return (tagged
                 | "Flatten" >> beam.Flatten()
                 | "GroupByKey" >> beam.GroupByKey()
-                | "Collect" >> beam.Map(_collect, tags).with_output_types(typing.Any))
+                | "Collect" >> beam.Map(_collect, tags, self._packed
+                                        ).with_output_types(typing.Any))

@@ -407,7 +407,8 @@ class PlanImages(beam.PTransform):
         keys = {"refs": _by_path, "rejected": _by_path, "labels": _by_path, "boxes": _by_path,
                 "prior": _row_by_path}
         return (inputs
-                | "JoinByPath" >> JoinByKey(keys, tags=keys)
+                | "JoinByPath" >> JoinByKey(keys, tags=keys,
+                                            packed=("refs", "rejected", "labels", "boxes"))
                 | "Plan" >> beam.ParDo(_PlanFn(self._config, self._folder_labels,
                                                self._forgotten)).with_outputs(
                     REJECTED, SKIPPED, ROW_REJECTS, MATCHED, KEPT, RETIRED, main="images"))

@@ -21,7 +21,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from configs.schema import OutputConfig
 from transforms.offline import isolation, progress, splits
-from transforms.offline.gather import Gather, once
+from transforms.offline.gather import Gather, once, packed, unpacked
 from transforms.offline.index_table import record_row
 from transforms.offline.shard_writing import ShardFile, ShardWriter, write_shard
 from transforms.offline.tfrecord_framing import frame_record
@@ -63,7 +63,7 @@ _WRITE_TIMEOUT_S = 3600.0  # one shard (128 MB by default) written by a child, r
 
 
 class _WriteShardFn(beam.DoFn):
-    """((split, shard index), records) -> the shard written (`shard_writing.write_shard`); an
+    """((split, shard index), `packed` records) -> the shard written (`shard_writing.write_shard`); an
     index row per record; (split, the records' features) tagged `features` and the ShardFile
     tagged `files`.
 
@@ -93,7 +93,8 @@ class _WriteShardFn(beam.DoFn):
         progress.enter("writing")
         output = self._output
         rel_path = shard_name(output.name, split, index, counts[split], output.compression)
-        records = sorted(records, key=lambda r: r.sha256)  # the order written, and of the rows
+        # `packed` by AssignShards; sorted: the order written, and of the rows
+        records = sorted(map(unpacked, records), key=lambda r: r.sha256)
         if class_table is not self._table:  # a new side input value: at most once a bundle
             self._table, self._class_ids = class_table, {n: i for i, n in enumerate(class_table)}
         box_class_ids = {box[4]: self._class_ids[box[4]] for r in records for box in r.boxes}
@@ -170,10 +171,10 @@ def _empty_shard(staging_dir: str, output: OutputConfig, rel_path: str) -> Shard
 
 
 class AssignShards(beam.PTransform):
-    """Accepted ImageRecords (with split) -> (((split, shard index), record) pairs, a singleton
-    {split: number of shards}). The number of shards of a split comes from its total file
-    bytes (`shard_counts`), a record's shard from its sha256 (`splits.shard_index`), so the
-    assignment is the same on every runner and worker count."""
+    """Accepted ImageRecords (with split) -> (((split, shard index), `packed` record) pairs, a
+    singleton {split: number of shards}). The number of shards of a split comes from its total
+    file bytes (`shard_counts`), a record's shard from its sha256 (`splits.shard_index`), so
+    the assignment is the same on every runner and worker count."""
 
     def __init__(self, output: OutputConfig):
         super().__init__()
@@ -186,7 +187,7 @@ class AssignShards(beam.PTransform):
                   | "ShardCounts" >> Gather(lambda sums, output: shard_counts(dict(sums), output),
                                             self._output))
         keyed = records | "KeyByShard" >> beam.Map(
-            lambda r, n: ((r.split, splits.shard_index(r.sha256, n[r.split])), r),
+            lambda r, n: ((r.split, splits.shard_index(r.sha256, n[r.split])), packed(r)),
             beam.pvalue.AsSingleton(counts))
         return keyed, counts
 
