@@ -226,3 +226,15 @@ def test_hot_bucket_values_must_be_positive():
     with pytest.raises(ValueError, match=r"hot_bucket_values must be a positive integer or "
                                          r"None\. Received: hot_bucket_values=0"):
         DropNearDuplicates(4, None, hot_bucket_values=0)
+
+
+def test_a_bucket_of_one_member_is_skipped_and_of_two_is_searched():
+    from transforms.offline import dedup
+    plain, crop = dedup._SearchBucketFn(4, None), dedup._SearchCropBucketFn(4, None)
+    phash, near = "0123456789abcdef", "0123456789abcdee"  # one bit apart
+    for member in (("a.jpg", phash, ""), ("a.jpg", phash, "20261201T000000Z")):
+        assert list(plain.process(((0, 1), [member]))) == []
+    for kind in (dedup.CENTER, dedup.FULL):
+        assert list(crop.process(((0, 1), [("a.jpg", phash, "", kind)]))) == []
+    pair = [("a.jpg", phash, ""), ("b.jpg", near, "")]
+    assert list(plain.process(((0, 1), pair))) == [("b.jpg", (1, 1, "'a.jpg'"))]

@@ -136,7 +136,8 @@ class _BucketFn(beam.DoFn):
     """((band, value), members) -> (tonight's rel, best neighbour here), for the plain and the
     crop-tolerant search alike; a bucket with more than `hot_bucket_values` distinct values
     goes out tagged `hot` instead, each member once per sub-key (`_sub_keyed`) that holds its
-    part, to be searched in parts by more than one worker."""
+    part, to be searched in parts by more than one worker. A bucket of one member (most of
+    them: five per image) is skipped before any search set-up (~3 us each)."""
     COMPARED = HOT = ""   # counter names
 
     def __init__(self, max_hamming: int, hot_bucket_values: int | None):
@@ -148,6 +149,8 @@ class _BucketFn(beam.DoFn):
     def process(self, item):
         (band, value), members = item
         members = list(members)
+        if len(members) < 2:  # most buckets: a lone hash has nothing to be compared with
+            return
         parts = _hot_parts(members, self._hot_values)
         if parts > 1:
             self._hot.inc()
