@@ -17,7 +17,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
-from transforms.offline.gather import Gather
+from transforms.offline.gather import Gather, combined
 from transforms.s3_storage import create_file
 
 __all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "count_keys", "LEDGER_PART_LINES",
@@ -88,15 +88,9 @@ def range_bounds(sample_and_count, part_lines: int) -> list:
 
 def range_cuts(items, sample_fn: SampleAndCountFn, per_range: int) -> beam.pvalue.AsSingleton:
     """The sort keys that cut `items` (what `sample_fn` samples) into ranges of about
-    `per_range`, as a side input: `range_bounds` of the sample. The sample is combined without
-    Beam's default for an empty input (4 more transforms, an impulse and 3 ParDos, ~5 ms of
-    every run each); the side input's default is what that would give, `range_bounds` of an
-    empty sample (no cuts)."""
-    empty = range_bounds(sample_fn.extract_output(sample_fn.create_accumulator()), per_range)
-    bounds = (items
-              | "SampleAndCount" >> beam.CombineGlobally(sample_fn).without_defaults()
-              | "RangeBounds" >> beam.Map(range_bounds, per_range))
-    return beam.pvalue.AsSingleton(bounds, default_value=empty)
+    `per_range`, as a side input: `range_bounds` of the sample, combined without Beam's
+    default (`gather.combined`; no sample: no cuts)."""
+    return combined(items, sample_fn, "SampleAndCount", range_bounds, "RangeBounds", per_range)
 
 
 def _write_range(item, parts_dir: str) -> tuple:
