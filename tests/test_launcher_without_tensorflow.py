@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import write_folder_images
 from tests.jobutil import run_job
 from transforms.offline import tft_analysis as ta
-from transforms.offline.tft_totals import TotalsFn
+from transforms.offline.tft_analysis import TotalsFn
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -169,3 +169,24 @@ def test_the_manifest_reads_tensorflows_version_without_importing_it():
 
     from pipelines import snapshot
     assert snapshot._tensorflow_version() == tf.__version__
+
+
+@pytest.mark.slow
+def test_the_writing_child_imports_no_beam(tmp_path):
+    # The child as the forkserver makes it (TensorFlow and the inspection imported), handed
+    # the pickled writer and totals: it writes a local transform without importing Beam.
+    import pickle
+
+    from transforms.offline.tft_child import TransformWriter
+    job = pickle.dumps((TransformWriter((16, True)),
+                        (str(tmp_path / "out"), ["cat", "dog"], _totals(), 16, 4, True)))
+    code = ("import pickle, sys\n"
+            "import transforms.offline.decoder_imports\n"
+            "writer, arguments = pickle.loads(sys.stdin.buffer.read())\n"
+            "writer.setup()\n"
+            "summary = writer.run(arguments)\n"
+            "print(summary['images'], 'apache_beam' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], input=job, capture_output=True,
+                          cwd=REPO, timeout=600)
+    assert done.stdout.decode().split() == ["3", "False"], done.stderr.decode()[-3000:]
+    assert "transform_fn/saved_model.pb" in _sums(tmp_path / "out")

@@ -293,3 +293,13 @@ def test_bad_image_size_is_refused():
 def test_bad_size_quantiles_is_refused():
     with pytest.raises(ValueError, match="size_quantiles must be an int in \\[2, 1000\\]"):
         _step(["cat"], size_quantiles=1)
+
+
+def test_input_specs_are_those_of_tfxs_example_source():
+    # The specs the transform is traced with, built without tfx_bsl's Beam source, are the
+    # ones that source gives (TFT's own path): the same traced graph, the same bytes.
+    from tfx_bsl.public import tfxio
+    source = tfxio.TFExampleBeamRecord("inmem", ["pixelmill"], tg.raw_metadata().schema)
+    expected = tfxio.TensorAdapter(source.TensorAdapterConfig()).OriginalTypeSpecs()
+    assert tg._input_specs() == expected
+    assert sorted(expected) == sorted(tg.RAW_FEATURE_SPEC)

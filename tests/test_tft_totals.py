@@ -11,7 +11,8 @@ from tensorflow_transform import analyzers
 from tests.beamutil import merged_in_parts
 from transforms.offline import tft_analysis as ta
 from transforms.offline import tft_graph as tg
-from transforms.offline.tft_totals import Totals, TotalsFn, quantile_boundaries
+from transforms.offline.tft_analysis import TotalsFn
+from transforms.offline.tft_totals import Totals, quantile_boundaries
 
 
 def _features(label: bytes, width: int, height: int, sums, square_sums, count=None) -> dict:

@@ -51,7 +51,6 @@ from transforms.offline.tft_totals import (
     PIXEL_COUNT,
     WIDTH,
     Totals,
-    TotalsFn,
 )
 
 __all__ = [
@@ -113,6 +112,47 @@ def raw_features(item: ImageRecord | Mapping) -> dict:
     }
 
 
+class TotalsFn(beam.CombineFn):
+    """Raw feature dicts of accepted records -> `Totals`."""
+
+    def create_accumulator(self) -> Totals:
+        return Totals()
+
+    def add_input(self, totals: Totals, features: Mapping) -> Totals:
+        totals.images += 1
+        count = int(features[PIXEL_COUNT])
+        if count > 0:
+            totals.measured += 1
+            totals.pixels += count
+        # TFT cast the float32 features to float64: these are the same values.
+        for total, value in zip(totals.sums, features[CHANNEL_SUM].tolist()):
+            total.add_float(value)
+        for total, value in zip(totals.square_sums, features[CHANNEL_SQSUM].tolist()):
+            total.add_float(value)
+        totals.label_counts[features[codec.CLASS_TEXT]] += 1
+        totals.widths[int(features[WIDTH])] += 1
+        totals.heights[int(features[HEIGHT])] += 1
+        return totals
+
+    def merge_accumulators(self, accumulators) -> Totals:
+        accumulators = iter(accumulators)
+        merged = next(accumulators)
+        for totals in accumulators:
+            merged.images += totals.images
+            merged.measured += totals.measured
+            merged.pixels += totals.pixels
+            for mine, theirs in zip(merged.sums + merged.square_sums,
+                                    totals.sums + totals.square_sums):
+                mine.merge(theirs)
+            merged.label_counts.update(totals.label_counts)
+            merged.widths.update(totals.widths)
+            merged.heights.update(totals.heights)
+        return merged
+
+    def extract_output(self, totals: Totals) -> Totals:
+        return totals
+
+
 class AnalyzeAndWriteTransform(beam.PTransform):
     """Accepted images -> `output_dir/transform_fn/` + `output_dir/transformed_metadata/`.
 
@@ -159,24 +199,6 @@ _WRITE_TIMEOUT_S = 3600.0
 _AHEAD: list = []
 
 
-class _TransformWriter:
-    """What the isolated child runs: `tft_graph.write_analyzed_transform` (TF and TFT are
-    imported in the child's setup, beside the forkserver's TensorFlow; given the job's
-    `(image_size, exif_orientation)`, the setup also traces what every write traces)."""
-
-    def __init__(self, warm_up: tuple | None = None):
-        self._warm_up = warm_up
-
-    def setup(self) -> None:
-        from transforms.offline import tft_graph
-        if self._warm_up is not None:
-            tft_graph.warm_up(*self._warm_up)
-
-    def run(self, arguments: tuple) -> dict:
-        from transforms.offline.tft_graph import write_analyzed_transform
-        return write_analyzed_transform(*arguments)
-
-
 def write_transform_isolated(output_dir: str, class_table: Sequence[str], totals: Totals,
                              image_size, size_quantiles: int = DEFAULT_SIZE_QUANTILES,
                              exif_orientation: bool = True) -> dict:
@@ -216,7 +238,8 @@ def _tensorflow_loaded() -> bool:
 
 def _writer_pool(warm_up: tuple | None = None):
     from transforms.offline import isolation
-    return isolation.ChildPool(_TransformWriter(warm_up), 1, _WRITE_TIMEOUT_S,
+    from transforms.offline.tft_child import TransformWriter
+    return isolation.ChildPool(TransformWriter(warm_up), 1, _WRITE_TIMEOUT_S,
                                preload=isolation.DECODER_PRELOAD, role="transform's writing",
                                timeout_name=None)
 

@@ -19,7 +19,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
-from tfx_bsl.public import tfxio
+from tfx_bsl.coders import example_coder
+from tfx_bsl.tfxio import tensor_adapter, tensor_representation_util
 
 from configs.online import image_size_pair
 from transforms import codec
@@ -208,9 +209,16 @@ def warm_up(image_size, exif_orientation: bool = True) -> None:
 @functools.cache
 def _input_specs() -> dict:
     """The type specs TFT traced `preprocessing_fn` with: those of `RAW_FEATURE_SPEC` read
-    as TFT's Arrow source reads them."""
-    source = tfxio.TFExampleBeamRecord("inmem", ["pixelmill"], raw_metadata().schema)
-    return tfxio.TensorAdapter(source.TensorAdapterConfig()).OriginalTypeSpecs()
+    as TFT's Arrow source of tf.Examples (tfx_bsl's `TFExampleBeamRecord`) reads them, from
+    the two calls that source makes (its Arrow schema, its tensor representations) without
+    its Beam half: the writing child imports no Beam (`tft_child`)."""
+    schema = raw_metadata().schema
+    arrow_schema = example_coder.ExamplesToRecordBatchDecoder(
+        schema.SerializeToString()).ArrowSchema()
+    representations = tensor_representation_util.InferTensorRepresentationsFromMixedSchema(
+        schema)
+    config = tensor_adapter.TensorAdapterConfig(arrow_schema, representations)
+    return tensor_adapter.TensorAdapter(config).OriginalTypeSpecs()
 
 
 def _constant(transformed: Mapping, key: str) -> list:

@@ -1,6 +1,6 @@
 """What the TFT transform is analyzed from: one combine over the accepted records.
 
-`TotalsFn` folds the raw features of every accepted record (`tft_analysis.raw_features`) into
+`tft_analysis.TotalsFn` folds the raw features of every accepted record (`raw_features`) into
 `Totals`: rows, measured rows, pixels, the per-channel pixel-weighted sums and square sums,
 rows per label, and rows per width and per height. From them come the transform's constants:
 
@@ -19,6 +19,9 @@ they are and stats.json reports the same values without loading the transform ba
 The job's Beam graph used to hand every record to TFT, which encoded it as a tf.Example, ran a
 saved model over the batches and packed six analyzers; one combine here does the same sums
 for a fraction of the graph and the per-record cost (docs/benchmarks.md, seventh round).
+
+No Beam here (the combine is `tft_analysis.TotalsFn`): the transform's writing child unpickles
+`Totals` and imports no Beam (`tft_child`).
 """
 from __future__ import annotations
 
@@ -26,14 +29,12 @@ import collections
 import dataclasses
 from typing import Mapping
 
-import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
-from transforms import codec
 from transforms.reporting.exact_sums import ExactSum
 
-__all__ = ["Totals", "TotalsFn", "Analyzed", "VECTOR_SIZE", "quantile_boundaries", "PIXEL_COUNT",
+__all__ = ["Totals", "Analyzed", "VECTOR_SIZE", "quantile_boundaries", "PIXEL_COUNT",
            "CHANNEL_SUM", "CHANNEL_SQSUM", "WIDTH", "HEIGHT"]
 
 # The analysis-only raw features (`tft_graph.RAW_FEATURE_SPEC`, which imports them).
@@ -59,7 +60,7 @@ class Analyzed:
 
 @dataclasses.dataclass
 class Totals:
-    """The accumulator and the result of `TotalsFn`; merge with `TotalsFn.merge_accumulators`."""
+    """The accumulator and the result of `tft_analysis.TotalsFn`, which merges them."""
     images: int = 0
     measured: int = 0
     pixels: int = 0
@@ -93,47 +94,6 @@ class Totals:
         return Analyzed(counts=vector[:3].astype(np.int64), mean=mean.astype(np.float32),
                         std=np.where(std > 0.0, std, 1.0).astype(np.float32),
                         quantiles=self.quantiles(num_buckets))
-
-
-class TotalsFn(beam.CombineFn):
-    """Raw feature dicts of accepted records -> `Totals`."""
-
-    def create_accumulator(self) -> Totals:
-        return Totals()
-
-    def add_input(self, totals: Totals, features: Mapping) -> Totals:
-        totals.images += 1
-        count = int(features[PIXEL_COUNT])
-        if count > 0:
-            totals.measured += 1
-            totals.pixels += count
-        # TFT cast the float32 features to float64: these are the same values.
-        for total, value in zip(totals.sums, features[CHANNEL_SUM].tolist()):
-            total.add_float(value)
-        for total, value in zip(totals.square_sums, features[CHANNEL_SQSUM].tolist()):
-            total.add_float(value)
-        totals.label_counts[features[codec.CLASS_TEXT]] += 1
-        totals.widths[int(features[WIDTH])] += 1
-        totals.heights[int(features[HEIGHT])] += 1
-        return totals
-
-    def merge_accumulators(self, accumulators) -> Totals:
-        accumulators = iter(accumulators)
-        merged = next(accumulators)
-        for totals in accumulators:
-            merged.images += totals.images
-            merged.measured += totals.measured
-            merged.pixels += totals.pixels
-            for mine, theirs in zip(merged.sums + merged.square_sums,
-                                    totals.sums + totals.square_sums):
-                mine.merge(theirs)
-            merged.label_counts.update(totals.label_counts)
-            merged.widths.update(totals.widths)
-            merged.heights.update(totals.heights)
-        return merged
-
-    def extract_output(self, totals: Totals) -> Totals:
-        return totals
 
 
 def quantile_boundaries(counts: Mapping[int, int], num_buckets: int) -> np.ndarray:

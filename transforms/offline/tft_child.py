@@ -1,0 +1,30 @@
+"""What the transform's writing child runs (`tft_analysis.write_transform_isolated`).
+
+Its own module so that both sides can load it cheaply: the job's launcher pickles a
+`TransformWriter` without importing TensorFlow, and the child, a fork of the decoders'
+forkserver (TensorFlow loaded), unpickles it and its arguments (`tft_totals.Totals`) without
+importing Beam. Neither does the writing (`tft_graph`, `tft_write` for a local output), so the
+child's start-up is TFT's own import and the tracing, ~0.5 s of CPU less than with Beam's
+import (docs/benchmarks.md, nineteenth round), CPU that the job's decoders share.
+"""
+from __future__ import annotations
+
+__all__ = ["TransformWriter"]
+
+
+class TransformWriter:
+    """The child's worker (`isolation.ChildPool`): `tft_graph.write_analyzed_transform`. TF
+    and TFT are imported in `setup`, beside the forkserver's TensorFlow; given the job's
+    `(image_size, exif_orientation)`, `setup` also traces what every write traces."""
+
+    def __init__(self, warm_up: tuple | None = None):
+        self._warm_up = warm_up
+
+    def setup(self) -> None:
+        from transforms.offline import tft_graph
+        if self._warm_up is not None:
+            tft_graph.warm_up(*self._warm_up)
+
+    def run(self, arguments: tuple) -> dict:
+        from transforms.offline.tft_graph import write_analyzed_transform
+        return write_analyzed_transform(*arguments)
