@@ -60,7 +60,7 @@ from transforms.offline.outputs import WriteRejectsLedger, count_into, count_key
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, REASONS, Reject
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
 from transforms.offline.write_shards import MetaColumns, WriteShards
-from transforms.reporting.feature_stats import WriteFeatureStatistics
+from transforms.reporting.feature_stats_files import WriteFeatureStatistics
 from transforms.reporting.stats import SummarizeIndexFn
 
 __all__ = ["PreprocessJob", "build_preprocess", "ReadInputs", "InspectAndLabel", "Dedup",

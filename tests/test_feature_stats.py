@@ -272,3 +272,98 @@ def _train_files(snapshot) -> set:
                 names.add(example.features.feature[codec.IMAGE_FILENAME].bytes_list.value[0]
                           .decode())
     return names
+
+
+def _many_distinct_shards(shards: int = 6, per_shard: int = 700) -> list:
+    """Shards of `record_features`-like records with more distinct class names and paths than
+    the sketches keep exactly (Misra-Gries: 1,000 buckets), so the order they come in shows."""
+    import random
+    rng = random.Random(0)
+    return [tuple((("image/class/text", "bytes_list", (b"class%05d" % rng.randrange(3000),)),
+                   ("image/height", "int64_list", (rng.randrange(50, 500),)),
+                   ("image/path", "bytes_list", (b"p/%06d.jpg" % (shard * per_shard + i),)))
+                  for i in range(per_shard))
+            for shard in range(shards)]
+
+
+def _written_in_order(shards, order, cut: int) -> bytes:
+    """The two combines of `WriteFeatureStatistics` run the way a runner may: shards added in
+    `order`, each block's accumulator cut in two parts at `cut`, pickled, merged; blocks
+    added in reverse."""
+    from transforms.reporting import feature_stats_files as fs
+    by_block: dict = {}
+    for index in order:
+        (_split, block), item = fs._by_block(("train", (index, shards[index])))
+        by_block.setdefault(block, []).append(item)
+    per_block, per_split = fs._ShardsInOrder(), fs._BlocksInOrder()
+    blocks = []
+    for block, items in by_block.items():
+        parts = []
+        for part in (items[:cut], items[cut:]):
+            accumulator = per_block.create_accumulator()
+            for item in part:
+                accumulator = per_block.add_input(accumulator, item)
+            parts.append(pickle.loads(pickle.dumps(accumulator)))
+        merged = per_block.extract_output(per_block.merge_accumulators(parts))
+        blocks.append(fs._by_split((("train", block), merged)))
+    accumulator = per_split.create_accumulator()
+    for _split, item in reversed(blocks):
+        accumulator = per_split.add_input(accumulator, pickle.loads(pickle.dumps(item)))
+    return per_split.extract_output(accumulator).SerializeToString(deterministic=True)
+
+
+def test_the_same_shards_give_the_same_statistics_whatever_order_they_were_written_in(
+        monkeypatch):
+    monkeypatch.setattr("transforms.reporting.feature_stats_files._SHARDS_PER_BLOCK", 2)
+    shards = _many_distinct_shards()
+    fn = FeatureStatsFn()
+
+    def streamed(order):  # one accumulator fed the shards as they finish: order shows
+        accumulator = fn.create_accumulator()
+        for index in order:
+            accumulator = fn.add_input(accumulator, shards[index])
+        return fn.extract_output(accumulator).SerializeToString(deterministic=True)
+
+    assert streamed(range(6)) != streamed([5, 4, 3, 2, 1, 0])
+    written = {_written_in_order(shards, order, cut)
+               for order, cut in ((range(6), 1), ([5, 4, 3, 2, 1, 0], 0),
+                                  ([1, 0, 3, 2, 5, 4], 1), ([4, 2, 0, 5, 3, 1], 0))}
+    assert len(written) == 1
+
+
+def test_a_split_of_one_shard_has_the_statistics_of_its_records_in_order():
+    (shard,) = _many_distinct_shards(shards=1)
+    fn = FeatureStatsFn()
+    expected = fn.extract_output(fn.add_input(fn.create_accumulator(), shard))
+    assert _written_in_order([shard], [0], 0) == expected.SerializeToString(deterministic=True)
+
+
+def test_a_shard_handed_over_twice_is_an_error():
+    from transforms.reporting import feature_stats_files as fs
+    per_block = fs._ShardsInOrder()
+    (shard,) = _many_distinct_shards(shards=1, per_shard=3)
+    first = per_block.add_input(per_block.create_accumulator(), (0, shard))
+    again = per_block.add_input(per_block.create_accumulator(), (0, shard))
+    with pytest.raises(ValueError, match="Statistics part 0 was handed over twice"):
+        per_block.merge_accumulators([first, again])
+
+
+def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path, monkeypatch):
+    import apache_beam as beam
+
+    from transforms.reporting import feature_stats_files as fs
+    monkeypatch.setattr(fs, "_SHARDS_PER_BLOCK", 2)
+    shards = _many_distinct_shards(shards=3, per_shard=40)
+    items = [("train", (index, shards[index])) for index in (2, 0, 1)] + [
+        ("test", (0, shards[0][:5]))]
+    with beam.Pipeline() as pipeline:
+        _ = (pipeline | beam.Create(items, reshuffle=False)
+             | fs.WriteFeatureStatistics(str(tmp_path)))
+    for split, expected in (("train", _written_in_order(shards, [0, 1, 2], 0)),
+                            ("test", _written_in_order([shards[0][:5]], [0], 0))):
+        with open(tmp_path / feature_stats_name(split), "rb") as handle:
+            (dataset,) = statistics_pb2.DatasetFeatureStatisticsList.FromString(
+                handle.read()).datasets
+        assert dataset.name == split
+        dataset.name = ""
+        assert dataset.SerializeToString(deterministic=True) == expected

@@ -31,7 +31,7 @@ __all__ = ["AssignShards", "WriteShards", "MetaColumns", "shard_counts", "frame_
            "ShardFile", "WrittenShards", "FILES", "FEATURES"]
 
 FILES = "files"
-FEATURES = "features"  # (split, a shard's feature_stats.record_features, in order) per shard
+FEATURES = "features"  # (split, (shard index, its feature_stats.record_features in order))
 
 
 def shard_counts(bytes_by_split: dict, output: OutputConfig) -> dict:
@@ -82,7 +82,7 @@ class _WriteShardFn(beam.DoFn):
 
     def setup(self):
         self._pool = None
-        self._waiting: dict = {}  # key -> (split, rel_path, records, timestamp, window), in order
+        self._waiting: dict = {}  # key -> (split, index, rel_path, records, timestamp, window)
         self._results: dict = {}  # key -> a child's result, until the shards before it are out
         self._next_key = 0
         self._table, self._class_ids = None, {}  # the class table seen last, its names' ids
@@ -100,7 +100,8 @@ class _WriteShardFn(beam.DoFn):
         box_class_ids = {box[4]: self._class_ids[box[4]] for r in records for box in r.boxes}
         arguments = (self._staging_dir, output, rel_path, records, box_class_ids, columns)
         if not self._processes:
-            yield from self._outputs(split, rel_path, records, *write_shard(*arguments))
+            yield from self._outputs(split, index, rel_path, records,
+                                     *write_shard(*arguments))
             return
         if self._pool is None:
             self._pool = isolation.ChildPool(ShardWriter(), self._processes, _WRITE_TIMEOUT_S,
@@ -108,7 +109,7 @@ class _WriteShardFn(beam.DoFn):
                                              role="shard writing", per_child=1,
                                              timeout_name=None)
         key, self._next_key = self._next_key, self._next_key + 1
-        self._waiting[key] = (split, rel_path, records, timestamp, window)
+        self._waiting[key] = (split, index, rel_path, records, timestamp, window)
         self._pool.put(key, arguments)
         yield from self._emit(self._pool.poll(wait=self._pool.in_flight >= self._processes))
 
@@ -126,21 +127,22 @@ class _WriteShardFn(beam.DoFn):
         self._results.update(done)
         while self._waiting and next(iter(self._waiting)) in self._results:
             key = next(iter(self._waiting))
-            split, rel_path, records, timestamp, window = self._waiting.pop(key)
+            split, index, rel_path, records, timestamp, window = self._waiting.pop(key)
             result = self._results.pop(key)
             if isinstance(result, isolation.Failure):
                 raise RuntimeError(f"Writing the shard {rel_path} failed in its process "
                                    f"({result.kind}): {result.detail}")
-            for value in self._outputs(split, rel_path, records, *result):
+            for value in self._outputs(split, index, rel_path, records, *result):
                 if isinstance(value, beam.pvalue.TaggedOutput):
                     yield beam.pvalue.TaggedOutput(
                         value.tag, WindowedValue(value.value, timestamp, [window]))
                 else:
                     yield WindowedValue(value, timestamp, [window])
 
-    def _outputs(self, split: str, rel_path: str, records, shard: ShardFile, summaries):
-        """Each written record's index row, then (split, the records' features) and the
-        ShardFile."""
+    def _outputs(self, split: str, index: int, rel_path: str, records, shard: ShardFile,
+                 summaries):
+        """Each written record's index row, then (split, (index, the records' features)) and
+        the ShardFile."""
         if len(summaries) != len(records):
             raise AssertionError(f"{rel_path}: {len(summaries)} feature summaries for "
                                  f"{len(records)} records")
@@ -148,7 +150,7 @@ class _WriteShardFn(beam.DoFn):
         progress.add("written", len(records))
         for record in records:
             yield record_row(record, rel_path)
-        yield beam.pvalue.TaggedOutput(FEATURES, (split, tuple(summaries)))
+        yield beam.pvalue.TaggedOutput(FEATURES, (split, (index, tuple(summaries))))
         yield beam.pvalue.TaggedOutput(FILES, shard)
 
 

@@ -4,11 +4,9 @@ The shard writer hands its records' features over, a shard at a time (`record_fe
 values of every key; image bytes as their length and digest, not the bytes). `FeatureStatsFn`
 combines them per split with the sketches TFDV itself uses (tfx_bsl's quantiles and KMV, and
 its Misra-Gries algorithm in `misra_gries`, which gives one answer where tfx_bsl's varied
-between runs), so memory stays bounded whatever the number of records, and
-`extract_output` gives one `DatasetFeatureStatistics` per split. The job writes each as its own
-`DatasetFeatureStatisticsList` in TFX's layout (`Split-<split>/FeatureStats.pb`, see
-`transforms.snapshot_layout.feature_stats_name`), which `tfdv.load_stats_binary`, schema
-inference and the Facets view read as they are.
+between runs), so memory stays bounded whatever the number of records: one
+`DatasetFeatureStatistics` per split, which `feature_stats_files` writes in TFX's layout for
+`tfdv.load_stats_binary`, schema inference and the Facets view.
 
 Per feature, like TFDV's basic statistics generator:
   common    num_non_missing, num_missing, min/max/avg/tot num_values, num_values quantiles
@@ -19,9 +17,10 @@ Per feature, like TFDV's basic statistics generator:
   BYTES     (values that are not UTF-8, e.g. image/encoded) unique, avg/min/max num_bytes
 Mean and std_dev come from exact sums, so they are the same however a runner splits and
 merges the work. Quantiles, unique counts and top values are exact on small data; on large
-data they are within about 1% (the sketches' error) and may differ in the last digits between
-runs that merge in another order. The STANDARD histogram is read off a 1000-point quantile
-curve. Records are added a batch at a time, column by column (see `_RECORD_BATCH`).
+data they are within about 1% (the sketches' error) and depend on the order the values came
+in, which `feature_stats_files` fixes (shards merged in index order). The STANDARD histogram
+is read off a 1000-point quantile curve. Records are added a batch at a time, column by column
+(see `_RECORD_BATCH`).
 """
 from __future__ import annotations
 
@@ -32,7 +31,6 @@ import operator
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from tensorflow_metadata.proto.v0 import statistics_pb2
 from tfx_bsl import sketches
 
@@ -40,11 +38,8 @@ from transforms.reporting.exact_sums import ExactSum, add_exactly, first_extreme
 from transforms.reporting.feature_stats_proto import feature_proto
 from transforms.reporting.feature_values import summarize_features
 from transforms.reporting.misra_gries import MisraGries
-from transforms.s3_storage import create_file
-from transforms.snapshot_layout import feature_stats_name
 
-__all__ = ["record_features", "summarize_features", "FeatureStatsFn", "to_statistics_list",
-           "WriteFeatureStatistics"]
+__all__ = ["record_features", "summarize_features", "FeatureStatsFn", "to_statistics_list"]
 
 _EPS = 0.01                      # TFDV's quantiles sketch error
 _MAX_ELEMENTS = 1 << 32
@@ -384,25 +379,3 @@ def to_statistics_list(split: str, dataset: statistics_pb2.DatasetFeatureStatist
     result.datasets.add().CopyFrom(dataset)
     result.datasets[0].name = split
     return result
-
-
-def _write_split(item, staging_dir: str) -> str:
-    split, dataset = item
-    path = FileSystems.join(staging_dir, feature_stats_name(split))
-    with create_file(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        handle.write(to_statistics_list(split, dataset).SerializeToString(deterministic=True))
-    return path
-
-
-class WriteFeatureStatistics(beam.PTransform):
-    """(split, batch of `record_features`) pairs -> `Split-<split>/FeatureStats.pb` under
-    `staging_dir` for every split with records; outputs the written paths."""
-
-    def __init__(self, staging_dir: str):
-        super().__init__()
-        self._staging_dir = staging_dir
-
-    def expand(self, features):
-        return (features
-                | "CombinePerSplit" >> beam.CombinePerKey(FeatureStatsFn())
-                | "WriteSplitStatistics" >> beam.Map(_write_split, self._staging_dir))
