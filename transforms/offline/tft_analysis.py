@@ -1,7 +1,7 @@
 """TensorFlow Transform analysis of the accepted images, and the step that exports the transform.
 
 `AnalyzeAndWriteTransform` analyzes the accepted records in one combine
-(`transforms.offline.tft_totals`): the rows per label (asset `class_frequencies`: class weights,
+(`TotalsFn`, into `transforms.offline.tft_totals.Totals`): the rows per label (asset `class_frequencies`: class weights,
 `tft_summary`), the exact per-channel pixel mean and std weighted by pixel count (from each
 record's measured moments: no image is decoded a second time, no pixel is shipped through
 TFT), and width/height quantiles. One step then writes the transform with these numbers and

@@ -4,7 +4,7 @@ Its own module so that both sides can load it cheaply: the job's launcher pickle
 `TransformWriter` without importing TensorFlow, and the child, a fork of the decoders'
 forkserver (TensorFlow loaded), unpickles it and its arguments (`tft_totals.Totals`) without
 importing Beam. Neither does the writing (`tft_graph`, `tft_write` for a local output), so the
-child's start-up is TFT's own import and the tracing, ~0.5 s of CPU less than with Beam's
+child's start-up is TFT's own import and the tracing, ~0.65 s of CPU less than with Beam's
 import (docs/benchmarks.md, nineteenth round), CPU that the job's decoders share.
 """
 from __future__ import annotations
