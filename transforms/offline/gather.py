@@ -85,8 +85,8 @@ class Gather(beam.PTransform):
 
 
 def combined(pcoll, combine_fn: beam.CombineFn, label: str = "Combine", finish=None,
-             finish_label: str = "Finish", *args) -> beam.pvalue.AsSingleton:
-    """`combine_fn`'s result over `pcoll` (then `finish(result, *args)`, a step named
+             finish_label: str = "Finish", finish_args: tuple = ()) -> beam.pvalue.AsSingleton:
+    """`combine_fn`'s result over `pcoll` (then `finish(result, *finish_args)`, a step named
     `finish_label`) as a singleton side input, which is what that gives over nothing when
     `pcoll` is empty. The combine is `without_defaults()`: Beam's own default for an empty
     input is 4 more transforms (an impulse and 3 ParDos, ~5 ms of every run each); the side
@@ -94,8 +94,8 @@ def combined(pcoll, combine_fn: beam.CombineFn, label: str = "Combine", finish=N
     empty = combine_fn.extract_output(combine_fn.create_accumulator())
     result = pcoll | label >> beam.CombineGlobally(combine_fn).without_defaults()
     if finish is not None:
-        empty = finish(empty, *args)
-        result = result | finish_label >> beam.Map(finish, *args)
+        empty = finish(empty, *finish_args)
+        result = result | finish_label >> beam.Map(finish, *finish_args)
     return beam.pvalue.AsSingleton(result, default_value=empty)
 
 

@@ -90,7 +90,7 @@ def range_cuts(items, sample_fn: SampleAndCountFn, per_range: int) -> beam.pvalu
     """The sort keys that cut `items` (what `sample_fn` samples) into ranges of about
     `per_range`, as a side input: `range_bounds` of the sample, combined without Beam's
     default (`gather.combined`; no sample: no cuts)."""
-    return combined(items, sample_fn, "SampleAndCount", range_bounds, "RangeBounds", per_range)
+    return combined(items, sample_fn, "SampleAndCount", range_bounds, "RangeBounds", (per_range,))
 
 
 def _write_range(item, parts_dir: str) -> tuple:

@@ -63,9 +63,9 @@ _WRITE_TIMEOUT_S = 3600.0  # one shard (128 MB by default) written by a child, r
 
 
 class _WriteShardFn(beam.DoFn):
-    """((split, shard index), `packed` records) -> the shard written (`shard_writing.write_shard`); an
-    index row per record; (split, the records' features) tagged `features` and the ShardFile
-    tagged `files`.
+    """((split, shard index), `packed` records) -> the shard written
+    (`shard_writing.write_shard`); an index row per record; (split, (shard index, the records'
+    features)) tagged `features` and the ShardFile tagged `files`.
 
     With `processes`, shards are written in that many child processes of the decoders'
     forkserver (`isolation.ChildPool`, one shard per child at a time): the worker then neither
