@@ -15,6 +15,10 @@ setuptools.setup(
     package_data={"configs": ["*.yaml"]},
     install_requires=[
         "tensorflow==2.21.0",
+        # TensorFlow imports ml_dtypes in every process that imports it. 0.7.0 registers its
+        # numpy loops in ~0.6 s of CPU (0.6.0: ~0.01 s), which the job's decoders wait for
+        # before their first image (docs/benchmarks.md, twentieth round). TF allows >=0.5.1.
+        "ml_dtypes==0.6.0",
         # aws: Beam's s3:// file system (and boto3: the reader's S3 copies, the S3 run lock).
         "apache-beam[gcp,aws]==2.77.0",
         "tensorflow-transform==1.21.0",
