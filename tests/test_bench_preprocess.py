@@ -176,6 +176,14 @@ def fake_generator(monkeypatch):
     return calls
 
 
+def test_the_benches_subprocesses_run_in_the_checkout():
+    # where `make test`'s command (target 6) finds tests/ and every job finds its packages
+    root = processes.REPO_ROOT
+    assert os.path.isfile(os.path.join(root, "setup.py"))
+    assert os.path.isfile(os.path.join(root, "tests", "test_bench_preprocess.py"))
+    assert os.path.isdir(os.path.join(root, "runners", "bench"))
+
+
 def test_corpus_is_generated_once_and_reused(tmp_path, fake_generator):
     first = bench.prepare_corpus(str(tmp_path), 3, seed=1)
     second = bench.prepare_corpus(str(tmp_path), 3, seed=1)

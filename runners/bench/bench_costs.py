@@ -162,12 +162,12 @@ class CostResult:
 
 
 def _run_wall(argv: list, log_path: str) -> tuple[float, int]:
-    from runners.bench.bench_processes import _REPO_ROOT
+    from runners.bench.bench_processes import REPO_ROOT
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_REPO_ROOT, env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
     started = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
-        code = subprocess.call(argv, cwd=_REPO_ROOT, env=env, stdout=log, stderr=log)
+        code = subprocess.call(argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=log)
     return time.perf_counter() - started, code
 
 

@@ -20,12 +20,15 @@ from transforms import snapshot_layout as layout
 
 __all__ = ["Corpus", "prepare_corpus", "folder_corpus", "corpus_profile", "tree_rss_bytes",
            "tree_pss_bytes",
-           "JobRun", "time_job", "NightlyRun", "time_nightly", "workers_flags"]
+           "JobRun", "time_job", "NightlyRun", "time_nightly", "workers_flags", "REPO_ROOT"]
 
 _CORPUS_MARKER = "corpus.json"
 _RESULT_PREFIX = "BENCH_JOB_RESULT "
 _SAMPLE_INTERVAL_S = 0.1
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The checkout: the benches' subprocesses run there with it first on their path (this file is
+# runners/bench/bench_processes.py). One level short, it was `runners/`, where `make test`'s
+# command (target 6) found no tests and every module of `runners/` was importable top-level.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _JOB_CODE = ("import sys; from runners.bench.bench_processes import _job_child; "
              "sys.exit(_job_child(sys.argv[1:]))")
 _NIGHTLY_CODE = "import sys; from runners.cli import console_main; console_main(sys.argv[1:])"
@@ -237,11 +240,11 @@ class _Finished:
 def _run_measured(code: str, argv: list, log_path: str) -> _Finished:
     """Runs `python -c code argv` from the repository root and measures its process tree."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [_REPO_ROOT, env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     started = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
-        process = subprocess.Popen([sys.executable, "-c", code, *argv], cwd=_REPO_ROOT, env=env,
+        process = subprocess.Popen([sys.executable, "-c", code, *argv], cwd=REPO_ROOT, env=env,
                                    stdout=subprocess.PIPE, stderr=log, text=True)
         sampler = _PeakSampler(process.pid)
         sampler.start()

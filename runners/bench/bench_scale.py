@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 
+from runners.bench.bench_processes import REPO_ROOT
 from runners.errors import UsageError
 from transforms import snapshot_layout as layout
 
@@ -47,7 +48,6 @@ HOT_CLUSTER_TARGET_S = 10.0     # wall time a 100k hot cluster may add
 TIME_GROWTH_TARGET = 1.5        # whole path time per image, largest vs smallest size
 PEAK_MEMORY_TARGET = 2 * 1024 ** 3
 _RESULT_PREFIX = "BENCH_SCALE_RESULT "
-_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CHILD_CODE = ("import sys; from runners.bench.bench_scale import _child; "
                "sys.exit(_child(sys.argv[1]))")
 
@@ -138,7 +138,7 @@ def measure_step(step: str, corpus: dict, workdir: str, label: str = "",
     """Runs `step` on the corpus (ScaleCorpus fields) in a fresh process; its figures."""
     os.makedirs(workdir, exist_ok=True)
     spec = json.dumps({"step": step, "corpus": corpus, "workdir": workdir})
-    done = subprocess.run([sys.executable, "-c", _CHILD_CODE, spec], cwd=_REPO_ROOT,
+    done = subprocess.run([sys.executable, "-c", _CHILD_CODE, spec], cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=timeout_s)
     for line in done.stdout.splitlines():
         if line.startswith(_RESULT_PREFIX):
