@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -153,6 +154,34 @@ def test_tree_rss_includes_child_processes():
         child.wait()
     assert own >= 96 * _MB
     assert with_parent >= own + 10 * _MB   # this pytest process is resident too
+
+
+def test_the_sampler_reads_pss_at_its_own_slower_pace(monkeypatch):
+    # PSS walks every mapping of every process of the job (~24 ms a sample): read at the first
+    # sample and then once per pss_interval_s; RSS and CPU at every sample.
+    reads = {"pss": 0, "rss": 0}
+
+    def counted(name, value):
+        def read(pid):
+            reads[name] += 1
+            return value
+        return read
+
+    monkeypatch.setattr(processes, "_pss_of", counted("pss", 5))
+    monkeypatch.setattr(processes, "_rss_of", counted("rss", 7))
+    sleeper = subprocess.Popen(["sleep", "60"])  # a tree of one process
+    try:
+        sampler = processes._PeakSampler(sleeper.pid, interval_s=0.01, pss_interval_s=3600.0)
+        sampler.start()
+        deadline = time.monotonic() + 30
+        while reads["rss"] < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        peaks = sampler.stop()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert reads["rss"] >= 5 and reads["pss"] == 1
+    assert peaks == (5, 7)
 
 
 @pytest.fixture

@@ -25,6 +25,10 @@ __all__ = ["Corpus", "prepare_corpus", "folder_corpus", "corpus_profile", "tree_
 _CORPUS_MARKER = "corpus.json"
 _RESULT_PREFIX = "BENCH_JOB_RESULT "
 _SAMPLE_INTERVAL_S = 0.1
+# A process's PSS is read from its smaps_rollup, which walks all its mappings: ~24 ms of CPU a
+# sample for a job's ~8 processes (TensorFlow's address space in each). Every 0.1 s that took
+# ~17% of a core from the job being timed; RSS and CPU (cheap /proc reads) keep 0.1 s.
+_PSS_INTERVAL_S = 0.5
 # The checkout: the benches' subprocesses run there with it first on their path (this file is
 # runners/bench/bench_processes.py). One level short, it was `runners/`, where `make test`'s
 # command (target 6) found no tests and every module of `runners/` was importable top-level.
@@ -198,21 +202,27 @@ def _cpu_of(pid: int) -> float:
 
 
 class _PeakSampler(threading.Thread):
-    """Samples the tree's PSS and RSS sums until stopped and keeps their maxima, and each
-    process's CPU: `wait4` misses processes nobody waits for (a forkserver's children)."""
+    """Samples the tree's RSS sum and each process's CPU every `interval_s` (`wait4` misses
+    processes nobody waits for: a forkserver's children), and its PSS sum every
+    `pss_interval_s` (`_PSS_INTERVAL_S`), until stopped; keeps the sums' maxima."""
 
-    def __init__(self, pid: int, interval_s: float = _SAMPLE_INTERVAL_S):
+    def __init__(self, pid: int, interval_s: float = _SAMPLE_INTERVAL_S,
+                 pss_interval_s: float = _PSS_INTERVAL_S):
         super().__init__(daemon=True)
         self._pid = pid
         self._interval_s = interval_s
+        self._pss_interval_s = pss_interval_s
         self._finished = threading.Event()
         self.peak = self.peak_rss = 0
         self.cpu_by_pid: dict = {}
 
     def run(self):
+        next_pss = 0.0
         while not self._finished.is_set():
             pids = _tree(self._pid)
-            self.peak = max(self.peak, sum(_pss_of(pid) for pid in pids))
+            if time.monotonic() >= next_pss:
+                self.peak = max(self.peak, sum(_pss_of(pid) for pid in pids))
+                next_pss = time.monotonic() + self._pss_interval_s
             self.peak_rss = max(self.peak_rss, sum(_rss_of(pid) for pid in pids))
             for pid in pids:
                 self.cpu_by_pid[pid] = max(self.cpu_by_pid.get(pid, 0.0), _cpu_of(pid))
