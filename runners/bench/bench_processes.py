@@ -29,9 +29,9 @@ _SAMPLE_INTERVAL_S = 0.1
 # sample for a job's ~8 processes (TensorFlow's address space in each). Every 0.1 s that took
 # ~17% of a core from the job being timed; RSS and CPU (cheap /proc reads) keep 0.1 s.
 _PSS_INTERVAL_S = 0.5
-# The checkout: the benches' subprocesses run there with it first on their path (this file is
-# runners/bench/bench_processes.py). One level short, it was `runners/`, where `make test`'s
-# command (target 6) found no tests and every module of `runners/` was importable top-level.
+# The checkout (this file is runners/bench/bench_processes.py): the benches' subprocesses run
+# there with it first on their path, so `make test`'s command finds tests/ and a timed job
+# imports the checkout's packages, nothing of `runners/` as a top-level module.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _JOB_CODE = ("import sys; from runners.bench.bench_processes import _job_child; "
              "sys.exit(_job_child(sys.argv[1:]))")
