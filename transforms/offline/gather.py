@@ -18,8 +18,8 @@ import typing
 
 import apache_beam as beam
 
-__all__ = ["Gather", "CombineToOne", "combined", "JoinByKey", "constant", "once", "merged", "packed",
-           "unpacked"]
+__all__ = ["Gather", "CombineToOne", "combined", "JoinByKey", "constant", "once", "merged",
+           "packed", "unpacked"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL  # what Beam's PickleCoder writes
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import zlib
 
 from transforms import codec
 from transforms.file_reads import read_bytes
-from transforms.local_paths import is_local
+from transforms.local_paths import join
 from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.tfrecord_framing import frame_record
 from transforms.reporting.feature_values import summarize_features
@@ -37,15 +36,6 @@ class ShardFile:
     bytes: int
     sha256: str
     records: int
-
-
-def _join(folder: str, rel_path: str) -> str:
-    """`FileSystems.join(folder, rel_path)`; a local folder without importing Beam (its
-    LocalFileSystem joins with `os.path.join`)."""
-    if is_local(folder):
-        return os.path.join(folder, rel_path)
-    from apache_beam.io.filesystems import FileSystems
-    return FileSystems.join(folder, rel_path)
 
 
 def _features(record, data: bytes, class_ids: dict, columns, label_offset: int) -> tuple:
@@ -76,7 +66,7 @@ def write_shard(staging_dir: str, output, rel_path: str, records, box_class_ids:
     compressor = (zlib.compressobj(9, zlib.DEFLATED, 31)
                   if output.compression == "gzip" else None)
     dali = IndexBuilder()
-    with create_file(_join(staging_dir, rel_path), compression_type="uncompressed") as handle:
+    with create_file(join(staging_dir, rel_path), compression_type="uncompressed") as handle:
         def write(chunk: bytes):
             nonlocal size
             if compressor is not None:
@@ -102,7 +92,7 @@ def write_shard(staging_dir: str, output, rel_path: str, records, box_class_ids:
             digest.update(tail)
             size += len(tail)
     if compressor is None:
-        index_path = _join(staging_dir, dali_index_name(rel_path))
+        index_path = join(staging_dir, dali_index_name(rel_path))
         with create_file(index_path, compression_type="uncompressed") as handle:
             handle.write(dali.text())
     return ShardFile(path=rel_path, bytes=size, sha256=digest.hexdigest(),

@@ -1,10 +1,10 @@
 """TensorFlow Transform analysis of the accepted images, and the step that exports the transform.
 
-`AnalyzeAndWriteTransform` analyzes the accepted records in one combine
-(`TotalsFn`, into `transforms.offline.tft_totals.Totals`): the rows per label (asset `class_frequencies`: class weights,
-`tft_summary`), the exact per-channel pixel mean and std weighted by pixel count (from each
-record's measured moments: no image is decoded a second time, no pixel is shipped through
-TFT), and width/height quantiles. One step then writes the transform with these numbers and
+`AnalyzeAndWriteTransform` analyzes the accepted records in one combine (`TotalsFn`, into
+`transforms.offline.tft_totals.Totals`): the rows per label (asset `class_frequencies`: class
+weights, `tft_summary`), the exact per-channel pixel mean and std weighted by pixel count
+(from each record's measured moments: no image is decoded a second time, no pixel is shipped
+through TFT), and width/height quantiles. One step then writes the transform with these numbers and
 the class table as constants and assets (`transforms.offline.tft_graph`: TFT's own tracing and
 saving, outside Beam). `transform_fn/` is written next to the shards; its `preprocessing_fn`
 maps `image/encoded` to the model's input with the training reader's own decoder (upright,

@@ -32,20 +32,11 @@ from typing import Callable, Mapping
 import tensorflow_transform as tft
 from tensorflow_transform import impl_helper
 
-from transforms.local_paths import is_local
+from transforms.local_paths import is_local, join
 
 __all__ = ["write_transform"]
 
 _FINGERPRINT = "fingerprint.pb"  # the name TF's SavedModel writer gives the fingerprint
-
-
-def _join(path: str, *parts: str) -> str:
-    """`FileSystems.join`, without importing Beam for a local path: the writing child imports
-    no Beam for a local output (`tft_child`)."""
-    if is_local(path):
-        return os.path.join(path, *parts)
-    from apache_beam.io.filesystems import FileSystems
-    return FileSystems.join(path, *parts)
 
 
 def _publish(source: str, destination: str) -> None:
@@ -62,12 +53,12 @@ def _publish(source: str, destination: str) -> None:
         subfolders[:] = sorted(name for name in subfolders
                                if name != impl_helper.METADATA_DIR_NAME)
         relative = os.path.relpath(folder, source)
-        target = destination if relative == "." else _join(destination, *relative.split(os.sep))
+        target = destination if relative == "." else join(destination, *relative.split(os.sep))
         if local:
             os.makedirs(target, exist_ok=True)
         for name in sorted(files):
             with open(os.path.join(folder, name), "rb") as handle, create_file(
-                    _join(target, name), "uncompressed") as out:
+                    join(target, name), "uncompressed") as out:
                 shutil.copyfileobj(handle, out)
 
 
@@ -198,6 +189,6 @@ def write_transform(preprocessing_fn: Callable, input_specs: Mapping, asset_map:
     metadata = os.path.join(scratch, tft.TFTransformOutput.TRANSFORMED_METADATA_DIR)
     with open(os.path.join(metadata, tft.TFTransformOutput.ASSET_MAP), "w") as handle:
         handle.write(json.dumps(dict(asset_map)))
-    _publish(metadata, _join(path, tft.TFTransformOutput.TRANSFORMED_METADATA_DIR))
+    _publish(metadata, join(path, tft.TFTransformOutput.TRANSFORMED_METADATA_DIR))
     return _copy_into_place(os.path.join(scratch, tft.TFTransformOutput.TRANSFORM_FN_DIR),
-                            _join(path, tft.TFTransformOutput.TRANSFORM_FN_DIR))
+                            join(path, tft.TFTransformOutput.TRANSFORM_FN_DIR))

@@ -46,7 +46,7 @@ class _InOrder(beam.CombineFn):
     def create_accumulator(self) -> dict:
         return {}
 
-    def _part(self, part) :
+    def _part(self, part):
         return part
 
     def add_input(self, parts: dict, item) -> dict:
@@ -68,7 +68,7 @@ class _InOrder(beam.CombineFn):
                 self._put(merged, position, part)
         return merged
 
-    def extract_output(self, parts: dict) :
+    def extract_output(self, parts: dict):
         return self._STATS.merge_accumulators(
             [parts[position] for position in sorted(parts)]
             or [self._STATS.create_accumulator()])
@@ -78,7 +78,7 @@ class _ShardsInOrder(_InOrder):
     """(shard index, the shard's `record_features`) -> its block's accumulator: each shard's
     records folded alone, in their order, then the shards merged in index order."""
 
-    def _part(self, records: tuple) :
+    def _part(self, records: tuple):
         return self._STATS.compact(self._STATS.add_input(self._STATS.create_accumulator(),
                                                          records))
 
