@@ -287,14 +287,15 @@ class WriteSnapshot(beam.PTransform):
                                                           meta_columns, writers)
         # The TFT transform covers everything committed so far plus tonight: normalization and
         # class weights describe the whole training set. A full run has no archive, and no
-        # Flatten: Beam's local runner copies every element of one once more.
+        # Flatten: Beam's local runner copies every element of one once more. It is written
+        # beside the shards, and its summary follows them.
         if config.transform.enabled:
             (merged([accepted, archive_accepted if self._job.archive else None],
                     "AcceptedSoFar")
              | "AnalyzeAndWriteTransform" >> AnalyzeAndWriteTransform(
                  staging, class_table, config.online.image_size,
                  size_quantiles=config.transform.size_quantiles,
-                 exif_orientation=config.decode.exif_orientation)
+                 exif_orientation=config.decode.exif_orientation, beside=written.files)
              | "WriteTransformSummary" >> staged_run.write_transform_summary(staging))
         written.features | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging)
         (written.files

@@ -183,6 +183,39 @@ def test_one_item_per_child_spreads_two_slow_items_over_two_children(tmp_path):
     assert len(batched) == 1
 
 
+def test_send_queued_hands_items_over_without_waiting_for_their_results(pool, tmp_path):
+    """The child runs what `send_queued` handed it while nobody polls (its attempt file
+    appears), and the result comes back from the next `poll`."""
+    made = pool(processes=1)
+    made.put("k", 7)
+    made.send_queued()
+    assert made.in_flight == 1
+    deadline = time.monotonic() + 30
+    while not os.path.exists(tmp_path / "7") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (tmp_path / "7").read_text() == "x"  # ran once, unpolled
+    assert made.poll(wait=True) == [("k", 49)]
+    assert made.in_flight == 0
+
+
+def test_results_that_arrive_while_send_queued_waits_for_room_come_from_the_next_poll(
+        tmp_path):
+    """One child holding one item at a time: handing over the second waits for the first's
+    result, which the next `poll` returns (with the second's once it is done)."""
+    made = isolation.ChildPool(_Worker(str(tmp_path)), 1, 10.0, per_child=1)
+    try:
+        made.put("first", 3)
+        made.put("second", 4)
+        made.send_queued()
+        assert made.in_flight == 1  # the second is held by the child; the first is done
+        results = made.poll(wait=True)
+        while made.in_flight:
+            results += made.poll(wait=True)
+        assert results[0] == ("first", 9) and sorted(results) == [("first", 9), ("second", 16)]
+    finally:
+        made.close()
+
+
 def test_per_child_must_be_positive(tmp_path):
     with pytest.raises(ValueError, match="per_child must be >= 1. Received: per_child=0"):
         isolation.ChildPool(_Worker(str(tmp_path)), 1, 1.0, per_child=0)

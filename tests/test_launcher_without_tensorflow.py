@@ -7,6 +7,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -81,6 +82,58 @@ def test_a_started_ahead_writer_is_used_once_and_stopped(tmp_path, in_a_child):
     assert ta._AHEAD == [] and unused._pool is None
     with ta.writer_started_ahead(False):
         assert ta._AHEAD == []
+
+
+def _wait_for(path, seconds: float = 120.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return os.path.exists(path)
+
+
+@pytest.mark.slow
+def test_a_write_handed_to_the_writer_started_ahead_goes_on_while_the_caller_does(
+        tmp_path, in_a_child):
+    """`start_transform_write` returns at once with a pending token; the child writes the
+    transform while nothing waits for it; `finish_transform_write` gives the same summary and
+    files as a write done here."""
+    totals = _totals()
+    with ta.writer_started_ahead(True, 16):
+        token = ta.start_transform_write(str(tmp_path / "child"), ["cat", "dog"], totals, 16)
+        assert token[0] == "pending"
+        assert _wait_for(tmp_path / "child" / "transform_fn" / "saved_model.pb")
+        child = ta.finish_transform_write(token)
+        assert ta._PENDING == {}
+    from transforms.offline.tft_graph import write_analyzed_transform
+    here = write_analyzed_transform(str(tmp_path / "here"), ["cat", "dog"], totals, 16)
+    assert child == here
+    assert _sums(tmp_path / "child") == _sums(tmp_path / "here")
+
+
+@pytest.mark.slow
+def test_without_a_writer_started_ahead_the_write_is_done_when_started(tmp_path, in_a_child):
+    # As on a Beam worker: the token carries the summary, so any process can finish it.
+    kind, summary = ta.start_transform_write(str(tmp_path / "out"), ["cat", "dog"], _totals(),
+                                             16)
+    assert kind == "written" and summary["images"] == 3
+    assert os.path.exists(tmp_path / "out" / "transform_fn" / "saved_model.pb")
+    assert ta.finish_transform_write((kind, summary)) == summary
+
+
+def test_a_pending_write_is_finished_only_in_the_process_that_started_it():
+    with pytest.raises(RuntimeError, match=r"write 123456789 was started in another process"):
+        ta.finish_transform_write(("pending", 123456789))
+
+
+@pytest.mark.slow
+def test_a_write_that_nothing_awaits_is_stopped_with_the_run(tmp_path, in_a_child):
+    with ta.writer_started_ahead(True):
+        token = ta.start_transform_write(str(tmp_path / "out"), ["cat", "dog"], _totals(), 16)
+        _output, pool, _owner = ta._PENDING[token[1]]
+        (pid,) = pool.pids()
+    assert ta._PENDING == {} and pool.pids() == []  # closed: its child is stopped
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 def test_closing_a_writer_still_starting_does_not_wait_for_it(monkeypatch, in_a_child):

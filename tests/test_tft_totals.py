@@ -145,3 +145,24 @@ def test_the_records_reach_only_the_combine_and_tft_adds_no_beam_step(tmp_path):
                for name in inside}
     assert readers == {"RawFeatures": ["Records"], "Totals": ["RawFeatures"],
                        "WriteTransform": ["ClassTable", "Totals"]}
+
+
+def test_with_beside_the_summary_waits_for_it_and_not_the_write():
+    """`beside`: the write starts from the totals, and a step of its own reads the started
+    write and `beside` (side inputs: a stage of its own, run once `beside` is complete)."""
+    import apache_beam as beam
+
+    pipeline = beam.Pipeline()          # built, never run: the graph is what is checked
+    table = pipeline | "ClassTable" >> beam.Create([["cat"]])
+    beside = pipeline | "Beside" >> beam.Create([1, 2])
+    _ = (pipeline | "Records" >> beam.Create([])
+         | "Analyze" >> ta.AnalyzeAndWriteTransform("out", table, 8, beside=beside))
+    leaves = [t for t in pipeline.to_runner_api().components.transforms.values()
+              if not t.subtransforms]
+    made_by = {pid: t.unique_name.split("/")[1 if t.unique_name.startswith("Analyze/") else 0]
+               for t in leaves for pid in t.outputs.values()}
+    readers = {t.unique_name.split("/")[1]: sorted(made_by[pid] for pid in t.inputs.values())
+               for t in leaves if t.unique_name.startswith("Analyze/")
+               and t.unique_name.split("/")[1] in ("WriteTransform", "AwaitTransform")}
+    assert readers == {"WriteTransform": ["ClassTable", "Totals"],
+                       "AwaitTransform": ["Beside", "Once", "WriteTransform"]}

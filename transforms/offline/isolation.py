@@ -8,7 +8,8 @@ for the parent and the parent never handles one item at a time. Which item a chi
 and since when it keeps in a few numbers shared with the parent (`_Progress`): a crash blames
 that item alone and a timeout counts from its start, as if results came back one by one.
 `put(key, item)` queues an item; `poll(wait)` returns `(key, result)` pairs as they complete,
-in any order; a result is the worker's return value, or a `Failure` when the item crashed its
+in any order (`send_queued()` hands queued items over without waiting for results, for a
+caller that works on meanwhile); a result is the worker's return value, or a `Failure` when the item crashed its
 child twice (each time in a fresh child), timed out (not retried: a hang would hang again, and
 cost the timeout again), or raised in the worker.
 
@@ -44,6 +45,7 @@ DECODER_PRELOAD = ("transforms.offline.decoder_imports",)
 QUEUED_PER_CHILD = 16
 _READY = "ready"
 _START_TIMEOUT_S = 300.0  # a child's setup (imports, first decode) on a very busy machine
+_SEND_WAIT_S = 1.0  # `send_queued`: how long one wait for a child to be ready lasts at most
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,6 +248,7 @@ class ChildPool:
         self._selector = selectors.DefaultSelector()  # every child's end, registered once
         self._children = [self._start() for _ in range(processes)]
         self._failed_starts = 0
+        self._early: list = []  # results `send_queued` received, for the next `poll`
 
     def _start(self) -> _Child:
         child = _Child(self._context, self._worker, self._filesystem_options)
@@ -306,7 +309,7 @@ class ChildPool:
             return []
         return [(key, Failure("crash", f"{detail} (twice, each in a fresh process)"))]
 
-    def _receive(self, index: int) -> list:
+    def _message(self, index: int) -> list:
         child = self._children[index]
         try:
             message = child.connection.recv()
@@ -338,24 +341,39 @@ class ChildPool:
                 done.append((key, Failure("timeout", f"no result within {limit}")))
         return done
 
+    def send_queued(self) -> None:
+        """Hands every queued item to a child now, waiting for a child to be ready (or to have
+        room) but not for results: the caller works on and `poll`s later, which also returns
+        what arrived here. A child that dies or never starts is handled as in `poll`."""
+        while True:
+            self._dispatch()
+            if not self._queue:
+                return
+            self._early += self._receive(_SEND_WAIT_S)  # a child's READY, or a result
+
     def poll(self, wait: bool) -> list:
         """Sends queued items to children with room, then returns the `(key, result)` pairs
         that are done; with `wait`, blocks until at least one is (when any is in flight)."""
+        done, self._early = self._early, []
         while True:
             self._dispatch()
             timeout = 0.0
-            if wait and self.in_flight:
+            if wait and self.in_flight and not done:
                 now = time.monotonic()
                 deadlines = [child.current()[1] + self._timeout_s
                              for child in self._children if child.held]
                 timeout = max(0.0, min(deadlines, default=now + 1.0) - now)
-            done = []
-            for selected, _events in self._selector.select(timeout):
-                if selected.data in self._children:  # not replaced while handling this round
-                    done += self._receive(self._children.index(selected.data))
-            done += self._expire(time.monotonic())
+            done += self._receive(timeout)
             if done or not wait or not self.in_flight:
                 return done
+
+    def _receive(self, timeout: float) -> list:
+        """The results (and READYs, deaths, timeouts) that arrive within `timeout` seconds."""
+        done = []
+        for selected, _events in self._selector.select(timeout):
+            if selected.data in self._children:  # not replaced while handling this round
+                done += self._message(self._children.index(selected.data))
+        return done + self._expire(time.monotonic())
 
     def pids(self) -> list[int]:
         """The children's process ids (they change when a child is replaced)."""

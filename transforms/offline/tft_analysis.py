@@ -23,6 +23,7 @@ docs/architecture.md, "TFT analysis".
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import sys
 import threading
@@ -57,6 +58,7 @@ __all__ = [
     "PIXEL_COUNT", "CHANNEL_SUM", "CHANNEL_SQSUM", "WIDTH", "HEIGHT", "ANALYSIS_FEATURES",
     "IMAGE", "LABEL", "STATS_PREFIX", "CLASS_TABLE_ASSET", "CLASS_FREQUENCIES",
     "DEFAULT_SIZE_QUANTILES", "raw_features", "write_transform_isolated", "writer_started_ahead",
+    "start_transform_write", "finish_transform_write",
     "AnalyzeAndWriteTransform", "job_summary",
 ]
 
@@ -162,13 +164,19 @@ class AnalyzeAndWriteTransform(beam.PTransform):
     reads back from the written transform), which exists once the transform is written.
     Writing survives retried bundles (`transforms.offline.tft_write`).
 
+    With `beside` (a PCollection), the transform is written while the steps that make it
+    run, when this process started its writing child ahead (`start_transform_write`): the job
+    passes its shard files, so that the child's ~0.4 s of tracing and saving overlaps the shard
+    writing rather than preceding it (docs/benchmarks.md, twenty-first round).
+
     TFT's `AnalyzeDataset` is not used: with every number from the combine, it was handed no
     row and still added ~45 steps and a second SavedModel to every job (docs/benchmarks.md,
     eleventh round); its own in-place path writes the same transform in one step.
     """
 
     def __init__(self, output_dir: str, class_table, image_size,
-                 size_quantiles: int = DEFAULT_SIZE_QUANTILES, exif_orientation: bool = True):
+                 size_quantiles: int = DEFAULT_SIZE_QUANTILES, exif_orientation: bool = True,
+                 beside=None):
         super().__init__()
         checked_arguments(image_size, size_quantiles)
         if not isinstance(class_table, beam.PCollection):
@@ -176,6 +184,7 @@ class AnalyzeAndWriteTransform(beam.PTransform):
         self._output_dir = output_dir
         self._class_table = class_table
         self._arguments = (image_size, size_quantiles, exif_orientation)
+        self._beside = beside
 
     def expand(self, accepted):
         totals = (accepted
@@ -185,10 +194,21 @@ class AnalyzeAndWriteTransform(beam.PTransform):
         if isinstance(class_table, beam.PCollection):
             class_table = beam.pvalue.AsSingleton(class_table)
         output_dir, arguments = self._output_dir, self._arguments
-        return totals | "WriteTransform" >> beam.Map(
-            lambda totals_, names: write_transform_isolated(output_dir, names, totals_,
-                                                            *arguments),
+        if self._beside is None:
+            return totals | "WriteTransform" >> beam.Map(
+                lambda totals_, names: write_transform_isolated(output_dir, names, totals_,
+                                                                *arguments),
+                class_table)
+        # Started in the totals' stage, awaited in a stage of its own that reads `beside` too,
+        # so the steps making `beside` run while the writing child works.
+        started = totals | "WriteTransform" >> beam.Map(
+            lambda totals_, names: start_transform_write(output_dir, names, totals_,
+                                                         *arguments),
             class_table)
+        return (accepted.pipeline | "Once" >> beam.Create([None])
+                | "AwaitTransform" >> beam.Map(
+                    lambda _, token, _beside: finish_transform_write(token),
+                    beam.pvalue.AsSingleton(started), beam.pvalue.AsIter(self._beside)))
 
 
 # Writing a transform is seconds of tracing and saving; a bound that only a stuck child meets.
@@ -207,6 +227,24 @@ def write_transform_isolated(output_dir: str, class_table: Sequence[str], totals
     forkserver (`isolation.ChildPool`), so that a launcher that decodes in children never
     imports TensorFlow itself. The arguments are checked here; the child's error, if any, is
     raised as a RuntimeError that names it."""
+    return finish_transform_write(start_transform_write(
+        output_dir, class_table, totals, image_size, size_quantiles, exif_orientation))
+
+
+# Writes handed to a child started ahead and not yet awaited: key -> (output folder, pool,
+# the `_WriterAhead` it came from).
+_PENDING: dict = {}
+_PENDING_KEYS = itertools.count()
+
+
+def start_transform_write(output_dir: str, class_table: Sequence[str], totals: Totals,
+                          image_size, size_quantiles: int = DEFAULT_SIZE_QUANTILES,
+                          exif_orientation: bool = True) -> tuple:
+    """`write_transform_isolated` in two halves: a token for `finish_transform_write`, which
+    returns the summary. With a writing child started ahead in this process
+    (`writer_started_ahead`), the child is handed the write and the caller goes on while it
+    writes; the token only means something to this process. Otherwise the write is done here
+    and now, and the token carries its summary (any process may finish it: a Beam worker)."""
     if not isinstance(totals, Totals):
         raise ValueError(f"totals must be a tft_totals.Totals (TotalsFn's output). "
                          f"Received: {type(totals).__name__}")
@@ -215,11 +253,39 @@ def write_transform_isolated(output_dir: str, class_table: Sequence[str], totals
     arguments = (output_dir, names, totals, image_size, size_quantiles, exif_orientation)
     if _tensorflow_loaded():  # a child would only import it a second time
         from transforms.offline.tft_graph import write_analyzed_transform
-        return write_analyzed_transform(*arguments)
-    from transforms.offline import isolation
-    pool = _AHEAD.pop().take() if _AHEAD else _writer_pool()
+        return ("written", write_analyzed_transform(*arguments))
+    ahead = _AHEAD.pop() if _AHEAD else None
+    pool = ahead.take() if ahead is not None else _writer_pool()
     try:
         pool.put(0, arguments)
+        pool.send_queued()
+    except BaseException:
+        pool.close()
+        raise
+    if ahead is None:
+        return ("written", _awaited(output_dir, pool))
+    key = next(_PENDING_KEYS)
+    _PENDING[key] = (output_dir, pool, ahead)
+    return ("pending", key)
+
+
+def finish_transform_write(token: tuple) -> dict:
+    """The summary of the write `token` (from `start_transform_write`) stands for, once that
+    write is done; raises a RuntimeError naming the child's error when it failed."""
+    kind, value = token
+    if kind == "written":
+        return value
+    if value not in _PENDING:
+        raise RuntimeError(f"The transform's write {value} was started in another process, or "
+                           f"finished already; a pending write is finished where it started.")
+    output_dir, pool, _ahead = _PENDING.pop(value)
+    return _awaited(output_dir, pool)
+
+
+def _awaited(output_dir: str, pool) -> dict:
+    """The one result of `pool` (closed after), the child's failure raised."""
+    from transforms.offline import isolation
+    try:
         done = []
         while not done:
             done = pool.poll(wait=True)
@@ -294,7 +360,8 @@ def writer_started_ahead(enabled: bool = True, image_size=None, exif_orientation
     this process has no TensorFlow, so the step will want a child): its TF and TFT imports
     (~1.5 s) and, given the job's `image_size`, the tracing that does not depend on the
     analyzed numbers (`tft_graph.warm_up`, ~0.5 s) then overlap the job instead of following
-    its last combine. The step takes it; at exit it is stopped if nothing did (a failed run)."""
+    its last combine. The step takes it; at exit it is stopped if nothing did, or if nothing
+    awaited the write it was handed (a failed run)."""
     warm_up = None if image_size is None else (image_size, exif_orientation)
     ahead = _WriterAhead(warm_up) if enabled and not _tensorflow_loaded() else None
     if ahead is not None:
@@ -306,3 +373,5 @@ def writer_started_ahead(enabled: bool = True, image_size=None, exif_orientation
             if ahead in _AHEAD:
                 _AHEAD.remove(ahead)
             ahead.close()
+            for key in [k for k, (_, _, owner) in _PENDING.items() if owner is ahead]:
+                _PENDING.pop(key)[1].close()  # started, never awaited: a failed run
