@@ -49,6 +49,39 @@ CASES = {
 }
 
 
+# Image bytes around the size from which `serialized_parts` keeps them uncopied.
+LARGE = {f"image of {size} bytes": _fields(encoded=bytes(range(256)) * (size // 256)
+                                           + b"\x01" * (size % 256))
+         for size in (codec.LARGE_VALUE - 1, codec.LARGE_VALUE, 3 * codec.LARGE_VALUE + 7)}
+
+
+@pytest.mark.parametrize("name", sorted({**CASES, **LARGE}))
+def test_parts_join_to_the_serialization_with_large_image_bytes_uncopied(name):
+    fields = {**CASES, **LARGE}[name]
+    parts = codec.serialized_parts(codec.example_features(**fields))
+    assert b"".join(parts) == _proto_example(fields)
+    if len(fields["encoded"]) >= codec.LARGE_VALUE:  # before it, itself, the keys after it
+        assert len(parts) == 3 and parts[1] is fields["encoded"]
+    else:
+        assert len(parts) == 1
+
+
+def test_large_values_are_kept_apart_only_as_a_features_one_value():
+    big = b"\xab" * codec.LARGE_VALUE
+    features = [("a", "bytes_list", (big, big)), ("b", "bytes_list", (big,)),
+                ("c", "int64_list", (1,)), ("d", "bytes_list", (big,))]
+    parts = codec.serialized_parts(features)
+    assert [part is big for part in parts] == [False, True, False, True]  # a's two: joined
+    reference = tf.train.Example()
+    for key, _kind, values in features:
+        if key == "c":
+            reference.features.feature[key].int64_list.value.extend(values)
+        else:
+            reference.features.feature[key].bytes_list.value.extend(values)
+    assert b"".join(parts) == codec.serialize_features(features) == (
+        reference.SerializeToString(deterministic=True))
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_encoded_bytes_are_the_deterministic_proto_serialization(name):
     fields = CASES[name]

@@ -106,3 +106,17 @@ def test_every_record_carries_every_key(demo_snapshot):
     assert {codec.IMAGE_SOURCE_ID, *codec.BOX_KEYS, "meta/source", "meta/confidence"} <= keys
     assert {codec.QUALITY_PREFIX + name for name in codec.QUALITY_METRICS} <= keys
     assert 0 in box_counts and max(box_counts) > 0  # the demo mixes images with and without boxes
+
+
+def test_a_record_framed_in_parts_is_what_tensorflows_writer_writes(tmp_path):
+    """`framed_parts` of a record's data in parts (a big middle part, as the shard writer
+    gives with image bytes) joins to TensorFlow's framing of the whole; one part is framed in
+    one piece."""
+    parts = [b"head", bytes(range(256)) * 300, b"", b"tail"]
+    path = str(tmp_path / "parts.tfrecord")
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(b"".join(parts))
+    framed = tfrecord_framing.framed_parts(parts)
+    assert framed[1:-1] == parts and framed[2] is parts[1]  # the parts are not copied
+    assert b"".join(framed) == open(path, "rb").read()
+    assert tfrecord_framing.framed_parts([b"abcde"]) == [tfrecord_framing.frame_record(b"abcde")]

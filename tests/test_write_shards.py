@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import gzip
 import hashlib
 import os
 
@@ -23,6 +24,7 @@ from transforms.offline.write_shards import (
     WriteShards,
     shard_counts,
 )
+from transforms.snapshot_layout import dali_index_name
 
 CLASSES = ["cat", "dog"]
 
@@ -114,6 +116,41 @@ def test_records_in_a_gzip_shard_are_ordered_by_sha256(tmp_path):
                  .numpy().decode()
                  for s in tf.data.TFRecordDataset(os.path.join(staging, rel), "GZIP")]
     assert filenames == [r.path for r in sorted(records, key=lambda r: r.sha256)]
+
+
+@pytest.mark.parametrize("compression", ["", "gzip"])
+def test_a_shard_of_large_images_is_what_tensorflows_writer_writes(tmp_path, compression):
+    """Image bytes from `codec.LARGE_VALUE` on are written as parts of their own
+    (`codec.serialized_parts`): the shard is still TensorFlow's framing of protobuf's own
+    serialization of each record (gzip: once decompressed), and its DALI index fits it."""
+    from transforms.offline import shard_writing
+
+    images, staging = tmp_path / "images", tmp_path / "staging"
+    images.mkdir()
+    sizes = (codec.LARGE_VALUE - 1, codec.LARGE_VALUE, 5 * codec.LARGE_VALUE + 3, 9)
+    records = sorted((_record(images, f"{i}.png", bytes([i + 1]) * size, "train", "cat",
+                              boxes=((0.1, 0.2, 0.5, 0.6, "dog"),))
+                      for i, size in enumerate(sizes)), key=lambda r: r.sha256)
+    output = OutputConfig(num_shards=1, compression=compression or "none")
+    rel = _shard("train", 0, 1) + (".gz" if compression else "")
+    shard_writing.write_shard(str(staging), output, rel, records, {"dog": 1}, ["source"])
+    reference = str(tmp_path / "reference.tfrecord")
+    with tf.io.TFRecordWriter(reference) as writer:
+        for record in records:
+            example = tf.train.Example()
+            for key, kind, values in shard_writing._features(
+                    record, open(record.uri, "rb").read(), {"dog": 1}, ["source"], 0):
+                getattr(example.features.feature[key], kind).value.extend(values)
+            writer.write(example.SerializeToString(deterministic=True))
+    written = open(os.path.join(staging, rel), "rb").read()
+    expected = open(reference, "rb").read()
+    if compression:
+        assert gzip.decompress(written) == expected
+    else:
+        assert written == expected
+        with open(os.path.join(staging, dali_index_name(rel)), encoding="ascii") as handle:
+            sizes_indexed = [int(line.split()[1]) for line in handle]
+        assert sum(sizes_indexed) == len(expected) and len(sizes_indexed) == len(records)
 
 
 def test_shard_count_comes_from_the_split_bytes_and_the_target_size():

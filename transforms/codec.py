@@ -32,7 +32,7 @@ __all__ = [
     "BBOX_XMIN", "BBOX_YMIN", "BBOX_XMAX", "BBOX_YMAX", "BOX_CLASS_LABEL", "BOX_CLASS_TEXT",
     "QUALITY_PREFIX", "META_PREFIX", "QUALITY_METRICS",
     "BOX_KEYS", "source_id", "feature_spec", "encode_example", "example_features",
-    "serialize_features", "parse_example",
+    "serialize_features", "serialized_parts", "LARGE_VALUE", "parse_example",
 ]
 
 IMAGE_ENCODED = "image/encoded"
@@ -103,6 +103,11 @@ def _float32(values) -> array.array:
     return floats
 
 
+# A bytes value this long (image bytes) stays a part of its own in `serialized_parts`: copying
+# a camera JPEG into each enclosing message cost ~4 ms of a 2.4 MB record's ~6 ms of writing.
+LARGE_VALUE = 1 << 16
+
+
 def _feature(kind: str, values: tuple) -> bytes:
     """One serialized tf.train.Feature (its oneof set, even to an empty list)."""
     if kind == _BYTES:
@@ -124,17 +129,37 @@ def _key_field(key: str) -> bytes:
     return _FIELD_1 + _varint(len(encoded)) + encoded
 
 
+def serialized_parts(features: Sequence[tuple]) -> list:
+    """`serialize_features(features)` as parts whose join is it: the value of a bytes feature
+    with one value of `LARGE_VALUE` bytes or more (the image bytes) is a part of its own, not
+    copied into the messages around it; the bytes between such values are joined. A writer
+    writes (and checksums) the parts one after another."""
+    parts, small = [], []
+    for key, kind, values in sorted(features, key=lambda feature: feature[0]):
+        if kind == _BYTES and len(values) == 1 and len(values[0]) >= LARGE_VALUE:
+            large = values[0]
+            value_field = _FIELD_1 + _varint(len(large))
+            feature = _KIND_TAG[kind] + _varint(len(value_field) + len(large)) + value_field
+            head = _key_field(key) + _FIELD_2 + _varint(len(feature) + len(large))
+            small.append(_FIELD_1 + _varint(len(head) + len(feature) + len(large)) + head
+                         + feature)
+            parts += (b"".join(small), large)
+            small = []
+        else:
+            feature = _feature(kind, values)
+            head = _key_field(key) + _FIELD_2 + _varint(len(feature))
+            small.append(_FIELD_1 + _varint(len(head) + len(feature)) + head + feature)
+    if small or not parts:
+        parts.append(b"".join(small))
+    parts[0] = _FIELD_1 + _varint(sum(map(len, parts))) + parts[0]
+    return parts
+
+
 def serialize_features(features: Sequence[tuple]) -> bytes:
     """The serialized tf.train.Example of `example_features`' (key, kind, values), byte for byte
     what `Example.SerializeToString(deterministic=True)` gives (map entries sorted by key);
     written directly because building the proto objects cost ~0.1 ms per record."""
-    entries = []
-    for key, kind, values in sorted(features, key=lambda feature: feature[0]):
-        feature = _feature(kind, values)
-        entry = _key_field(key) + _FIELD_2 + _varint(len(feature)) + feature
-        entries.append(_FIELD_1 + _varint(len(entry)) + entry)
-    features_message = b"".join(entries)
-    return _FIELD_1 + _varint(len(features_message)) + features_message
+    return b"".join(serialized_parts(features))
 
 
 def example_features(*, encoded: bytes, image_format: str, height: int, width: int,

@@ -21,7 +21,7 @@ from transforms import codec
 from transforms.file_reads import read_bytes
 from transforms.local_paths import join
 from transforms.offline.dali_index import IndexBuilder
-from transforms.offline.tfrecord_framing import frame_record
+from transforms.offline.tfrecord_framing import framed_parts
 from transforms.reporting.feature_values import summarize_features
 from transforms.s3_storage import create_file
 from transforms.snapshot_layout import dali_index_name
@@ -82,9 +82,12 @@ def write_shard(staging_dir: str, output, rel_path: str, records, box_class_ids:
                     f"{record.uri} changed while the job ran (sha256 differs from the one "
                     f"validated); rerun the job on a stable input.")
             features = _features(record, data, box_class_ids, columns, output.label_offset)
-            framed = frame_record(codec.serialize_features(features))
-            dali.add(len(framed))
-            write(framed)
+            framed = framed_parts(codec.serialized_parts(features))  # image bytes not copied
+            dali.add(sum(map(len, framed)))
+            if compressor is not None:  # gzip's stream from the record's bytes as one input
+                framed = [b"".join(framed)]
+            for part in framed:
+                write(part)
             summaries.append(summarize_features(features))
         if compressor is not None:
             tail = compressor.flush()

@@ -2,7 +2,7 @@
 
 A record is framed as `uint64 length (little-endian) | uint32 masked crc32c of those 8 bytes |
 data | uint32 masked crc32c of data`, as TensorFlow's record writer does. The shard writer
-frames with `frame_record`; `pixelmill verify` walks a shard with `framed_records`, which
+frames with `framed_parts` (`frame_record` for a record in one piece); `pixelmill verify` walks a shard with `framed_records`, which
 checks both CRCs and reports the first problem with its byte offset.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import BinaryIO, Iterator
 
 import google_crc32c
 
-__all__ = ["masked_crc", "frame_record", "framed_records", "FramingError", "HEADER_BYTES"]
+__all__ = ["masked_crc", "frame_record", "framed_parts", "framed_records", "FramingError", "HEADER_BYTES"]
 
 HEADER_BYTES = 12  # length + its CRC
 _FOOTER_BYTES = 4  # the data's CRC
@@ -30,7 +30,10 @@ class FramingError(ValueError):
 
 def masked_crc(data: bytes) -> int:
     """TFRecord's masked crc32c of `data`."""
-    crc = google_crc32c.value(data)
+    return _masked(google_crc32c.value(data))
+
+
+def _masked(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
@@ -39,6 +42,20 @@ def frame_record(data: bytes) -> bytes:
     length = struct.pack("<Q", len(data))
     return length + struct.pack("<I", masked_crc(length)) + data + struct.pack(
         "<I", masked_crc(data))
+
+
+def framed_parts(parts: list) -> list:
+    """`frame_record(b"".join(parts))` as parts (the header, `parts`, the footer), so a record
+    whose data comes in parts (`codec.serialized_parts`) is framed without joining them; a
+    record in one part is framed in one piece."""
+    if len(parts) == 1:
+        return [frame_record(parts[0])]
+    crc = 0
+    for part in parts:
+        crc = google_crc32c.extend(crc, part)
+    length = struct.pack("<Q", sum(map(len, parts)))
+    return [length + struct.pack("<I", masked_crc(length)), *parts,
+            struct.pack("<I", _masked(crc))]
 
 
 def _read(stream: BinaryIO, size: int) -> bytes:
