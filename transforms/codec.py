@@ -136,19 +136,19 @@ def serialized_parts(features: Sequence[tuple]) -> list:
     writes (and checksums) the parts one after another."""
     parts, small = [], []
     for key, kind, values in sorted(features, key=lambda feature: feature[0]):
-        if kind == _BYTES and len(values) == 1 and len(values[0]) >= LARGE_VALUE:
-            large = values[0]
+        large = (values[0] if kind == _BYTES and len(values) == 1
+                 and len(values[0]) >= LARGE_VALUE else b"")
+        if large:  # the Feature up to its one value, which follows as a part of its own
             value_field = _FIELD_1 + _varint(len(large))
             feature = _KIND_TAG[kind] + _varint(len(value_field) + len(large)) + value_field
-            head = _key_field(key) + _FIELD_2 + _varint(len(feature) + len(large))
-            small.append(_FIELD_1 + _varint(len(head) + len(feature) + len(large)) + head
-                         + feature)
-            parts += (b"".join(small), large)
-            small = []
         else:
             feature = _feature(kind, values)
-            head = _key_field(key) + _FIELD_2 + _varint(len(feature))
-            small.append(_FIELD_1 + _varint(len(head) + len(feature)) + head + feature)
+        feature_length = len(feature) + len(large)
+        head = _key_field(key) + _FIELD_2 + _varint(feature_length)
+        small.append(_FIELD_1 + _varint(len(head) + feature_length) + head + feature)
+        if large:
+            parts += (b"".join(small), large)
+            small = []
     if small or not parts:
         parts.append(b"".join(small))
     parts[0] = _FIELD_1 + _varint(sum(map(len, parts))) + parts[0]

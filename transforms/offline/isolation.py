@@ -9,9 +9,9 @@ and since when it keeps in a few numbers shared with the parent (`_Progress`): a
 that item alone and a timeout counts from its start, as if results came back one by one.
 `put(key, item)` queues an item; `poll(wait)` returns `(key, result)` pairs as they complete,
 in any order (`send_queued()` hands queued items over without waiting for results, for a
-caller that works on meanwhile); a result is the worker's return value, or a `Failure` when the item crashed its
-child twice (each time in a fresh child), timed out (not retried: a hang would hang again, and
-cost the timeout again), or raised in the worker.
+caller that works on meanwhile); a result is the worker's return value, or a `Failure` when
+the item crashed its child twice (each time in a fresh child), timed out (not retried: a hang
+would hang again, and cost the timeout again), or raised in the worker.
 
 Children come from a forkserver, never from fork() of the caller: a Beam worker runs gRPC and
 TensorFlow threads, and a child fork()ed while one of them holds an abseil mutex aborts

@@ -2,8 +2,9 @@
 
 A record is framed as `uint64 length (little-endian) | uint32 masked crc32c of those 8 bytes |
 data | uint32 masked crc32c of data`, as TensorFlow's record writer does. The shard writer
-frames with `framed_parts` (`frame_record` for a record in one piece); `pixelmill verify` walks a shard with `framed_records`, which
-checks both CRCs and reports the first problem with its byte offset.
+frames with `framed_parts` (`frame_record` for a record in one piece); `pixelmill verify`
+walks a shard with `framed_records`, which checks both CRCs and reports the first problem with
+its byte offset.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import BinaryIO, Iterator
 
 import google_crc32c
 
-__all__ = ["masked_crc", "frame_record", "framed_parts", "framed_records", "FramingError", "HEADER_BYTES"]
+__all__ = ["masked_crc", "frame_record", "framed_parts", "framed_records", "FramingError",
+           "HEADER_BYTES"]
 
 HEADER_BYTES = 12  # length + its CRC
 _FOOTER_BYTES = 4  # the data's CRC
