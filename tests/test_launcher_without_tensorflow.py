@@ -15,6 +15,7 @@ from tests.conftest import write_folder_images
 from tests.jobutil import run_job
 from transforms.offline import tft_analysis as ta
 from transforms.offline.tft_analysis import TotalsFn
+from transforms.offline.tft_child import BACKGROUND_NICE, TransformWriter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,6 +85,47 @@ def test_a_started_ahead_writer_is_used_once_and_stopped(tmp_path, in_a_child):
         assert ta._AHEAD == []
 
 
+def test_only_a_background_writer_lowers_its_priority(monkeypatch):
+    niced = []
+    monkeypatch.setattr(os, "nice", niced.append)
+    TransformWriter().setup()
+    assert niced == []
+    TransformWriter(background=True).setup()
+    assert niced == [BACKGROUND_NICE]
+
+
+def _priority(pid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, pid)
+
+
+@pytest.mark.slow
+def test_the_writer_started_ahead_runs_below_the_jobs_priority_a_waited_one_does_not(
+        in_a_child):
+    """The child started ahead imports and traces beside the decoders: they come first. A
+    child started for a write its caller waits for keeps the caller's priority."""
+    expected = min(19, _priority(0) + BACKGROUND_NICE)
+    with ta.writer_started_ahead(True):
+        (ahead,) = ta._AHEAD
+        pool = ahead.take()
+        try:
+            pid = pool._children[0].process.pid
+            deadline = time.monotonic() + 60
+            while _priority(pid) != expected and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert _priority(pid) == expected
+        finally:
+            pool.close()
+    pool = ta._writer_pool()
+    try:
+        pool.put(0, None)  # not a write's arguments: fails in `run`, after `setup`
+        done = []
+        while not done:
+            done = pool.poll(wait=True)
+        assert _priority(pool._children[0].process.pid) == _priority(0)
+    finally:
+        pool.close()
+
+
 def _wait_for(path, seconds: float = 120.0) -> bool:
     deadline = time.monotonic() + seconds
     while not os.path.exists(path) and time.monotonic() < deadline:
@@ -147,7 +189,7 @@ def test_closing_a_writer_still_starting_does_not_wait_for_it(monkeypatch, in_a_
         def close(self):
             closed.append(True)
 
-    def slow_start(warm_up=None):
+    def slow_start(warm_up=None, background=False):
         release.wait(10)
         return FakePool()
 
@@ -171,7 +213,7 @@ def test_a_failure_in_the_writing_child_is_raised_with_its_cause(tmp_path, in_a_
 
 def test_arguments_are_checked_before_any_child_starts(tmp_path, in_a_child, monkeypatch):
     monkeypatch.setattr(ta, "_writer_pool",
-                        lambda *_: pytest.fail("no child for bad arguments"))
+                        lambda *_, **__: pytest.fail("no child for bad arguments"))
     with pytest.raises(ValueError, match="totals must be a tft_totals.Totals"):
         ta.write_transform_isolated(str(tmp_path), ["cat"], {"images": 1}, 16)
     with pytest.raises(ValueError, match="size_quantiles"):

@@ -50,7 +50,7 @@ def test_job_nightly_and_reader_on_s3(local_s3, tmp_path, monkeypatch):
     monkeypatch.setattr(tft_analysis, "_tensorflow_loaded", lambda: False)
     writers, start_writer = [], tft_analysis._writer_pool
     monkeypatch.setattr(tft_analysis, "_writer_pool",
-                        lambda *args: writers.append(1) or start_writer(*args))
+                        lambda *args, **kwargs: writers.append(1) or start_writer(*args, **kwargs))
     remote = run_job(f"{bucket}/data/images", out, labels=[f"{bucket}/data/labels.csv"],
                      classes=f"{bucket}/data/classes.txt", sets=sets, extra=local_s3.flags,
                      isolation="subprocess",  # the decoder children read s3:// too

@@ -302,10 +302,10 @@ def _tensorflow_loaded() -> bool:
     return "tensorflow" in sys.modules
 
 
-def _writer_pool(warm_up: tuple | None = None):
+def _writer_pool(warm_up: tuple | None = None, background: bool = False):
     from transforms.offline import isolation
     from transforms.offline.tft_child import TransformWriter
-    return isolation.ChildPool(TransformWriter(warm_up), 1, _WRITE_TIMEOUT_S,
+    return isolation.ChildPool(TransformWriter(warm_up, background), 1, _WRITE_TIMEOUT_S,
                                preload=isolation.DECODER_PRELOAD, role="transform's writing",
                                timeout_name=None)
 
@@ -328,7 +328,7 @@ class _WriterAhead:
 
     def _start(self) -> None:
         try:
-            pool = _writer_pool(self._warm_up)
+            pool = _writer_pool(self._warm_up, background=True)
         except BaseException as exc:  # noqa: BLE001 - raised again by take()
             self._error = exc
             return

@@ -9,18 +9,33 @@ import (docs/benchmarks.md, nineteenth round), CPU that the job's decoders share
 """
 from __future__ import annotations
 
-__all__ = ["TransformWriter"]
+import os
+
+__all__ = ["TransformWriter", "BACKGROUND_NICE"]
+
+# How much lower than the job the child started ahead runs (`os.nice`): its imports and warm-up
+# overlap the decoding on the same cores, and the decoders then come first.
+BACKGROUND_NICE = 10
 
 
 class TransformWriter:
     """The child's worker (`isolation.ChildPool`): `tft_graph.write_analyzed_transform`. TF
     and TFT are imported in `setup`, beside the forkserver's TensorFlow; given the job's
-    `(image_size, exif_orientation)`, `setup` also traces what every write traces."""
+    `(image_size, exif_orientation)`, `setup` also traces what every write traces.
 
-    def __init__(self, warm_up: tuple | None = None):
+    `background`: the child is started ahead of the write, beside the job's decoding, so it
+    lowers its own priority first (`BACKGROUND_NICE`): its ~0.9 s of imports and tracing take
+    what the decoders leave rather than half of it (camera corpus: run() -0.14 s, see
+    docs/benchmarks.md, twenty-second round). A child started for a write that its caller
+    waits for keeps the job's priority."""
+
+    def __init__(self, warm_up: tuple | None = None, background: bool = False):
         self._warm_up = warm_up
+        self._background = background
 
     def setup(self) -> None:
+        if self._background and hasattr(os, "nice"):
+            os.nice(BACKGROUND_NICE)
         from transforms.offline import tft_graph
         if self._warm_up is not None:
             tft_graph.warm_up(*self._warm_up)
