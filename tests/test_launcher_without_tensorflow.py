@@ -108,7 +108,7 @@ def test_the_writer_started_ahead_runs_below_the_jobs_priority_a_waited_one_does
         (ahead,) = ta._AHEAD
         pool = ahead.take()
         try:
-            pid = pool._children[0].process.pid
+            pid = pool.pids()[0]
             deadline = time.monotonic() + 60
             while _priority(pid) != expected and time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -121,7 +121,7 @@ def test_the_writer_started_ahead_runs_below_the_jobs_priority_a_waited_one_does
         done = []
         while not done:
             done = pool.poll(wait=True)
-        assert _priority(pool._children[0].process.pid) == _priority(0)
+        assert _priority(pool.pids()[0]) == _priority(0)
     finally:
         pool.close()
 

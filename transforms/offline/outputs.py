@@ -165,9 +165,9 @@ class WriteRejectsLedger(beam.PTransform):
 class WriteJson(beam.PTransform):
     """A singleton PCollection of JSON-able data -> one compact, key-sorted JSON file (strict:
     NaN is an error, not `NaN`). For the job's own `_work/` files, which are never published:
-    Python encodes JSON in C only without `indent`, ~5x faster, and with a large class table
-    (the transform's summary holds an entry per class) the pretty form cost the launcher
-    ~0.05 s per 21,841 classes (docs/benchmarks.md)."""
+    Python encodes JSON in C only without `indent`, ~5x faster: with 21,841 classes (the
+    transform's summary holds an entry per class) the stage writing it took 0.12 s of launcher
+    CPU pretty, 0.05 s compact (docs/benchmarks.md, twenty-second round)."""
 
     def __init__(self, path: str):
         super().__init__()

@@ -25,7 +25,7 @@ class TransformWriter:
 
     `background`: the child is started ahead of the write, beside the job's decoding, so it
     lowers its own priority first (`BACKGROUND_NICE`): its ~0.9 s of imports and tracing take
-    what the decoders leave rather than half of it (camera corpus: run() -0.14 s, see
+    what the decoders leave rather than half of it (camera corpus: run() -0.13 to -0.25 s, see
     docs/benchmarks.md, twenty-second round). A child started for a write that its caller
     waits for keeps the job's priority."""
 
