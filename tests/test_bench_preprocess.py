@@ -290,3 +290,29 @@ def test_one_tiny_run_prints_the_table_and_the_targets(tmp_path, capsys):
     assert os.path.exists(tmp_path / "decisions.json")
     assert os.listdir(tmp_path / "corpus_2_seed0")  # cached for the next run
     assert not os.path.exists(tmp_path / "job_out")  # job output removed after timing
+
+
+def test_target_twos_pairs_alternate_which_job_runs_first(monkeypatch, tmp_path):
+    """The many-class job and the 4-class job of each repetition run back to back, the 4-class
+    one first in odd repetitions: a fixed order would give one side the warmer caches."""
+    corpus = processes.Corpus(str(tmp_path), str(tmp_path / "labels.csv"),
+                              ((str(tmp_path / "a.jpg"), "a"),), 0)
+    many = dataclasses.replace(corpus, classes_file=str(tmp_path / "classes.txt"))
+    order = []
+
+    def time_job(timed, output_dir, *args):
+        order.append("many" if timed is many else "four")
+        return bench.JobRun(images=len(order), accepted=0, rejects={}, seconds=1.0,
+                            wall_seconds=1.0, peak_tree_rss=0, max_process_rss=0)
+
+    monkeypatch.setattr(bench, "_many_classes", lambda *args: many)
+    monkeypatch.setattr(bench, "time_job", time_job)
+    monkeypatch.setattr(bench, "time_decode_limit", lambda paths, threads: 1.0)
+    monkeypatch.setattr(bench, "time_naive_loop", lambda items, path, variance: (1.0, 1))
+    monkeypatch.setattr(bench.os, "remove", lambda path: None)
+    args = bench._parser().parse_args(["--repetitions", "4", "--classes", "30"])
+    job_runs, class_runs, *_ = bench._repetitions(args, corpus, str(tmp_path), 2, 1.0)
+    assert order == ["four", "many", "many", "four", "four", "many", "many", "four"]
+    runs = zip(job_runs + class_runs, ["four"] * 4 + ["many"] * 4)
+    kinds = {run.images: kind for run, kind in runs}
+    assert [kinds[number] for number in range(1, 9)] == order  # each run in its own list

@@ -195,20 +195,28 @@ def _many_classes(args, workdir: str, corpus: Corpus) -> Corpus | None:
 
 
 def _repetitions(args, corpus: Corpus, workdir: str, threads: int, min_variance: float):
-    """Per repetition: the job, then (target 2's pair, back to back with it) the job over many
-    classes, the decode limit and the naive loop."""
+    """Per repetition: the job and, back to back with it (target 2's pair), the job over many
+    classes, the first of the two alternating (the 4-class job first in odd repetitions: a
+    fixed order would give one side the warmer caches every time); then the decode limit and
+    the naive loop."""
     paths = [path for path, _ in corpus.items]
     many_classes = _many_classes(args, workdir, corpus)
     job_runs, class_runs, decode, naive, written = [], [], ([], []), ([], []), 0
+
+    def class_run(repetition: int):
+        return time_job(many_classes, os.path.join(workdir, "job_out_classes"), args.workers,
+                        args.config, args.overrides,
+                        os.path.join(workdir, f"job_classes_{repetition}.log"))
+
     for repetition in range(1, args.repetitions + 1):
+        many_first = many_classes is not None and repetition % 2 == 0
+        if many_first:
+            class_runs.append(class_run(repetition))
         job = time_job(corpus, os.path.join(workdir, "job_out"), args.workers, args.config,
                        args.overrides, os.path.join(workdir, f"job_{repetition}.log"))
         job_runs.append(job)
-        if many_classes is not None:
-            class_runs.append(time_job(
-                many_classes, os.path.join(workdir, "job_out_classes"), args.workers,
-                args.config, args.overrides,
-                os.path.join(workdir, f"job_classes_{repetition}.log")))
+        if many_classes is not None and not many_first:
+            class_runs.append(class_run(repetition))
         cpu = own_cpu_seconds()
         decode[0].append(len(paths) / time_decode_limit(paths, threads))
         decode[1].append(1000.0 * (own_cpu_seconds() - cpu) / len(paths))
