@@ -1,6 +1,8 @@
 """transforms/heap_policy.py: the decoders' forkserver keeps freed C heap for the next image."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import platform
 import subprocess
@@ -8,7 +10,7 @@ import sys
 
 import pytest
 
-from transforms import heap_policy
+from transforms import gc_policy, heap_policy
 from transforms.offline import isolation
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,13 +43,16 @@ def test_a_library_without_mallopt_is_left_as_it_is():
 
 
 def test_the_decoders_forkserver_takes_the_policy(monkeypatch):
-    """Checked by stand-in, so that the test process's own heap keeps glibc's defaults."""
+    """Checked by stand-ins, so that the test process's own heap keeps glibc's defaults and
+    nothing of it is left frozen."""
     taken = []
     monkeypatch.setattr(heap_policy, "retain_freed_memory", lambda: taken.append(True))
+    monkeypatch.setattr(gc_policy, "long_lived_imports", contextlib.nullcontext)
     monkeypatch.delitem(sys.modules, "transforms.offline.decoder_imports", raising=False)
+    frozen = gc.get_freeze_count()
     import transforms.offline.decoder_imports  # noqa: F401
     assert isolation.DECODER_PRELOAD == ("transforms.offline.decoder_imports",)
-    assert len(taken) == 1
+    assert len(taken) == 1 and gc.get_freeze_count() == frozen
 
 
 _CYCLES = """
