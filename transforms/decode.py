@@ -64,11 +64,20 @@ def _oriented(image: tf.Tensor, contents: tf.Tensor, orientation) -> tf.Tensor:
     return image
 
 
+def _decode_jpeg(contents: tf.Tensor, jpeg_ratio: int) -> tf.Tensor:
+    """uint8 [H, W, 3] of a JPEG at a DCT scale: `tf.io.decode_jpeg`'s op and defaults, but
+    `acceptable_fraction` given as the float the op wants: its default (int 1) sends every
+    eager call to TensorFlow's slow path (0.057 -> 0.031 ms a call on a thumbnail). The
+    attributes, and so the graph and the pixels, are the same."""
+    return tf.raw_ops.DecodeJpeg(contents=contents, channels=3, ratio=jpeg_ratio,
+                                 acceptable_fraction=1.0)
+
+
 def _decode_stored(contents: tf.Tensor, jpeg_ratio: int, is_jpeg: bool | None) -> tf.Tensor:
     """uint8 [H, W, 3] as stored (no orientation applied)."""
 
     def as_jpeg():
-        return tf.io.decode_jpeg(contents, channels=3, ratio=jpeg_ratio)
+        return _decode_jpeg(contents, jpeg_ratio)
 
     def as_other():
         # channels=0 then RGB: TF refuses channels=3 for WebP with alpha ("Number of channels
@@ -98,11 +107,7 @@ def decode_image_array(contents: bytes, jpeg_ratio: int = 1, is_jpeg: bool | Non
     # TensorFlow's eager fast path and pays for its slow one (~0.03 ms a call).
     contents = string_tensor(contents)
     if jpeg_ratio != 1 and is_jpeg:
-        # `tf.io.decode_jpeg`'s op with its own defaults, but `acceptable_fraction` a float:
-        # the op's default (int 1) sends every call to the eager slow path (0.057 -> 0.031 ms
-        # a call on a thumbnail; the attributes and so the pixels are the same).
-        image = tf.raw_ops.DecodeJpeg(contents=contents, channels=3, ratio=jpeg_ratio,
-                                      acceptable_fraction=1.0).numpy()
+        image = _decode_jpeg(contents, jpeg_ratio).numpy()
     else:
         # The op `tf.io.decode_image` runs for uint8, without its Python wrapper (~0.02 ms a
         # call, a fifth of a thumbnail's decode).
