@@ -256,6 +256,11 @@ class ChildPool:
         return child
 
     @property
+    def ready(self) -> bool:
+        """Whether a child has finished its `setup` (as of the last `poll` or `send_queued`)."""
+        return any(child.ready for child in self._children)
+
+    @property
     def in_flight(self) -> int:
         """Items queued or held by a child, not yet returned by `poll`."""
         return len(self._queue) + sum(len(child.held) for child in self._children)

@@ -25,8 +25,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import os
 import sys
 import threading
+import time
 from typing import Mapping, Sequence
 
 import apache_beam as beam
@@ -213,6 +215,8 @@ class AnalyzeAndWriteTransform(beam.PTransform):
 
 # Writing a transform is seconds of tracing and saving; a bound that only a stuck child meets.
 _WRITE_TIMEOUT_S = 3600.0
+_READY_POLL_S = 0.01  # how often `_first_ready` looks at the writing children
+_SHARE_WINDOW_S = 0.2  # over how long `_first_ready` measures the share of a core they get
 
 
 # Writing children being started ahead of the step that uses one (`writer_started_ahead`).
@@ -255,7 +259,7 @@ def start_transform_write(output_dir: str, class_table: Sequence[str], totals: T
         from transforms.offline.tft_graph import write_analyzed_transform
         return ("written", write_analyzed_transform(*arguments))
     ahead = _AHEAD.pop() if _AHEAD else None
-    pool = ahead.take() if ahead is not None else _writer_pool()
+    pool = _first_ready(ahead.take(), ahead.warm_up) if ahead is not None else _writer_pool()
     try:
         pool.put(0, arguments)
         pool.send_queued()
@@ -267,6 +271,51 @@ def start_transform_write(output_dir: str, class_table: Sequence[str], totals: T
     key = next(_PENDING_KEYS)
     _PENDING[key] = (output_dir, pool, ahead)
     return ("pending", key)
+
+
+def _first_ready(ahead_pool, warm_up: tuple | None):
+    """The pool of the child started ahead, once set up; or, if it gets less than half a core
+    meanwhile, the first set up of it and a child started then at the job's priority (the
+    other is closed). The child started ahead sets itself up at a lower priority: on an idle
+    machine it runs at full speed once the decoders are done, and is waited for; on a machine
+    busy with other work it gets a tenth of a core, and the job would wait for it (the camera
+    job beside two busy processes: docs/benchmarks.md, twenty-fourth round)."""
+    pools = [ahead_pool]
+    try:
+        ahead_pool.poll(wait=False)
+        since, (pid,) = time.monotonic(), ahead_pool.pids()
+        used = _cpu_seconds(pid)
+        while not any(pool.ready for pool in pools):
+            time.sleep(_READY_POLL_S)
+            for pool in pools:
+                pool.poll(wait=False)
+            elapsed = time.monotonic() - since
+            if len(pools) == 1 and elapsed >= _SHARE_WINDOW_S:
+                now = _cpu_seconds(pid)  # None: not Linux, or a replaced child (waited for)
+                if None not in (used, now) and now - used < elapsed / 2:
+                    pools.append(_writer_pool(warm_up))
+                since, (pid,) = time.monotonic(), ahead_pool.pids()
+                used = _cpu_seconds(pid)
+    except BaseException:
+        for pool in pools:
+            pool.close()
+        raise
+    winner = next(pool for pool in pools if pool.ready)
+    for pool in pools:
+        if pool is not winner:
+            pool.close()
+    return winner
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process `pid` so far (Linux `/proc`; None elsewhere, or
+    once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def finish_transform_write(token: tuple) -> dict:
@@ -317,7 +366,7 @@ class _WriterAhead:
     thread that started it."""
 
     def __init__(self, warm_up: tuple | None = None):
-        self._warm_up = warm_up
+        self.warm_up = warm_up  # what its child traces in its set-up (`_first_ready`)
         self._lock = threading.Lock()
         self._pool = None
         self._error: BaseException | None = None
@@ -328,7 +377,7 @@ class _WriterAhead:
 
     def _start(self) -> None:
         try:
-            pool = _writer_pool(self._warm_up, background=True)
+            pool = _writer_pool(self.warm_up, background=True)
         except BaseException as exc:  # noqa: BLE001 - raised again by take()
             self._error = exc
             return

@@ -10,6 +10,7 @@ import (docs/benchmarks.md, nineteenth round), CPU that the job's decoders share
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["TransformWriter", "BACKGROUND_NICE"]
 
@@ -23,18 +24,23 @@ class TransformWriter:
     and TFT are imported in `setup`, beside the forkserver's TensorFlow; given the job's
     `(image_size, exif_orientation)`, `setup` also traces what every write traces.
 
-    `background`: the child is started ahead of the write, beside the job's decoding, so it
-    lowers its own priority first (`BACKGROUND_NICE`): its ~0.9 s of imports and tracing take
-    what the decoders leave rather than half of it (camera corpus: run() -0.13 to -0.25 s, see
-    docs/benchmarks.md, twenty-second round). A child started for a write that its caller
-    waits for keeps the job's priority."""
+    `background`: the child is started ahead of the write, beside the job's decoding, so its
+    main thread lowers its priority first (`BACKGROUND_NICE`): its ~0.9 s of imports and
+    tracing take what the decoders leave rather than half of it (camera corpus: run() -0.13 to
+    -0.25 s, docs/benchmarks.md, twenty-second round). The write, which the job waits for,
+    runs on a thread started before that, at the job's priority (on Linux a nice value is a
+    thread's): on a machine busy with other work a lowered process gets a tenth of a core.
+    A child started for a write that its caller waits for keeps the job's priority."""
 
     def __init__(self, warm_up: tuple | None = None, background: bool = False):
         self._warm_up = warm_up
         self._background = background
+        self._writer = None  # a background child's writing thread (`setup`)
 
     def setup(self) -> None:
         if self._background and hasattr(os, "nice"):
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="pixelmill-transform-write")
+            self._writer.submit(int).result()  # its thread exists now, before the nice below
             os.nice(BACKGROUND_NICE)
         from transforms.offline import tft_graph
         if self._warm_up is not None:
@@ -42,4 +48,6 @@ class TransformWriter:
 
     def run(self, arguments: tuple) -> dict:
         from transforms.offline.tft_graph import write_analyzed_transform
-        return write_analyzed_transform(*arguments)
+        if self._writer is None:
+            return write_analyzed_transform(*arguments)
+        return self._writer.submit(write_analyzed_transform, *arguments).result()
