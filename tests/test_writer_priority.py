@@ -37,8 +37,11 @@ def _nice_values(pid: int) -> dict[int, int]:
     """{thread id: nice value} of every thread of process `pid` (Linux /proc)."""
     values = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/stat") as handle:
-            values[int(tid)] = int(handle.read().rsplit(")", 1)[1].split()[16])
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as handle:
+                values[int(tid)] = int(handle.read().rsplit(")", 1)[1].split()[16])
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
     return values
 
 
