@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from transforms.offline import isolation, tft_graph
 from transforms.offline import tft_analysis as ta
-from transforms.offline import tft_graph
 from transforms.offline.tft_child import BACKGROUND_NICE, TransformWriter
 
 
@@ -99,7 +99,7 @@ def race(monkeypatch):
     monkeypatch.setattr(ta, "_READY_POLL_S", 0.002)
     monkeypatch.setattr(ta, "_SHARE_WINDOW_S", 0.004)
     monkeypatch.setattr(ta, "_writer_pool", start)
-    monkeypatch.setattr(ta, "_cpu_seconds", lambda pid: state.cpu[pid]())
+    monkeypatch.setattr(isolation, "process_cpu_seconds", lambda pid: state.cpu[pid]())
     return state
 
 
@@ -149,7 +149,7 @@ def test_a_failing_wait_closes_both_children(race):
     assert ahead.closed and race.fresh.closed
 
 
-def test_cpu_seconds_reads_a_live_process_and_none_for_one_that_is_gone():
+def test_process_cpu_seconds_reads_a_live_process_and_none_for_one_that_is_gone():
     if sys.platform.startswith("linux"):
-        assert ta._cpu_seconds(os.getpid()) > 0.0
-    assert ta._cpu_seconds(2**22 + 12345) is None  # above Linux's pid limit: no such process
+        assert isolation.process_cpu_seconds(os.getpid()) > 0.0
+    assert isolation.process_cpu_seconds(2**22 + 12345) is None  # above Linux's pid limit: no such process

@@ -127,12 +127,6 @@ class InspectCost:
     isolated_ms: float      # through one isolating child: this process plus the child
 
 
-def _process_cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-        fields = handle.read().rsplit(")", 1)[-1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-
-
 def _records(paths):
     from transforms.offline.image_record import ImageRecord
     return [ImageRecord(uri=path, path=os.path.basename(path), file_bytes=os.path.getsize(path))
@@ -152,9 +146,10 @@ def _isolated_ms(inspector, records, timeout_s: float) -> float:
                 pool.poll(wait=True)
 
         run_all(records[:10])  # warm-up: the child's TensorFlow and first decodes
-        child_before, own_before = _process_cpu_seconds(pool.pids()[0]), own_cpu_seconds()
+        child_before = isolation.process_cpu_seconds(pool.pids()[0])
+        own_before = own_cpu_seconds()
         run_all(records)
-        child = _process_cpu_seconds(pool.pids()[0]) - child_before
+        child = isolation.process_cpu_seconds(pool.pids()[0]) - child_before
         return 1000.0 * (child + own_cpu_seconds() - own_before) / len(records)
     finally:
         pool.close()

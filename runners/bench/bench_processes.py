@@ -192,13 +192,9 @@ def tree_pss_bytes(root_pid: int) -> int:
 
 
 def _cpu_of(pid: int) -> float:
-    """User + system seconds of `pid` itself (not of its children)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
-            fields = handle.read().rsplit(")", 1)[-1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
+    """User + system seconds of `pid` itself (not of its children); 0.0 once it is gone."""
+    from transforms.offline.isolation import process_cpu_seconds
+    return process_cpu_seconds(pid) or 0.0
 
 
 class _PeakSampler(threading.Thread):

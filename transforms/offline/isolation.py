@@ -33,7 +33,7 @@ import threading
 import time
 
 __all__ = ["ChildPool", "Failure", "main_script_hidden", "start_forkserver", "QUEUED_PER_CHILD",
-           "DECODER_PRELOAD"]
+           "DECODER_PRELOAD", "process_cpu_seconds"]
 
 # What the forkserver of the decoding children imports once for all of them: TensorFlow and the
 # inspection, no Beam (`decoder_imports`). Named here, not in the inspection's modules (which
@@ -144,6 +144,17 @@ def _send_all(connection, outbox) -> None:
             connection.send(message)
         except OSError:
             return
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds process `pid` has used so far, its children not counted
+    (Linux `/proc`; None elsewhere, or once it is gone): how much of a core a child gets."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @contextlib.contextmanager

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
-import os
 import sys
 import threading
 import time
@@ -280,22 +279,23 @@ def _first_ready(ahead_pool, warm_up: tuple | None):
     machine it runs at full speed once the decoders are done, and is waited for; on a machine
     busy with other work it gets a tenth of a core, and the job would wait for it (the camera
     job beside two busy processes: docs/benchmarks.md, twenty-fourth round)."""
+    from transforms.offline.isolation import process_cpu_seconds
     pools = [ahead_pool]
     try:
         ahead_pool.poll(wait=False)
         since, (pid,) = time.monotonic(), ahead_pool.pids()
-        used = _cpu_seconds(pid)
+        used = process_cpu_seconds(pid)
         while not any(pool.ready for pool in pools):
             time.sleep(_READY_POLL_S)
             for pool in pools:
                 pool.poll(wait=False)
             elapsed = time.monotonic() - since
             if len(pools) == 1 and elapsed >= _SHARE_WINDOW_S:
-                now = _cpu_seconds(pid)  # None: not Linux, or a replaced child (waited for)
+                now = process_cpu_seconds(pid)  # None: not Linux, or a replaced child
                 if None not in (used, now) and now - used < elapsed / 2:
                     pools.append(_writer_pool(warm_up))
                 since, (pid,) = time.monotonic(), ahead_pool.pids()
-                used = _cpu_seconds(pid)
+                used = process_cpu_seconds(pid)
     except BaseException:
         for pool in pools:
             pool.close()
@@ -305,17 +305,6 @@ def _first_ready(ahead_pool, warm_up: tuple | None):
         if pool is not winner:
             pool.close()
     return winner
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process `pid` so far (Linux `/proc`; None elsewhere, or
-    once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def finish_transform_write(token: tuple) -> dict:
