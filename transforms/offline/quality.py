@@ -1,12 +1,13 @@
-"""Quality metrics, the quality verdict and the perceptual hash of one decoded image (numpy only).
+"""Quality metrics, the quality verdict and the perceptual hash of one decoded image (numpy).
 
 The offline job decodes an image (DCT-scaled for JPEG) and calls `analyse`: one pass that makes
 the `small_copy` and its luma once and gives `measure` (the numbers stored as
 `quality/<metric>`), `perceptual_hash` (near-duplicate detection, bucketed by `hash_bands`) and
 `channel_moments` (the dataset's normalization statistics); `judge` gives the reject rule, if
-any. One pass costs about half of separate calls (docs/benchmarks.md): the resize is three
-whole-row multiply-adds per axis (`area_resize`), and the percentiles come from the level
-histogram instead of partitioning every pixel.
+any. One pass costs about half of separate calls (docs/benchmarks.md): the resize is one
+compiled pass where it is built (`area_resize.rounded_resize`; else three whole-row
+multiply-adds per axis), and the percentiles come from the level histogram instead of
+partitioning every pixel.
 
 Everything here is deterministic across platforms: the downscale and the luma are computed in
 exact integer arithmetic, metrics are rounded to 4 decimals, and DCT coefficients are rounded to
@@ -70,14 +71,8 @@ def small_copy(image: np.ndarray, analysis_size: int) -> np.ndarray:
     height, width = image.shape[:2]
     if max(height, width) <= analysis_size:
         return image
-    sums, divisor = area_resize.area_sums(image, *area_resize.fitted_size(height, width,
-                                                                          analysis_size))
-    if 511 * divisor >= 2**31:      # 2 * sums + divisor must not overflow
-        sums = sums.astype(np.int64)
-    sums *= 2                       # round half up: (2 * sums + divisor) // (2 * divisor)
-    sums += divisor
-    sums //= 2 * divisor
-    return sums.astype(np.uint8)
+    return area_resize.rounded_resize(image, *area_resize.fitted_size(height, width,
+                                                                      analysis_size))
 
 
 def measure(image: np.ndarray) -> dict[str, float]:
