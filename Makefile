@@ -10,7 +10,7 @@ WORKDIR ?= demo_out
 
 .PHONY: demo test test-quick lint bench venv clean
 
-$(BIN)/.installed: setup.py transforms/offline/_area_kernel.c
+$(BIN)/.installed: setup.py transforms/offline/_analysis_kernel.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'

@@ -13,11 +13,12 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["pipelines", "transforms", "transforms.*",
                                                 "runners", "runners.*", "configs"]),
     package_data={"configs": ["*.yaml"]},
-    # The analysis copy's exact area resize, compiled (transforms/offline/area_resize.py): the
-    # same integers as its numpy form, ~3x less CPU. Optional: where it cannot be built (no C
-    # compiler) the numpy form runs, with the same outputs.
-    ext_modules=[setuptools.Extension("transforms.offline._area_kernel",
-                                      ["transforms/offline/_area_kernel.c"],
+    # The quality analysis's exact integer passes, compiled (transforms/offline/
+    # _analysis_kernel.c): the analysis copy's resize and its luma, levels and channel sums, the
+    # same integers as their numpy forms with less CPU. Optional: where it cannot be built (no C
+    # compiler) the numpy forms run, with the same outputs.
+    ext_modules=[setuptools.Extension("transforms.offline._analysis_kernel",
+                                      ["transforms/offline/_analysis_kernel.c"],
                                       extra_compile_args=["-O3"], optional=True)],
     install_requires=[
         "tensorflow==2.21.0",

@@ -1,7 +1,9 @@
-"""The compiled resize of the analysis copy (transforms/offline/_area_kernel.c, through
-`area_resize.rounded_resize`): built by `make test`'s install, and the same integers as the numpy
-form (`rounded_resize_numpy`) on every shape kind it meets, so the quality metrics, the hashes
-and the shards cannot move with it; the numpy form runs where it is not built."""
+"""The compiled passes of the quality analysis (transforms/offline/_analysis_kernel.c): the
+analysis copy's resize (`area_resize.rounded_resize`) and its luma, levels and channel sums
+(`quality._luma_pass`). Built by `make test`'s install, and the same integers as their numpy
+forms (`rounded_resize_numpy`, `_luma_pass_numpy`) on every shape kind they meet, so the
+quality metrics, the hashes and the shards cannot move with them; the numpy forms run where the
+kernel is not built."""
 from __future__ import annotations
 
 import shutil
@@ -25,7 +27,7 @@ def test_the_kernel_is_built_by_the_install():
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}): the numpy form runs")
-    assert area_resize._area_kernel is not None
+    assert area_resize._analysis_kernel is not None
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -81,7 +83,7 @@ def test_the_float_rounding_is_the_integer_division(divisor):
 
 
 def test_wrong_buffers_are_refused():
-    kernel = area_resize._area_kernel
+    kernel = area_resize._analysis_kernel
     image = np.zeros((10, 10, 3), np.uint8)
     with pytest.raises(ValueError, match="buffer sizes"):
         kernel.resize_uint8(image, np.empty((4, 4, 3), np.uint8), 10, 10, 3, 5, 5)
@@ -94,6 +96,36 @@ def test_wrong_buffers_are_refused():
 def test_without_the_kernel_the_numpy_form_gives_the_same_copy(monkeypatch):
     image = _image(np.random.default_rng(3), 677, 657)
     compiled = quality.small_copy(image, 256)
-    monkeypatch.setattr(area_resize, "_area_kernel", None)
+    monkeypatch.setattr(area_resize, "_analysis_kernel", None)
     np.testing.assert_array_equal(quality.small_copy(image, 256), compiled)
     assert compiled.shape == (256, 248, 3) and compiled.flags.writeable
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (96, 112), (256, 248), (700, 1024)])
+def test_the_luma_pass_gives_the_numpys_integers(shape):
+    rng = np.random.default_rng(shape[0] * 7 + shape[1])
+    for fill in (None, 0, 255):
+        image = _image(rng, *shape, fill=fill)
+        compiled, reference = quality._luma_pass(image), quality._luma_pass_numpy(image)
+        for got, expected in zip(compiled, reference):
+            np.testing.assert_array_equal(got, expected)
+        assert compiled[3:] == reference[3:]  # the sums: Python integers, equal
+
+
+def test_the_luma_pass_refuses_wrong_buffers():
+    kernel = area_resize._analysis_kernel
+    image = np.zeros((4, 5, 3), np.uint8)
+    luma, levels, counts = np.empty(20, np.int32), np.empty(20, np.uint8), np.empty(256, np.int64)
+    with pytest.raises(ValueError, match="do not match"):
+        kernel.luma_pass(image, luma[:19], levels, counts)
+    with pytest.raises(ValueError, match="do not match"):
+        kernel.luma_pass(image, luma, levels, counts[:255])
+
+
+def test_without_the_kernel_the_analysis_is_the_same(monkeypatch):
+    rng = np.random.default_rng(11)
+    image = _image(rng, 480, 640)
+    image[:240] //= 4  # some structure: a dark half
+    compiled = quality.analyse(image, 256, center=True)
+    monkeypatch.setattr(area_resize, "_analysis_kernel", None)
+    assert quality.analyse(image, 256, center=True) == compiled
