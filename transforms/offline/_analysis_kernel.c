@@ -76,8 +76,9 @@ static void resize(const uint8_t *source, uint8_t *target, Py_ssize_t width, Py_
     const double bias = (double)divisor / 2 + 0.25, reciprocal = 1.0 / (double)divisor;
     const int taps = columns->taps;
     const Py_ssize_t out_length = out_width * channels;
-    /* below 2**21 pixels a sum fits a signed 32-bit integer */
-    const int small = divisor < ((uint64_t)1 << 21);
+    /* RGB shrunk at most 2x (three taps a cell), below 2**21 pixels: a sum fits a signed
+       32-bit integer. The common case (a photo decoded at the DCT scale); the rest: 64 bits. */
+    const int rgb_halving = channels == 3 && taps == 3 && divisor < ((uint64_t)1 << 21);
     for (Py_ssize_t i = 0; i < out_height; i++) {
         /* the row of column sums: each weighted input row added in one vectorized loop */
         const uint32_t *row_weights = rows->weight + i * rows->taps;
@@ -94,27 +95,14 @@ static void resize(const uint8_t *source, uint8_t *target, Py_ssize_t width, Py_
         /* each output pixel: `taps` weighted column sums (row_sums is padded with zeros past
            the last column, where a short cell's unused taps, weighted 0, read) */
         uint8_t *out = target + i * out_width * channels;
-        if (small) {
-            if (channels == 3 && taps == 3) {  /* RGB shrunk at most 2x: the common case */
-                for (Py_ssize_t o = 0; o < out_width; o++) {
-                    const uint32_t *w = columns->weight + o * 3;
-                    const uint32_t *sums = row_sums + columns->first[o] * 3;
-                    uint32_t *total = totals + o * 3;
-                    total[0] = w[0] * sums[0] + w[1] * sums[3] + w[2] * sums[6];
-                    total[1] = w[0] * sums[1] + w[1] * sums[4] + w[2] * sums[7];
-                    total[2] = w[0] * sums[2] + w[1] * sums[5] + w[2] * sums[8];
-                }
-            } else {
-                for (Py_ssize_t o = 0; o < out_width; o++) {
-                    const uint32_t *column_weights = columns->weight + o * taps;
-                    const uint32_t *sums = row_sums + columns->first[o] * channels;
-                    for (Py_ssize_t c = 0; c < channels; c++) {
-                        uint32_t total = 0;
-                        for (int k = 0; k < taps; k++)
-                            total += column_weights[k] * sums[k * channels + c];
-                        totals[o * channels + c] = total;
-                    }
-                }
+        if (rgb_halving) {  /* written out, and rounded in a loop the compiler vectorizes */
+            for (Py_ssize_t o = 0; o < out_width; o++) {
+                const uint32_t *w = columns->weight + o * 3;
+                const uint32_t *sums = row_sums + columns->first[o] * 3;
+                uint32_t *total = totals + o * 3;
+                total[0] = w[0] * sums[0] + w[1] * sums[3] + w[2] * sums[6];
+                total[1] = w[0] * sums[1] + w[1] * sums[4] + w[2] * sums[7];
+                total[2] = w[0] * sums[2] + w[1] * sums[5] + w[2] * sums[8];
             }
             for (Py_ssize_t x = 0; x < out_length; x++)
                 out[x] = (uint8_t)(int32_t)(((double)(int32_t)totals[x] + bias) * reciprocal);
