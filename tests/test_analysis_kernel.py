@@ -12,7 +12,7 @@ import sysconfig
 import numpy as np
 import pytest
 
-from transforms.offline import area_resize, quality
+from transforms.offline import analysis_kernel, area_resize, quality
 
 
 def _image(rng, height: int, width: int, channels: int = 3, fill=None) -> np.ndarray:
@@ -27,7 +27,7 @@ def test_the_kernel_is_built_by_the_install():
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}): the numpy form runs")
-    assert area_resize._analysis_kernel is not None
+    assert analysis_kernel.compiled is not None
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -83,7 +83,7 @@ def test_the_float_rounding_is_the_integer_division(divisor):
 
 
 def test_wrong_buffers_are_refused():
-    kernel = area_resize._analysis_kernel
+    kernel = analysis_kernel.compiled
     image = np.zeros((10, 10, 3), np.uint8)
     with pytest.raises(ValueError, match="buffer sizes"):
         kernel.resize_uint8(image, np.empty((4, 4, 3), np.uint8), 10, 10, 3, 5, 5)
@@ -96,7 +96,7 @@ def test_wrong_buffers_are_refused():
 def test_without_the_kernel_the_numpy_form_gives_the_same_copy(monkeypatch):
     image = _image(np.random.default_rng(3), 677, 657)
     compiled = quality.small_copy(image, 256)
-    monkeypatch.setattr(area_resize, "_analysis_kernel", None)
+    monkeypatch.setattr(analysis_kernel, "compiled", None)
     np.testing.assert_array_equal(quality.small_copy(image, 256), compiled)
     assert compiled.shape == (256, 248, 3) and compiled.flags.writeable
 
@@ -113,7 +113,7 @@ def test_the_luma_pass_gives_the_numpys_integers(shape):
 
 
 def test_the_luma_pass_refuses_wrong_buffers():
-    kernel = area_resize._analysis_kernel
+    kernel = analysis_kernel.compiled
     image = np.zeros((4, 5, 3), np.uint8)
     luma, levels, counts = np.empty(20, np.int32), np.empty(20, np.uint8), np.empty(256, np.int64)
     with pytest.raises(ValueError, match="do not match"):
@@ -127,5 +127,5 @@ def test_without_the_kernel_the_analysis_is_the_same(monkeypatch):
     image = _image(rng, 480, 640)
     image[:240] //= 4  # some structure: a dark half
     compiled = quality.analyse(image, 256, center=True)
-    monkeypatch.setattr(area_resize, "_analysis_kernel", None)
+    monkeypatch.setattr(analysis_kernel, "compiled", None)
     assert quality.analyse(image, 256, center=True) == compiled

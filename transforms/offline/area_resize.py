@@ -11,9 +11,9 @@ gather and one multiply-add per tap over whole rows, which numpy runs as long co
 for the analysis copy (a JPEG decoded at the DCT scale, at most twice the target) that is three
 taps per axis, faster than block sums gathered cell by cell (docs/benchmarks.md).
 
-`rounded_resize` (the analysis copy) runs compiled where setup.py could build
-`_analysis_kernel.c`: the same sums in one pass, ~3x less CPU than the ~10 numpy passes of `rounded_resize_numpy`,
-which stays the reference and the fallback (tests compare the two).
+`rounded_resize` (the analysis copy) runs compiled where setup.py could build it
+(`analysis_kernel`): the same sums in one pass, ~3x less CPU than the ~10 numpy passes of
+`rounded_resize_numpy`, which stays the reference and the fallback (tests compare the two).
 """
 from __future__ import annotations
 
@@ -21,10 +21,7 @@ import functools
 
 import numpy as np
 
-try:  # built by setup.py where a C compiler is present (optional there)
-    from transforms.offline import _analysis_kernel
-except ImportError:  # not built: the numpy form, the same integers
-    _analysis_kernel = None
+from transforms.offline import analysis_kernel
 
 __all__ = ["area_taps", "area_matrix", "reduce_rows", "reduce_columns", "area_sums", "fitted_size",
            "rounded_resize", "rounded_resize_numpy"]
@@ -117,13 +114,14 @@ def fitted_size(height: int, width: int, longest: int) -> tuple[int, int]:
 
 def rounded_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
     """uint8 [H, W, C] -> uint8 [height, width, C]: the area average rounded half up (what
-    `rounded_resize_numpy` gives), compiled when `_analysis_kernel` is built."""
-    if _analysis_kernel is not None:
+    `rounded_resize_numpy` gives), compiled where `analysis_kernel` is built."""
+    kernel = analysis_kernel.compiled
+    if kernel is not None:
         in_height, in_width, channels = image.shape
         resized = np.empty((height, width, channels), np.uint8)
         try:
-            _analysis_kernel.resize_uint8(np.ascontiguousarray(image), resized, in_height,
-                                          in_width, channels, height, width)
+            kernel.resize_uint8(np.ascontiguousarray(image), resized, in_height, in_width,
+                                channels, height, width)
             return resized
         except OverflowError:  # too large for its 32-bit row sums: never an analysis input
             pass

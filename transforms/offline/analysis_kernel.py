@@ -1,0 +1,12 @@
+"""The quality analysis's compiled passes (`_analysis_kernel.c`: the analysis copy's resize, its
+luma, levels and channel sums), or None where setup.py could not build them (no C compiler, or
+no Python headers). Callers read `compiled` when they run, and run their numpy form when it is
+None: the same integers, ~1 ms more CPU per photo (docs/architecture.md)."""
+from __future__ import annotations
+
+__all__ = ["compiled"]
+
+try:
+    from transforms.offline import _analysis_kernel as compiled
+except ImportError:
+    compiled = None
