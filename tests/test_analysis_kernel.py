@@ -61,6 +61,13 @@ def test_the_kernels_branches_give_the_numpys_integers(shape, size):
                                       area_resize.rounded_resize_numpy(image, *size))
 
 
+def test_a_grey_image_without_a_channel_axis_is_resized_as_numpy_does():
+    image = _image(np.random.default_rng(5), 300, 200)[..., 0]
+    resized = area_resize.rounded_resize(image, 150, 101)
+    assert resized.shape == (150, 101)
+    np.testing.assert_array_equal(resized, area_resize.rounded_resize_numpy(image, 150, 101))
+
+
 def test_a_view_is_resized_as_its_values():
     """A strided view (a crop, a channel-reversed image) is copied to C order first."""
     rng = np.random.default_rng(7)

@@ -113,15 +113,16 @@ def fitted_size(height: int, width: int, longest: int) -> tuple[int, int]:
 
 
 def rounded_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """uint8 [H, W, C] -> uint8 [height, width, C]: the area average rounded half up (what
-    `rounded_resize_numpy` gives), compiled where `analysis_kernel` is built."""
+    """uint8 [H, W, ...] -> uint8 [height, width, ...]: the area average rounded half up (what
+    `rounded_resize_numpy` gives), compiled where `analysis_kernel` is built (the trailing
+    axes are its channels)."""
     kernel = analysis_kernel.compiled
-    if kernel is not None:
-        in_height, in_width, channels = image.shape
-        resized = np.empty((height, width, channels), np.uint8)
+    if kernel is not None and image.dtype == np.uint8 and image.ndim >= 2:
+        in_height, in_width = image.shape[:2]
+        resized = np.empty((height, width) + image.shape[2:], np.uint8)
         try:
             kernel.resize_uint8(np.ascontiguousarray(image), resized, in_height, in_width,
-                                channels, height, width)
+                                int(np.prod(image.shape[2:], dtype=np.int64)), height, width)
             return resized
         except OverflowError:  # too large for its 32-bit row sums: never an analysis input
             pass
