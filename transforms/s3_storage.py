@@ -30,6 +30,8 @@ __all__ = ["S3Error", "S3Storage", "S3_FILES", "is_s3", "split_url", "set_option
 _SETTINGS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token", "s3_endpoint_url",
              "s3_region_name", "s3_api_version", "s3_verify", "s3_disable_ssl")
 _options: tuple = ()
+# (PipelineOptions, its settings): the last options `_beam_settings` read, and what it read
+_read_from: tuple = (None, ())
 
 
 class S3Error(RuntimeError):
@@ -56,8 +58,9 @@ def _settings(options: dict | None) -> tuple:
 def set_options(options: dict | None) -> None:
     """The S3 settings (Beam's `s3_*` names) every later `client()` in this process uses;
     clients made before (and the credentials they found) are dropped."""
-    global _options
+    global _options, _read_from
     _options = _settings(options)
+    _read_from = (None, ())
     _client.cache_clear()
     _beam_io.cache_clear()
 
@@ -71,12 +74,19 @@ def client():
 def _beam_settings() -> tuple:
     """The settings Beam's FileSystems use in this process (a Pipeline's, a worker's runtime
     options, or a decoding child's from its parent: `transforms.beam_filesystems`);
-    `set_options`' when Beam has none."""
+    `set_options`' when Beam has none. A PipelineOptions is read once: `get_all_options`
+    builds Beam's whole argument parser (~3.5 ms of CPU, and two warnings in the log about the
+    job's own flags), and this runs for every object read, written, listed or checked."""
+    global _read_from
     from transforms.beam_filesystems import filesystem_options
     options = filesystem_options()
     if options is None:
         return _options
-    return _settings(options if isinstance(options, dict) else options.get_all_options())
+    if isinstance(options, dict):
+        return _settings(options)
+    if _read_from[0] is not options:
+        _read_from = (options, _settings(options.get_all_options()))
+    return _read_from[1]
 
 
 def _beam_client():
