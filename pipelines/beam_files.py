@@ -10,7 +10,7 @@ import secrets
 
 from apache_beam.io.filesystems import FileSystems
 
-from transforms import file_reads, s3_storage
+from transforms import file_changes, file_reads, s3_storage
 from transforms.file_reads import read_bytes
 from transforms.s3_storage import create_file
 
@@ -34,7 +34,7 @@ class BeamStorage:
         return read_bytes(path).decode("utf-8")
 
     def mtime(self, path: str) -> float:
-        return FileSystems.last_updated(path)
+        return file_reads.last_updated(path)
 
 
 BEAM_FILES = BeamStorage()
@@ -68,7 +68,7 @@ def remove_tree(path: str) -> None:
     """Deletes a folder and everything under it (on object stores: every object under it)."""
     matched = file_reads.match(FileSystems.join(path, "**"))
     if matched:
-        FileSystems.delete([m.path for m in matched])
+        file_changes.delete([m.path for m in matched])
     if "://" not in path:
         import shutil
         shutil.rmtree(path, ignore_errors=True)

@@ -41,7 +41,7 @@ from pipelines.staged_run import (
     read_staged,
     read_transform_summary,
 )
-from transforms import file_reads
+from transforms import file_changes, file_reads
 from transforms import snapshot_layout as layout
 from transforms.file_reads import read_bytes
 from transforms.offline import classes, file_kinds, quality_rules
@@ -176,7 +176,7 @@ def _move(sources: list[str], destinations: list[str]) -> None:
         if "://" not in parent and not FileSystems.exists(parent):
             FileSystems.mkdirs(parent)
     if sources:
-        FileSystems.rename(sources, destinations)
+        file_changes.rename(sources, destinations)
 
 
 def _checked_accounting(staged) -> dict:

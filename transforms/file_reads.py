@@ -1,5 +1,6 @@
-"""A file's bytes (or its first bytes), a reading stream, whether it exists, and the files a
-glob matches, for the reads the job makes per file and the small files around it.
+"""A file's bytes (or its first bytes), a reading stream, whether it exists, when it last
+changed, and the files a glob matches, for the reads the job makes per file and the small
+files around it.
 
 Beam's S3 file system builds a new boto3 session and client for every open, exists and list:
 botocore parses its JSON service models again each time, ~110 ms of CPU per call (measured
@@ -19,7 +20,7 @@ from transforms import s3_storage
 from transforms.beam_filesystems import beam_filesystems
 from transforms.local_paths import is_local
 
-__all__ = ["read_bytes", "open_file", "exists", "match"]
+__all__ = ["read_bytes", "open_file", "exists", "match", "last_updated"]
 
 
 def read_bytes(path: str, limit: int | None = None) -> bytes:
@@ -52,3 +53,10 @@ def match(pattern: str) -> list:
     if s3_storage.is_s3(pattern):
         return s3_storage.match_objects(pattern)
     return beam_filesystems().match([pattern])[0].metadata_list
+
+
+def last_updated(path: str) -> float:
+    """`FileSystems.last_updated(path)`: seconds since the epoch."""
+    if s3_storage.is_s3(path):
+        return s3_storage.object_updated(path)
+    return beam_filesystems().last_updated(path)

@@ -25,7 +25,8 @@ from transforms.local_paths import is_local
 
 __all__ = ["S3Error", "S3Storage", "S3_FILES", "is_s3", "split_url", "set_options", "client",
            "describe_error", "check_bucket", "create_file", "read_object", "open_object",
-           "object_exists", "match_objects"]
+           "object_exists", "match_objects", "object_updated", "rename_objects",
+           "delete_objects"]
 
 _SETTINGS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token", "s3_endpoint_url",
              "s3_region_name", "s3_api_version", "s3_verify", "s3_disable_ssl")
@@ -97,9 +98,10 @@ def _beam_client():
 
 @functools.lru_cache(maxsize=4)
 def _beam_io(options: tuple):
-    """Beam's own S3IO (its multipart uploader and its listing) over one Beam S3 client per
-    settings, shared between threads: uploads and listings keep no state in that client. Never
-    for reads (a Beam client keeps one download's position): those use `_beam_client()`."""
+    """Beam's own S3IO (its multipart uploader, listing, copy-then-delete rename, deletes and
+    HEADs) over one Beam S3 client per settings, shared between threads: none of those keeps
+    state in that client. Never for reads (a Beam client keeps one download's position):
+    those use `_beam_client()`."""
     from apache_beam.io.aws import s3io
     from apache_beam.io.aws.clients.s3 import boto3_client
     return s3io.S3IO(client=boto3_client.Client(options=dict(options)))
@@ -253,6 +255,40 @@ def match_objects(pattern: str) -> list:
     return [FileMetadata(path, size, updated) for path, (size, updated)
             in _beam_io(_beam_settings()).list_files(prefix, with_metadata=True)
             if matcher(path)]
+
+
+def object_updated(url: str) -> float:
+    """`FileSystems.last_updated(url)` through the shared S3IO: the object's last-modified
+    time in seconds since the epoch, as Beam converts it."""
+    from apache_beam.io.filesystem import BeamIOError
+    try:
+        return _beam_io(_beam_settings()).last_updated(url)
+    except Exception as exc:  # Beam's S3FileSystem wraps every failure the same way
+        raise BeamIOError("last_updated operation failed", {url: exc}) from exc
+
+
+def rename_objects(sources: list, destinations: list) -> None:
+    """`FileSystems.rename(sources, destinations)` through the shared S3IO: Beam's copy then
+    delete per pair, and its BeamIOError naming each pair that failed."""
+    from apache_beam.io.filesystem import BeamIOError
+    if len(sources) != len(destinations):
+        raise BeamIOError("Unable to rename unequal number of sources and destinations")
+    results = _beam_io(_beam_settings()).rename_files(list(zip(sources, destinations)))
+    failed = {(source, destination): error for source, destination, error in results
+              if error is not None}
+    if failed:
+        raise BeamIOError("Rename operation failed", failed)
+
+
+def delete_objects(paths: list) -> None:
+    """`FileSystems.delete(paths)` through the shared S3IO: Beam's deletes (a path ending in
+    "/" deletes everything under it), and its BeamIOError naming each path that failed."""
+    from apache_beam.io.filesystem import BeamIOError
+    failed = {path: error for path, error
+              in _beam_io(_beam_settings()).delete_paths(list(paths)).items()
+              if error is not None}
+    if failed:
+        raise BeamIOError("Delete operation failed", failed)
 
 
 def create_file(path: str, compression_type: str = "auto"):

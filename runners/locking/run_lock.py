@@ -29,7 +29,7 @@ import uuid
 from apache_beam.io.filesystems import FileSystems
 
 from runners.errors import LockHeld
-from transforms import file_reads
+from transforms import file_changes, file_reads
 from transforms.s3_storage import create_file
 from transforms.snapshot_layout import LOCK, LOCK_BLOCKED
 
@@ -385,4 +385,4 @@ def clear_blocked(output_dir: str) -> None:
     """A run got the lock: the count of runs turned away starts again."""
     path = FileSystems.join(output_dir, BLOCKED_NAME)
     if file_reads.exists(path):
-        FileSystems.delete([path])
+        file_changes.delete([path])

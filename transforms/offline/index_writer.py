@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
+from transforms import file_reads
 from transforms.offline.gather import Gather
 from transforms.offline.outputs import (
     SampleAndCountFn,
@@ -121,7 +122,7 @@ def _join_parts(ranges, path: str, parts_dir: str, schema: pa.Schema) -> str:
     with create_file(path) as out, pq.ParquetWriter(
             pa.PythonFile(_Sink(out), mode="w"), schema, compression="none") as writer:
         for _index, part in sorted(ranges):
-            with FileSystems.open(part, compression_type="uncompressed") as handle:
+            with file_reads.open_file(part) as handle:
                 writer.write_table(pa.ipc.open_stream(pa.py_buffer(handle.read())).read_all())
     remove_parts(parts, parts_dir)
     return path

@@ -17,6 +17,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
+from transforms import file_changes, file_reads
 from transforms.offline.gather import Gather, combined
 from transforms.s3_storage import create_file
 
@@ -111,7 +112,7 @@ def _join_ranges(ranges, path: str, parts_dir: str) -> str:
         return path
     with create_file(path) as out:
         for _index, part in sorted(ranges):
-            with FileSystems.open(part, compression_type="uncompressed") as handle:
+            with file_reads.open_file(part) as handle:
                 while chunk := handle.read(_COPY_CHUNK):
                     out.write(chunk)
     remove_parts(parts, parts_dir)
@@ -121,8 +122,8 @@ def _join_ranges(ranges, path: str, parts_dir: str) -> str:
 def already_joined(parts: list, path: str, parts_dir: str) -> bool:
     """Whether a retried join finds `path` complete (some parts already removed); then it
     removes what is left of the parts."""
-    if parts and FileSystems.exists(path) and not all(FileSystems.exists(p) for p in parts):
-        remove_parts([p for p in parts if FileSystems.exists(p)], parts_dir)
+    if parts and file_reads.exists(path) and not all(file_reads.exists(p) for p in parts):
+        remove_parts([p for p in parts if file_reads.exists(p)], parts_dir)
         return True
     return False
 
@@ -130,9 +131,9 @@ def already_joined(parts: list, path: str, parts_dir: str) -> bool:
 def remove_parts(parts: list, parts_dir: str) -> None:
     """Deletes the written parts, then their folder when it is a local one (now empty)."""
     if parts:
-        FileSystems.delete(parts)
-    if FileSystems.exists(parts_dir):  # a local folder, now empty
-        FileSystems.delete([parts_dir])
+        file_changes.delete(parts)
+    if file_reads.exists(parts_dir):  # a local folder, now empty
+        file_changes.delete([parts_dir])
 
 
 class WriteRejectsLedger(beam.PTransform):
