@@ -10,7 +10,8 @@ import pytest
 
 from configs.schema import load_config
 from pipelines.training_input import make_dataset
-from runners.jobs import nightly
+from runners.errors import UsageError
+from runners.jobs import nightly, verify
 from tests.imageutil import photo_bytes, write_bytes
 from tests.jobutil import run_job
 from transforms import snapshot_layout as layout
@@ -36,8 +37,14 @@ def _batches(output_dir, **kwargs) -> list:
     return [(images.numpy(), labels.numpy()) for images, labels in dataset]
 
 
+def _verify(capsys, *argv) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    code = verify.main(list(argv))
+    return code, capsys.readouterr().out.splitlines()
+
+
 @pytest.mark.slow
-def test_job_nightly_and_reader_on_s3(local_s3, tmp_path, monkeypatch):
+def test_job_nightly_and_reader_on_s3(local_s3, tmp_path, monkeypatch, capsys):
     images, labels, classes = _data(tmp_path / "data")
     sets = ["split.train=1.0", "split.validation=0", "split.test=0"]
     local = run_job(images, tmp_path / "out", labels=[labels], classes=classes, sets=sets,
@@ -109,9 +116,22 @@ def test_job_nightly_and_reader_on_s3(local_s3, tmp_path, monkeypatch):
     assert sum(len(images) for images, _ in _batches(out, cache_dir=str(cache),
                                                      snapshots="all")) == 9
 
+    # `pixelmill verify` on s3://: both snapshots verify; a tampered shard is named broken.
+    files = len(remote.manifest["files"]) + len(grown.snapshot.manifest["files"])
+    assert _verify(capsys, out, *local_s3.flags) == (
+        0, [f"pixelmill verify: 2 snapshot(s), {files} files: all verified"])
+    with pytest.raises(UsageError, match="no such folder"):
+        verify.main([f"{bucket}/nothing"])
+    with pytest.raises(UsageError, match="bucket 'pm-nowhere' does not exist"):
+        verify.main(["s3://pm-nowhere/out"])
+
     # A shard on S3 that no longer matches its manifest is refused, never cached.
     local_s3.client.put_object(Bucket="pm-job", Key=f"out/snapshots/{remote.run_id}/"
                                f"{shards[0]}", Body=b"tampered")
+    code, lines = _verify(capsys, out, "--snapshot", remote.run_id)
+    assert code == 1 and lines[-1] == (f"pixelmill verify: 1 snapshot(s), "
+                                       f"{len(remote.manifest['files'])} files: 1 broken")
+    assert lines[0].startswith(f"{remote.path}/{shards[0]}: ")
     with pytest.raises(ValueError, match="does not match its manifest entry"):
         _batches(out, cache_dir=str(tmp_path / "cache2"), snapshots="last:3")
     assert not os.path.exists(os.path.join(tmp_path, "cache2", "pm-job", "out", "snapshots",

@@ -1,6 +1,6 @@
 """`pixelmill verify`: checks committed snapshots byte by byte against their manifests.
 
-    pixelmill verify OUT [--snapshot RUN_ID]
+    pixelmill verify OUT [--snapshot RUN_ID] [--s3_endpoint_url URL] [--s3_region_name NAME]
 
 Every committed snapshot of OUT (or the one named): each shard's TFRecord framing and CRCs,
 each listed file's size and sha256, each uncompressed shard's DALI index, the manifest's
@@ -29,7 +29,22 @@ def _parser() -> argparse.ArgumentParser:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output_dir", metavar="OUT", help="the job's --output_dir")
     parser.add_argument("--snapshot", metavar="RUN_ID", help="verify only this snapshot")
+    for name, what in (("s3_endpoint_url", "an S3-compatible store's endpoint"),
+                       ("s3_region_name", "the bucket's region")):
+        parser.add_argument(f"--{name}", metavar=name.split("_")[-1].upper(),
+                            help=f"for s3:// OUT: {what}, as the job's flag of that name "
+                                 "(else the AWS settings of the environment)")
     return parser
+
+
+def _exists(output_dir: str) -> bool:
+    """Whether OUT is a folder; on `s3://` (no folders there), whether any object is under it
+    (its bucket first: a missing bucket or credentials fail here, in one line)."""
+    from transforms import file_reads, s3_storage
+    if s3_storage.is_s3(output_dir):
+        s3_storage.check_bucket(output_dir)
+        return bool(file_reads.match(output_dir.rstrip("/") + "/**"))
+    return file_reads.exists(output_dir)
 
 
 def format_findings(findings) -> list[str]:
@@ -46,15 +61,15 @@ def format_findings(findings) -> list[str]:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    from apache_beam.io.filesystems import FileSystems
-
     from pipelines.verify_snapshot import verify_output
-    if args.output_dir.startswith("s3://"):
-        raise UsageError(f"OUT {args.output_dir}: verify reads local and gs:// folders; for "
-                         f"s3://, verify a local copy (the reader's cache_dir checks each "
-                         f"shard's sha256 as it copies).")
-    if not FileSystems.exists(args.output_dir):
-        raise UsageError(f"OUT {args.output_dir}: no such folder")
+    from transforms import s3_storage
+    s3_storage.set_options({"s3_endpoint_url": args.s3_endpoint_url,
+                            "s3_region_name": args.s3_region_name})
+    try:
+        if not _exists(args.output_dir):
+            raise UsageError(f"OUT {args.output_dir}: no such folder")
+    except s3_storage.S3Error as exc:
+        raise UsageError(str(exc)) from exc
     try:
         findings = verify_output(args.output_dir, args.snapshot)
     except FileNotFoundError as exc:
