@@ -56,7 +56,12 @@ def match(pattern: str) -> list:
 
 
 def last_updated(path: str) -> float:
-    """`FileSystems.last_updated(path)`: seconds since the epoch."""
-    if s3_storage.is_s3(path):
-        return s3_storage.object_updated(path)
-    return beam_filesystems().last_updated(path)
+    """`FileSystems.last_updated(path)`: seconds since the epoch (on `s3://` Beam's S3IO over
+    the shared client, with Beam's conversion and its BeamIOError)."""
+    if not s3_storage.is_s3(path):
+        return beam_filesystems().last_updated(path)
+    from apache_beam.io.filesystem import BeamIOError
+    try:
+        return s3_storage.beam_io().last_updated(path)
+    except Exception as exc:  # Beam's S3FileSystem wraps every failure the same way
+        raise BeamIOError("last_updated operation failed", {path: exc}) from exc

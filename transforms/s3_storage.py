@@ -25,8 +25,7 @@ from transforms.local_paths import is_local
 
 __all__ = ["S3Error", "S3Storage", "S3_FILES", "is_s3", "split_url", "set_options", "client",
            "describe_error", "check_bucket", "create_file", "read_object", "open_object",
-           "object_exists", "match_objects", "object_updated", "rename_objects",
-           "delete_objects"]
+           "object_exists", "match_objects", "beam_io"]
 
 _SETTINGS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token", "s3_endpoint_url",
              "s3_region_name", "s3_api_version", "s3_verify", "s3_disable_ssl")
@@ -105,6 +104,13 @@ def _beam_io(options: tuple):
     from apache_beam.io.aws import s3io
     from apache_beam.io.aws.clients.s3 import boto3_client
     return s3io.S3IO(client=boto3_client.Client(options=dict(options)))
+
+
+def beam_io():
+    """Beam's S3IO over the shared client, with the settings of Beam's FileSystems in this
+    process: for what must behave as Beam's S3 file system does (its copy-then-delete rename,
+    deletes, modification times: `transforms.file_changes`, `file_reads.last_updated`)."""
+    return _beam_io(_beam_settings())
 
 
 def _create_object(path: str, kind: str):
@@ -255,40 +261,6 @@ def match_objects(pattern: str) -> list:
     return [FileMetadata(path, size, updated) for path, (size, updated)
             in _beam_io(_beam_settings()).list_files(prefix, with_metadata=True)
             if matcher(path)]
-
-
-def object_updated(url: str) -> float:
-    """`FileSystems.last_updated(url)` through the shared S3IO: the object's last-modified
-    time in seconds since the epoch, as Beam converts it."""
-    from apache_beam.io.filesystem import BeamIOError
-    try:
-        return _beam_io(_beam_settings()).last_updated(url)
-    except Exception as exc:  # Beam's S3FileSystem wraps every failure the same way
-        raise BeamIOError("last_updated operation failed", {url: exc}) from exc
-
-
-def rename_objects(sources: list, destinations: list) -> None:
-    """`FileSystems.rename(sources, destinations)` through the shared S3IO: Beam's copy then
-    delete per pair, and its BeamIOError naming each pair that failed."""
-    from apache_beam.io.filesystem import BeamIOError
-    if len(sources) != len(destinations):
-        raise BeamIOError("Unable to rename unequal number of sources and destinations")
-    results = _beam_io(_beam_settings()).rename_files(list(zip(sources, destinations)))
-    failed = {(source, destination): error for source, destination, error in results
-              if error is not None}
-    if failed:
-        raise BeamIOError("Rename operation failed", failed)
-
-
-def delete_objects(paths: list) -> None:
-    """`FileSystems.delete(paths)` through the shared S3IO: Beam's deletes (a path ending in
-    "/" deletes everything under it), and its BeamIOError naming each path that failed."""
-    from apache_beam.io.filesystem import BeamIOError
-    failed = {path: error for path, error
-              in _beam_io(_beam_settings()).delete_paths(list(paths)).items()
-              if error is not None}
-    if failed:
-        raise BeamIOError("Delete operation failed", failed)
 
 
 def create_file(path: str, compression_type: str = "auto"):
