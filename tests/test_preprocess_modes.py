@@ -14,6 +14,8 @@ from apache_beam.io.localfilesystem import LocalFileSystem
 from pipelines import snapshot as snapshot_module
 from pipelines import staged_run
 from runners import cli
+from runners.errors import UsageError
+from runners.jobs import verify
 from tests.imageutil import write_photo
 from tests.jobutil import copy_output, index_rows, read_records, run_job, shard_files
 from transforms import snapshot_layout as layout
@@ -158,6 +160,7 @@ class _FakeGcs(LocalFileSystem):
     `fakegs://` paths, so any `open()`/`os.walk` on a user path would fail."""
 
     base = ""
+    folders_exist = True
 
     @classmethod
     def scheme(cls):
@@ -205,6 +208,8 @@ class _FakeGcs(LocalFileSystem):
                               [self._local(p) for p in destinations])
 
     def exists(self, path):
+        if not self.folders_exist and path.startswith("fakegs://"):  # GCS: prefixes do not
+            return os.path.isfile(self._local(path))
         return super().exists(self._local(path))
 
     def size(self, path):
@@ -225,7 +230,8 @@ class _FakeGcs(LocalFileSystem):
 
 
 @pytest.mark.slow
-def test_remote_style_paths_go_through_beam_file_systems(folder_dataset, tmp_path):
+def test_remote_style_paths_go_through_beam_file_systems(folder_dataset, tmp_path, capsys,
+                                                         monkeypatch):
     bucket = tmp_path / "bucket"
     shutil.copytree(folder_dataset, bucket / "images")
     _FakeGcs.base = str(bucket)
@@ -238,6 +244,13 @@ def test_remote_style_paths_go_through_beam_file_systems(folder_dataset, tmp_pat
     assert (bucket / "out" / "LATEST").read_text().strip() == snap.run_id
     local_shards = sorted((bucket / "out" / "snapshots" / snap.run_id).glob("*/*.tfrecord-*"))
     assert sum(1 for _ in tf.data.TFRecordDataset([str(p) for p in local_shards])) == 6
+    # `pixelmill verify` finds the snapshot there too, also where OUT, a prefix, does not
+    # "exist" (GCS: only objects do).
+    monkeypatch.setattr(_FakeGcs, "folders_exist", False)
+    assert verify.main(["fakegs://out"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith(" files: all verified")
+    with pytest.raises(UsageError, match="no such folder"):
+        verify.main(["fakegs://elsewhere"])
 
 
 @pytest.mark.parametrize("command", ["preprocess", "nightly"])

@@ -38,13 +38,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _exists(output_dir: str) -> bool:
-    """Whether OUT is a folder; on `s3://` (no folders there), whether any object is under it
-    (its bucket first: a missing bucket or credentials fail here, in one line)."""
+    """Whether OUT is a folder; on an object store (`gs://`, `s3://`: no folders there, so
+    `exists` is False for any prefix), whether any object is under it. An `s3://` bucket is
+    checked first: a missing bucket or credentials fail here, in one line."""
     from transforms import file_reads, s3_storage
+    from transforms.local_paths import is_local
+    if is_local(output_dir):
+        return file_reads.exists(output_dir)
     if s3_storage.is_s3(output_dir):
         s3_storage.check_bucket(output_dir)
-        return bool(file_reads.match(output_dir.rstrip("/") + "/**"))
-    return file_reads.exists(output_dir)
+    return bool(file_reads.match(output_dir.rstrip("/") + "/**"))
 
 
 def format_findings(findings) -> list[str]:
