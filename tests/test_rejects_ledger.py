@@ -93,3 +93,27 @@ def test_the_sample_is_combined_without_beams_default_and_no_sample_means_no_cut
     (written | beam.Create(_rejects(3)) | WriteRejectsLedger(str(tmp_path / "r.jsonl")))
     written.visit(Labels())
     assert not [label for label in labels if "InjectDefault" in label or "DoOnce" in label]
+
+
+def test_a_retried_join_finds_the_ledger_whole_and_removes_the_parts_left(tmp_path, monkeypatch):
+    """`already_joined`: a retried join whose ledger is complete (a part already removed) removes
+    the parts left and their folder, looking each part up once; with every part there, or no
+    ledger yet, it leaves everything for the join."""
+    from transforms import file_reads
+    from transforms.offline import outputs
+    parts_dir = tmp_path / "parts"
+    parts_dir.mkdir()
+    parts = [str(parts_dir / f"part-{i}") for i in range(3)]
+    for part in parts:
+        open(part, "w").close()
+    ledger = str(tmp_path / "rejects.jsonl")
+    assert not outputs.already_joined(parts, ledger, str(parts_dir))  # no ledger yet
+    open(ledger, "w").close()
+    assert not outputs.already_joined(parts, ledger, str(parts_dir))  # every part still there
+    os.remove(parts[0])
+    looked_up = []
+    exists = file_reads.exists
+    monkeypatch.setattr(file_reads, "exists", lambda path: looked_up.append(path) or exists(path))
+    assert outputs.already_joined(parts, ledger, str(parts_dir))
+    assert sorted(looked_up) == sorted([ledger, *parts, str(parts_dir)])
+    assert not parts_dir.exists() and os.path.exists(ledger)

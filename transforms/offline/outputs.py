@@ -121,11 +121,15 @@ def _join_ranges(ranges, path: str, parts_dir: str) -> str:
 
 def already_joined(parts: list, path: str, parts_dir: str) -> bool:
     """Whether a retried join finds `path` complete (some parts already removed); then it
-    removes what is left of the parts."""
-    if parts and file_reads.exists(path) and not all(file_reads.exists(p) for p in parts):
-        remove_parts([p for p in parts if file_reads.exists(p)], parts_dir)
-        return True
-    return False
+    removes what is left of the parts. Each part is looked up once (on an object store, one
+    request each)."""
+    if not (parts and file_reads.exists(path)):
+        return False
+    left = [part for part in parts if file_reads.exists(part)]
+    if len(left) == len(parts):
+        return False
+    remove_parts(left, parts_dir)
+    return True
 
 
 def remove_parts(parts: list, parts_dir: str) -> None:
