@@ -18,6 +18,24 @@ from transforms import s3_storage
 from transforms.snapshot_layout import GFILE
 
 
+def _beam_options(monkeypatch, local_s3, *flags) -> None:
+    """Beam's FileSystems with the local server's options (and `flags`), undone at the end."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+    monkeypatch.setattr(FileSystems, "_pipeline_options", None)
+    FileSystems.set_options(PipelineOptions([*local_s3.flags, *flags]))
+
+
+def _clients_made(monkeypatch) -> list:
+    """A list that every boto3 client made from now on (Beam's or ours) is appended to."""
+    import botocore.session
+    created = []
+    original = botocore.session.Session.create_client
+    monkeypatch.setattr(botocore.session.Session, "create_client",
+                        lambda self, *a, **k: created.append(a) or original(self, *a, **k))
+    return created
+
+
 def test_storage_reads_globs_and_times(local_s3):
     url = local_s3.bucket("pm-storage")
     for key in ("out/snapshots/1/manifest.json", "out/snapshots/2/manifest.json",
@@ -38,23 +56,17 @@ def test_storage_reads_globs_and_times(local_s3):
 def test_file_reads_go_through_one_client_with_beams_settings(local_s3, monkeypatch):
     """`file_reads.read_bytes` on s3:// gives Beam's bytes and errors, and creates no boto3
     client per read (Beam's file system makes one per open: ~110 ms of CPU each)."""
-    import botocore.session
     from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
 
     from transforms.file_reads import read_bytes
     url = local_s3.bucket("pm-reads")
     for key, body in (("a.bin", bytes(range(256)) * 3), ("empty", b"")):
         local_s3.client.put_object(Bucket="pm-reads", Key=key, Body=body)
-    monkeypatch.setattr(FileSystems, "_pipeline_options", None)  # undone at the end
-    FileSystems.set_options(PipelineOptions(local_s3.flags))
+    _beam_options(monkeypatch, local_s3)
     with FileSystems.open(f"{url}/a.bin", compression_type="uncompressed") as handle:
         beams = handle.read()
     assert read_bytes(f"{url}/a.bin") == beams == bytes(range(256)) * 3
-    created = []
-    original = botocore.session.Session.create_client
-    monkeypatch.setattr(botocore.session.Session, "create_client",
-                        lambda self, *a, **k: created.append(a) or original(self, *a, **k))
+    created = _clients_made(monkeypatch)
     assert [read_bytes(f"{url}/a.bin", limit) for limit in (0, 1, 5, 10_000)] == [
         b"", b"\x00", bytes(range(5)), beams]
     assert read_bytes(f"{url}/empty") == read_bytes(f"{url}/empty", 10) == b""
@@ -68,23 +80,18 @@ def test_writes_exists_listings_and_streams_give_beams_answers_through_one_clien
     """`create_file`, `file_reads.exists`, `match` and `open_file` on s3:// give what Beam's
     FileSystems give (the same object bytes and MIME types, gzip included; the same glob
     answers), and, once the shared clients exist, create no boto3 client per call."""
-    import botocore.session
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from transforms import file_reads
     url = local_s3.bucket("pm-writes")
-    monkeypatch.setattr(FileSystems, "_pipeline_options", None)  # undone at the end
-    FileSystems.set_options(PipelineOptions(local_s3.flags))
+    _beam_options(monkeypatch, local_s3)
     s3_storage.set_options(None)  # as the fixture left it, with no client made yet
     lines = b"".join(b"line %d\n" % i for i in range(5000))
     for name in ("a.txt", "a.txt.gz"):  # Beam cannot write an empty object (MalformedXML)
         with FileSystems.create(f"{url}/beam/{name}") as handle:
             handle.write(lines)
-    created = []
-    original = botocore.session.Session.create_client
-    monkeypatch.setattr(botocore.session.Session, "create_client",
-                        lambda self, *a, **k: created.append(a) or original(self, *a, **k))
+    created = _clients_made(monkeypatch)
     for name in ("a.txt", "empty.txt", "a.txt.gz", "x/deep/b.txt"):
         with s3_storage.create_file(f"{url}/ours/{name}") as handle:
             handle.write(b"" if name == "empty.txt" else lines)
@@ -117,22 +124,16 @@ def test_times_renames_and_deletes_give_beams_answers_through_one_client(local_s
     what Beam's FileSystems do (the same times, the same objects moved and removed, folders
     too; Beam's BeamIOError for what fails), and, once the shared client exists, create no
     boto3 client per call (Beam's file system makes one per call: ~0.1 s of CPU each)."""
-    import botocore.session
     from apache_beam.io.filesystem import BeamIOError
     from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
 
     from transforms import file_changes, file_reads
     url = local_s3.bucket("pm-moves")
     for key in ("a", "b", "c", "d", "dir/x", "dir/sub/y", "keep/z"):
         local_s3.client.put_object(Bucket="pm-moves", Key=key, Body=key.encode())
-    monkeypatch.setattr(FileSystems, "_pipeline_options", None)  # undone at the end
-    FileSystems.set_options(PipelineOptions(local_s3.flags))
+    _beam_options(monkeypatch, local_s3)
     file_reads.last_updated(f"{url}/a")  # the shared client, made once
-    created = []
-    original = botocore.session.Session.create_client
-    monkeypatch.setattr(botocore.session.Session, "create_client",
-                        lambda self, *a, **k: created.append(a) or original(self, *a, **k))
+    created = _clients_made(monkeypatch)
     for key in ("a", "dir/x"):
         assert file_reads.last_updated(f"{url}/{key}") == pytest.approx(
             FileSystems.last_updated(f"{url}/{key}"))
@@ -159,12 +160,11 @@ def test_beams_s3_settings_are_read_once_per_options(local_s3, monkeypatch):
     from transforms.file_reads import read_bytes
     url = local_s3.bucket("pm-settings")
     local_s3.client.put_object(Bucket="pm-settings", Key="a", Body=b"a")
-    monkeypatch.setattr(FileSystems, "_pipeline_options", None)  # undone at the end
+    _beam_options(monkeypatch, local_s3, "--job_flag", "x")
     parsed = []
     original = PipelineOptions.get_all_options
     monkeypatch.setattr(PipelineOptions, "get_all_options",
                         lambda self, *a, **k: parsed.append(1) or original(self, *a, **k))
-    FileSystems.set_options(PipelineOptions([*local_s3.flags, "--job_flag", "x"]))
     assert [read_bytes(f"{url}/a") for _ in range(5)] == [b"a"] * 5
     assert len(parsed) == 1
     FileSystems.set_options(PipelineOptions([f"--s3_endpoint_url={local_s3.endpoint}/",
