@@ -5,8 +5,7 @@
  *
  * resize_uint8(source, target, height, width, channels, out_height, out_width) fills `target`
  * (out_height x out_width x channels uint8, C order) with the area average of `source`
- * (height x width x channels uint8, C order), rounded half up: the same integers as the numpy
- * form in area_resize.py, which stays the reference (and the path where this is not built).
+ * (height x width x channels uint8, C order), rounded half up.
  *
  * Why: numpy runs the resize as ~10 whole-array passes (a gather and a widening multiply-add
  * per tap and axis, then the rounding), ~1 ms of a photo's ~5 ms of CPU. Here each output row
