@@ -331,3 +331,52 @@ def test_a_shard_writing_child_imports_no_beam_for_a_local_shard(tmp_path):
     assert (tmp_path / "staging" / "train" / "dali_index").is_dir()
     assert dict((key, values) for key, _kind, values in summary)["image/filename"] == (b"a.png",)
     assert "/apache_beam/" not in mapped
+
+
+def _finish(pool) -> dict:
+    results = {}
+    while pool.in_flight:
+        results.update(pool.poll(wait=True))
+    return results
+
+
+def test_a_batch_weight_sends_heavy_items_to_every_child_and_light_ones_together(tmp_path):
+    """With `batch_weight`, two slow items each heavier than it run side by side in two
+    children (one to a message, a message to each child in turn), while 20 light items
+    travel as one batch to one child."""
+    pool = isolation.ChildPool(_Pid(), 2, 10.0, per_child=64, batch_weight=100)
+    try:
+        deadline = time.monotonic() + 60
+        while not all(child.ready for child in pool._children) and time.monotonic() < deadline:
+            pool.poll(wait=False)  # both children up and ready
+            time.sleep(0.01)
+        for key in range(2):
+            pool.put(key, ("slow", key), 150)
+        start = time.monotonic()
+        heavy = set(_finish(pool).values())
+        side_by_side = time.monotonic() - start
+        for key in range(20):
+            pool.put(key, ("light", key), 1)
+        light = set(_finish(pool).values())
+    finally:
+        pool.close()
+    assert len(heavy) == 2 and side_by_side < 1.1
+    assert len(light) == 1
+
+
+def test_a_batch_stops_before_the_item_that_passes_the_weight(tmp_path):
+    """Items of 40, 40, 40, 10 with `batch_weight=100`: a batch takes two (a third would weigh
+    120); an item heavier than the weight goes alone. Weights are dropped with the results."""
+    pool = isolation.ChildPool(_Worker(str(tmp_path)), 1, 10.0, per_child=64, batch_weight=100)
+    try:
+        for key, weight in enumerate((40, 40, 40, 10)):
+            pool.put(key, key + 2, weight)
+        assert pool._batch_size() == 2
+        assert _finish(pool) == {0: 4, 1: 9, 2: 16, 3: 25}
+        pool.put(9, 3, 500)
+        pool.put(10, 4, 1)
+        assert pool._batch_size() == 1
+        assert _finish(pool) == {9: 9, 10: 16}
+        assert pool._weights == {}
+    finally:
+        pool.close()

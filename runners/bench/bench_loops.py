@@ -135,13 +135,12 @@ def _records(paths):
 
 def _isolated_ms(inspector, records, timeout_s: float) -> float:
     from transforms.offline import isolation
-    from transforms.offline.image_inspection import IsolatedInspector
-    pool = isolation.ChildPool(IsolatedInspector(inspector), 1, timeout_s,
-                               preload=isolation.DECODER_PRELOAD)
+    from transforms.offline.image_inspection import decoding_pool
+    pool = decoding_pool(inspector, 1, timeout_s)  # the job's batches
     try:
         def run_all(batch):
             for key, record in enumerate(batch):
-                pool.put(key, record)
+                pool.put(key, record, record.file_bytes)
             while pool.in_flight:
                 pool.poll(wait=True)
 

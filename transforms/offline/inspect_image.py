@@ -14,7 +14,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from configs.schema import Config
 from transforms.offline import isolation, progress
-from transforms.offline.image_inspection import ImageInspector, IsolatedInspector
+from transforms.offline.image_inspection import HELD_PER_CHILD, ImageInspector, decoding_pool
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.rejects import REASONS
 
@@ -101,7 +101,8 @@ class IsolatedInspectFn(beam.DoFn):
     timeout: a file on which a child dies is retried once in a fresh child and then rejected
     as `decoder_crash`; a file that takes longer than `decode.timeout_s` is rejected at once
     (not retried: it would hang again). Elements are buffered (two of the pool's batches per
-    child) so the children always have work and a batch of images travels per message;
+    child) so the children always have work and a batch of images travels per message (up to
+    32, fewer for large files: `image_inspection.decoding_pool`);
     results leave in the order they complete, in their own element's window. The pool is
     polled once per batch of elements put (and whenever it is full), not after each one: a
     poll is a `select` and the children's timeout check, ~12 us of the launcher's CPU, and a
@@ -114,9 +115,7 @@ class IsolatedInspectFn(beam.DoFn):
 
     def setup(self):
         self._tally = _Tally(self._inspector.config.limits)
-        self._pool = isolation.ChildPool(
-            IsolatedInspector(self._inspector), self._processes, self._timeout_s,
-            preload=isolation.DECODER_PRELOAD)
+        self._pool = decoding_pool(self._inspector, self._processes, self._timeout_s)
         self._waiting: dict = {}
         self._next_key = 0
         self._unpolled = 0  # elements put since the last poll
@@ -133,9 +132,9 @@ class IsolatedInspectFn(beam.DoFn):
                 window=beam.DoFn.WindowParam):
         key, self._next_key = self._next_key, self._next_key + 1
         self._waiting[key] = (planned, timestamp, window)
-        self._pool.put(key, planned)
+        self._pool.put(key, planned, planned.file_bytes)
         self._unpolled += 1
-        full = self._pool.in_flight >= 2 * self._processes * isolation.QUEUED_PER_CHILD
+        full = self._pool.in_flight >= 2 * self._processes * HELD_PER_CHILD
         if full or self._unpolled >= self._pool.batch:
             self._unpolled = 0
             yield from self._emit(self._pool.poll(wait=full))

@@ -7,8 +7,9 @@ in batches, one message each way per batch, and each child holds two batches, so
 for the parent and the parent never handles one item at a time. Which item a child is running
 and since when it keeps in a few numbers shared with the parent (`_Progress`): a crash blames
 that item alone and a timeout counts from its start, as if results came back one by one.
-`put(key, item)` queues an item; `poll(wait)` returns `(key, result)` pairs as they complete,
-in any order (`send_queued()` hands queued items over without waiting for results, for a
+`put(key, item, weight)` queues an item (a batch stops at `batch_weight`: many small items or
+one large one to a message); `poll(wait)` returns `(key, result)` pairs as they complete, in
+any order (`send_queued()` hands queued items over without waiting for results, for a
 caller that works on meanwhile); a result is the worker's return value, or a `Failure` when
 the item crashed its child twice (each time in a fresh child), timed out (not retried: a hang
 would hang again, and cost the timeout again), or raised in the worker.
@@ -205,6 +206,7 @@ class _Child:
         child_end.close()
         self.ready = False
         self.held: collections.deque = collections.deque()
+        self.messages = 0  # batches sent whose results have not come back
         self.returned = 0
         self.started = self.since = time.monotonic()
 
@@ -212,6 +214,7 @@ class _Child:
         if not self.held:
             self.since = time.monotonic()
         self.held.extend(batch)
+        self.messages += 1
         with contextlib.suppress(OSError):  # a dead child: its end of file tells `poll`
             self.connection.send(batch)
 
@@ -236,17 +239,22 @@ class ChildPool:
     children in a crash's detail ("the decoding process died ..."), `timeout_name` the setting
     `timeout_s` comes from in a timeout's detail (None: the limit in seconds). `per_child`:
     items a child holds at most, sent in batches of half as many (one at a time for 1: large
-    items, such as a shard to write, spread over every child)."""
+    items, such as a shard to write, spread over every child). `batch_weight`: a batch also
+    stops before the item that would take the `weight`s given to `put` above it (one item at
+    least), and a child then holds two batches: many small items or a few large ones travel
+    per message, and the last batches leave the children about as much work each."""
 
     def __init__(self, worker, processes: int, timeout_s: float, preload=(),
                  role: str = "decoding", per_child: int = QUEUED_PER_CHILD,
-                 timeout_name: str | None = "decode.timeout_s"):
+                 timeout_name: str | None = "decode.timeout_s", batch_weight: float = 0):
         if processes < 1:
             raise ValueError(f"processes must be >= 1. Received: processes={processes}")
         if per_child < 1:
             raise ValueError(f"per_child must be >= 1. Received: per_child={per_child}")
         self._per_child = per_child
-        self.batch = max(1, per_child // 2)  # items sent to a child in one message
+        self.batch = max(1, per_child // 2)  # items sent to a child in one message, at most
+        self._batch_weight = batch_weight
+        self._weights: dict = {}  # key -> weight, while the key has no result
         self._worker = worker
         self._role = role
         self._timeout_name = timeout_name
@@ -276,15 +284,41 @@ class ChildPool:
         """Items queued or held by a child, not yet returned by `poll`."""
         return len(self._queue) + sum(len(child.held) for child in self._children)
 
-    def put(self, key, item) -> None:
+    def put(self, key, item, weight: float = 0) -> None:
+        """Queues `item`; `weight` (e.g. its bytes) counts against `batch_weight`."""
         self._queue.append((key, item))
+        if weight:
+            self._weights[key] = weight
+
+    def _batch_size(self) -> int:
+        """How many queued items the next batch takes (at least one)."""
+        count = min(self.batch, len(self._queue))
+        if not self._batch_weight:
+            return count
+        total = 0.0
+        for position in range(count):
+            total += self._weights.get(self._queue[position][0], 0)
+            if total > self._batch_weight and position:
+                return position
+        return count
+
+    def _has_room(self, child: _Child) -> bool:
+        if self._batch_weight:
+            return child.messages < 2 and len(child.held) < self._per_child
+        return self._per_child - len(child.held) >= self.batch
 
     def _dispatch(self) -> None:
-        for child in self._children:
-            while self._queue and child.ready and \
-                    self._per_child - len(child.held) >= self.batch:
-                child.send([self._queue.popleft()
-                            for _ in range(min(self.batch, len(self._queue)))])
+        """Sends queued items to the children with room, a batch to each in turn: the last
+        batches of a run go to every child, not all to the first."""
+        while self._queue:
+            open_children = [c for c in self._children if c.ready and self._has_room(c)]
+            if not open_children:
+                return
+            for child in open_children:
+                if not self._queue:
+                    return
+                count = min(self._batch_size(), self._per_child - len(child.held))
+                child.send([self._queue.popleft() for _ in range(count)])
 
     def _replace(self, index: int) -> None:
         """Stops child `index` and starts a fresh one; what it held goes back to the queue."""
@@ -323,6 +357,7 @@ class ChildPool:
         if self._crashes[key] < 2:
             self._queue.appendleft((key, item))  # once more, in a fresh child
             return []
+        self._weights.pop(key, None)
         return [(key, Failure("crash", f"{detail} (twice, each in a fresh process)"))]
 
     def _message(self, index: int) -> list:
@@ -336,10 +371,12 @@ class ChildPool:
             return []
         child.since = time.monotonic()
         child.returned += len(message)
+        child.messages -= 1  # one message of results per batch
         done = []
         for key, result in message:  # in the order sent
             child.held.popleft()
             self._crashes.pop(key, None)
+            self._weights.pop(key, None)
             done.append((key, pickle.loads(result)))
         return done
 
@@ -354,6 +391,7 @@ class ChildPool:
                 self._replace(index)
                 limit = (f"{self._timeout_s:g} s" if self._timeout_name is None
                          else f"{self._timeout_name}={self._timeout_s:g}")
+                self._weights.pop(key, None)
                 done.append((key, Failure("timeout", f"no result within {limit}")))
         return done
 
@@ -404,4 +442,5 @@ class ChildPool:
             child.stop()
         self._children = []
         self._queue.clear()
+        self._weights.clear()
         self._selector.close()
