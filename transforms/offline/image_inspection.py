@@ -140,7 +140,7 @@ class IsolatedInspector:
 
 
 # Up to 32 images a message, fewer once their files pass 1 MiB together: a message each way
-# costs ~0.1 ms of CPU, so many thumbnails travel together, while photos go ~8 to a message
+# costs ~0.1 ms of CPU, so many thumbnails travel together, while photos go ~9 to a message
 # and camera photos one, which leaves the children about as much work each at a run's end.
 HELD_PER_CHILD = 64
 BATCH_BYTES = 1 << 20
