@@ -45,7 +45,10 @@ def release_proto_containers() -> int:
     for holder in gc.get_objects():
         if isinstance(holder, type):
             continue
-        attributes = getattr(holder, "__dict__", None)
+        try:  # a proxy (werkzeug's LocalProxy, under moto or Flask) raises what it likes
+            attributes = getattr(holder, "__dict__", None)
+        except Exception:  # noqa: BLE001 - not a plain object: nothing of ours to release
+            continue
         if not isinstance(attributes, dict):
             continue
         for name, value in list(attributes.items()):

@@ -28,3 +28,24 @@ def test_release_drops_attributes_holding_repeated_fields():
     holder.other = [1, 2]
     assert exit_safety.release_proto_containers() >= 1
     assert holder.values is None and holder.other == [1, 2]
+
+
+def test_release_goes_past_objects_whose_dict_raises():
+    """A proxy whose `__dict__` raises (werkzeug's LocalProxy outside an app context raises
+    RuntimeError at every interpreter exit under moto) is skipped; holders after it are still
+    released, and the exit prints no traceback."""
+    import tensorflow as tf
+
+    class Proxy:
+        @property
+        def __dict__(self):
+            raise RuntimeError("Working outside of application context.")
+
+    class Holder:
+        pass
+
+    proxies = [Proxy() for _ in range(3)]
+    holder = Holder()
+    holder.values = tf.train.Example().features.feature["y"].float_list.value
+    assert exit_safety.release_proto_containers() >= 1
+    assert holder.values is None and len(proxies) == 3
