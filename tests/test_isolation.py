@@ -366,7 +366,7 @@ def test_a_batch_weight_sends_heavy_items_to_every_child_and_light_ones_together
 
 def test_a_batch_stops_before_the_item_that_passes_the_weight(tmp_path):
     """Items of 40, 40, 40, 10 with `batch_weight=100`: a batch takes two (a third would weigh
-    120); an item heavier than the weight goes alone. Weights are dropped with the results."""
+    120); an item heavier than the weight goes alone. Weights leave with their items."""
     pool = isolation.ChildPool(_Worker(str(tmp_path)), 1, 10.0, per_child=64, batch_weight=100)
     try:
         for key, weight in enumerate((40, 40, 40, 10)):
@@ -377,6 +377,6 @@ def test_a_batch_stops_before_the_item_that_passes_the_weight(tmp_path):
         pool.put(10, 4, 1)
         assert pool._batch_size() == 1
         assert _finish(pool) == {9: 9, 10: 16}
-        assert pool._weights == {}
+        assert pool.in_flight == 0 and not pool._queue  # a weight lives in its item's entry
     finally:
         pool.close()

@@ -126,7 +126,7 @@ def _child_main(connection, worker, progress, filesystem_options=None,
             sender.join()
             return
         results = []
-        for key, item in batch:
+        for key, item, _weight in batch:
             progress.start()
             try:
                 result = worker.run(item)
@@ -241,8 +241,9 @@ class ChildPool:
     items a child holds at most, sent in batches of half as many (one at a time for 1: large
     items, such as a shard to write, spread over every child). `batch_weight`: a batch also
     stops before the item that would take the `weight`s given to `put` above it (one item at
-    least), and a child then holds two batches: many small items or a few large ones travel
-    per message, and the last batches leave the children about as much work each."""
+    least): many small items or a few large ones travel per message. A child holds two
+    batches at most, and the children get them in turn, so the last ones of a run leave every
+    child about as much work."""
 
     def __init__(self, worker, processes: int, timeout_s: float, preload=(),
                  role: str = "decoding", per_child: int = QUEUED_PER_CHILD,
@@ -254,7 +255,6 @@ class ChildPool:
         self._per_child = per_child
         self.batch = max(1, per_child // 2)  # items sent to a child in one message, at most
         self._batch_weight = batch_weight
-        self._weights: dict = {}  # key -> weight, while the key has no result
         self._worker = worker
         self._role = role
         self._timeout_name = timeout_name
@@ -286,9 +286,7 @@ class ChildPool:
 
     def put(self, key, item, weight: float = 0) -> None:
         """Queues `item`; `weight` (e.g. its bytes) counts against `batch_weight`."""
-        self._queue.append((key, item))
-        if weight:
-            self._weights[key] = weight
+        self._queue.append((key, item, weight))  # (key, item, weight) here and in `held`
 
     def _batch_size(self) -> int:
         """How many queued items the next batch takes (at least one)."""
@@ -297,21 +295,17 @@ class ChildPool:
             return count
         total = 0.0
         for position in range(count):
-            total += self._weights.get(self._queue[position][0], 0)
+            total += self._queue[position][2]
             if total > self._batch_weight and position:
                 return position
         return count
-
-    def _has_room(self, child: _Child) -> bool:
-        if self._batch_weight:
-            return child.messages < 2 and len(child.held) < self._per_child
-        return self._per_child - len(child.held) >= self.batch
 
     def _dispatch(self) -> None:
         """Sends queued items to the children with room, a batch to each in turn: the last
         batches of a run go to every child, not all to the first."""
         while self._queue:
-            open_children = [c for c in self._children if c.ready and self._has_room(c)]
+            open_children = [c for c in self._children  # two batches each, at most
+                             if c.ready and c.messages < 2 and len(c.held) < self._per_child]
             if not open_children:
                 return
             for child in open_children:
@@ -329,13 +323,13 @@ class ChildPool:
         self._children[index] = self._start()
 
     def _take_current(self, index: int):
-        """Removes and returns the (key, item) child `index` was running (or was to run next);
-        the items it held before it finished, but their results died with the child."""
+        """Removes and returns the (key, item, weight) child `index` was running (or was to run
+        next); the items it held before it finished, but their results died with the child."""
         child = self._children[index]
         position, _since = child.current()
-        key_item = child.held[position]
+        entry = child.held[position]
         del child.held[position]
-        return key_item
+        return entry
 
     def _child_died(self, index: int) -> list:
         child = self._children[index]
@@ -349,15 +343,15 @@ class ChildPool:
         if not child.held:  # died idle: nothing was lost
             self._replace(index)
             return []
-        key, item = self._take_current(index)
+        entry = self._take_current(index)
+        key = entry[0]
         child.process.join(5)
         self._crashes[key] += 1
         self._replace(index)
         detail = f"the {self._role} process died (exit code {child.process.exitcode})"
         if self._crashes[key] < 2:
-            self._queue.appendleft((key, item))  # once more, in a fresh child
+            self._queue.appendleft(entry)  # once more, in a fresh child
             return []
-        self._weights.pop(key, None)
         return [(key, Failure("crash", f"{detail} (twice, each in a fresh process)"))]
 
     def _message(self, index: int) -> list:
@@ -376,7 +370,6 @@ class ChildPool:
         for key, result in message:  # in the order sent
             child.held.popleft()
             self._crashes.pop(key, None)
-            self._weights.pop(key, None)
             done.append((key, pickle.loads(result)))
         return done
 
@@ -387,11 +380,10 @@ class ChildPool:
                 raise RuntimeError(f"An isolating child process did not start within "
                                    f"{_START_TIMEOUT_S:g} s.")
             if child.held and now - child.current()[1] > self._timeout_s:
-                key, _item = self._take_current(index)
+                key = self._take_current(index)[0]
                 self._replace(index)
                 limit = (f"{self._timeout_s:g} s" if self._timeout_name is None
                          else f"{self._timeout_name}={self._timeout_s:g}")
-                self._weights.pop(key, None)
                 done.append((key, Failure("timeout", f"no result within {limit}")))
         return done
 
@@ -442,5 +434,4 @@ class ChildPool:
             child.stop()
         self._children = []
         self._queue.clear()
-        self._weights.clear()
         self._selector.close()
