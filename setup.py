@@ -13,13 +13,15 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["pipelines", "transforms", "transforms.*",
                                                 "runners", "runners.*", "configs"]),
     package_data={"configs": ["*.yaml"]},
-    # The quality analysis's exact integer passes, compiled (transforms/offline/
-    # _analysis_kernel.c): the analysis copy's resize and its luma, levels and channel sums, the
-    # same integers as their numpy forms with less CPU. Optional: where it cannot be built (no C
-    # compiler) the numpy forms run, with the same outputs.
+    # The quality analysis's passes, compiled (transforms/offline/_analysis_kernel.c): the
+    # analysis copy's resize and its luma, levels and channel sums (the same integers as their
+    # numpy forms) and its float metrics (the same float64 operations in numpy's order, so
+    # -ffp-contract=off: no multiply and add fused into one rounding), with less CPU. Optional:
+    # where it cannot be built (no C compiler) the numpy forms run, with the same outputs.
     ext_modules=[setuptools.Extension("transforms.offline._analysis_kernel",
                                       ["transforms/offline/_analysis_kernel.c"],
-                                      extra_compile_args=["-O3"], optional=True)],
+                                      extra_compile_args=["-O3", "-ffp-contract=off"],
+                                      optional=True)],
     install_requires=[
         "tensorflow==2.21.0",
         # TensorFlow imports ml_dtypes in every process that imports it. 0.7.0 registers its

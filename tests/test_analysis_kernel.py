@@ -1,9 +1,10 @@
 """The compiled passes of the quality analysis (transforms/offline/_analysis_kernel.c): the
-analysis copy's resize (`area_resize.rounded_resize`) and its luma, levels and channel sums
-(`quality._luma_pass`). Built by `make test`'s install, and the same integers as their numpy
-forms (`rounded_resize_numpy`, `_luma_pass_numpy`) on every shape kind they meet, so the
-quality metrics, the hashes and the shards cannot move with them; the numpy forms run where the
-kernel is not built."""
+analysis copy's resize (`area_resize.rounded_resize`), its luma, levels and channel sums
+(`quality._luma_pass`), the hash's area sums (`quality._hash_sums`) and the luma's float
+metrics (`quality._float_moments`). Built by `make test`'s install, and the same integers, or
+float64 bits, as their numpy forms on every shape kind they meet, so the quality metrics, the
+hashes and the shards cannot move with them; the numpy forms run where the kernel is not
+built."""
 from __future__ import annotations
 
 import shutil
@@ -136,3 +137,93 @@ def test_without_the_kernel_the_analysis_is_the_same(monkeypatch):
     compiled = quality.analyse(image, 256, center=True)
     monkeypatch.setattr(analysis_kernel, "compiled", None)
     assert quality.analyse(image, 256, center=True) == compiled
+
+
+def _luma(rng, height: int, width: int, kind: int) -> np.ndarray:
+    """int32 luma times 1000: noise, whole levels, a smooth pattern, or flat."""
+    if kind == 0:
+        return rng.integers(0, 255001, (height, width)).astype(np.int32)
+    if kind == 1:
+        return (rng.integers(0, 256, (height, width)) * 1000).astype(np.int32)
+    if kind == 2:
+        y, x = np.mgrid[0:height, 0:width]
+        pattern = (np.sin(x / 7.0) + np.cos(y / 5.0) + 2) * 60000
+        return (pattern + rng.integers(0, 50, (height, width))).astype(np.int32)
+    return np.full((height, width), int(rng.integers(0, 255001)), np.int32)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_float_moments_are_the_numpys_bits(seed):
+    """Sides from 1 px (no Laplacian, no half-size copy) to 400, so the pairwise sums meet
+    every branch (under 8 values, one block of up to 128, halves above) with every remainder."""
+    rng = np.random.default_rng(seed)
+    for case in range(150):
+        height, width = (int(v) for v in rng.integers(1, 400, 2))
+        luma = _luma(rng, height, width, case % 4)
+        compiled = quality._float_moments(luma)
+        assert all(isinstance(value, float) for value in compiled)
+        assert compiled == quality._float_moments_numpy(luma), (height, width, case % 4)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 9), (3, 3), (5, 7), (6, 6), (7, 6), (3, 200),
+                                   (11, 12), (16, 16), (96, 100), (256, 192), (700, 1024)])
+def test_the_float_moments_at_the_edges_of_the_laplacian_and_the_half_copy(shape):
+    rng = np.random.default_rng(shape[0] * 1000 + shape[1])
+    for kind in range(4):
+        luma = _luma(rng, *shape, kind)
+        assert quality._float_moments(luma) == quality._float_moments_numpy(luma)
+
+
+def test_the_float_moments_of_a_view_are_those_of_its_values():
+    luma = _luma(np.random.default_rng(4), 300, 200, 0)[10:250:2, ::-1]
+    assert quality._float_moments(luma) == quality._float_moments_numpy(luma)
+
+
+def test_the_float_moments_refuse_wrong_buffers():
+    kernel = analysis_kernel.compiled
+    luma = np.zeros((4, 5), np.int32)
+    with pytest.raises(ValueError, match="does not match"):
+        kernel.float_moments(luma, 4, 4)
+    with pytest.raises(ValueError, match="does not match"):
+        kernel.float_moments(luma, 0, 5)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_hash_sums_are_the_numpys_integers(seed):
+    """Both numpy forms (the matrix products up to 160 x 160 px, the taps above) on sides from
+    1 px (32 cells from fewer pixels) to 500, and a centre crop's view."""
+    rng = np.random.default_rng(seed)
+    for case in range(120):
+        height, width = (int(v) for v in rng.integers(1, 500, 2))
+        luma = _luma(rng, height, width, case % 4)
+        for values in (luma, quality._center(luma)):
+            compiled = quality._hash_sums(values)
+            assert compiled.shape == (32, 32)
+            np.testing.assert_array_equal(compiled, quality._hash_sums_numpy(values),
+                                          err_msg=f"{values.shape}")
+
+
+def test_the_area_sums_refuse_wrong_buffers():
+    kernel = analysis_kernel.compiled
+    values, sums = np.zeros((10, 10), np.int32), np.empty((4, 4), np.int64)
+    with pytest.raises(ValueError, match="buffer sizes"):
+        kernel.area_sums(values, sums, 10, 10, 5, 5)
+    with pytest.raises(ValueError, match="positive"):
+        kernel.area_sums(values, sums, 10, 10, 0, 4)
+    with pytest.raises(TypeError):  # the sums must be writable
+        kernel.area_sums(values, bytes(128), 10, 10, 4, 4)
+
+
+def test_without_the_kernel_a_thumbnail_and_a_photo_measure_the_same(monkeypatch):
+    """The whole analysis of a structured thumbnail (no resize) and photo (resized), centre
+    hash included, with and without the kernel."""
+    rng = np.random.default_rng(12)
+    images = []
+    for height, width in ((96, 100), (677, 657)):
+        y, x = np.mgrid[0:height, 0:width]
+        base = (np.sin(x / 9.0) * np.cos(y / 13.0) + 1) * 100
+        image = base[..., None] + rng.integers(0, 40, (height, width, 3))
+        images.append(np.clip(image, 0, 255).astype(np.uint8))
+    compiled = [quality.analyse(image, 256, center=True) for image in images]
+    monkeypatch.setattr(analysis_kernel, "compiled", None)
+    assert [quality.analyse(image, 256, center=True) for image in images] == compiled
