@@ -7,7 +7,11 @@ hashes and the shards cannot move with them; the numpy forms run where the kerne
 built."""
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import os
 import shutil
+import subprocess
 import sysconfig
 
 import numpy as np
@@ -227,3 +231,47 @@ def test_without_the_kernel_a_thumbnail_and_a_photo_measure_the_same(monkeypatch
     compiled = [quality.analyse(image, 256, center=True) for image in images]
     monkeypatch.setattr(analysis_kernel, "compiled", None)
     assert [quality.analyse(image, 256, center=True) for image in images] == compiled
+
+
+def _one_build_kernel(directory: str):
+    """The kernel compiled here with ONE_BUILD (the baseline x86-64 code only, no AVX2 clone),
+    loaded beside the installed one; None without a C compiler or Python's headers."""
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    include = sysconfig.get_paths()["include"]
+    if shutil.which(compiler) is None or not os.path.exists(os.path.join(include, "Python.h")):
+        return None
+    source = os.path.join(os.path.dirname(analysis_kernel.__file__), "_analysis_kernel.c")
+    target = os.path.join(directory, "_analysis_kernel" + importlib.machinery.EXTENSION_SUFFIXES[0])
+    subprocess.run([compiler, "-O3", "-ffp-contract=off", "-DONE_BUILD", "-shared", "-fPIC",
+                    f"-I{include}", "-o", target, source], check=True, capture_output=True)
+    spec = importlib.util.spec_from_file_location("_analysis_kernel", target)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_cpu_specific_build_gives_the_baseline_builds_bytes(tmp_path):
+    """The resize and the luma pass run the build for the CPU (AVX2 where it has it): their
+    outputs equal those of the file built without that build."""
+    baseline = _one_build_kernel(str(tmp_path))
+    if baseline is None:
+        pytest.skip("no C compiler or Python headers: the installed kernel alone")
+    installed = analysis_kernel.compiled
+    assert baseline.__file__ != installed.__file__
+    rng = np.random.default_rng(21)
+    for case in range(40):
+        height, width = (int(v) for v in rng.integers(1, 600, 2))
+        image = _image(rng, height, width, fill=(None, 0, 255)[case % 3])
+        out_height, out_width = area_resize.fitted_size(height, width, 256)
+        resized = [np.empty((out_height, out_width, 3), np.uint8) for _ in range(2)]
+        for kernel, target in zip((installed, baseline), resized):
+            kernel.resize_uint8(image, target, height, width, 3, out_height, out_width)
+        np.testing.assert_array_equal(*resized, err_msg=f"{height}x{width}")
+        passes = []
+        for kernel in (installed, baseline):
+            luma = np.empty(height * width, np.int32)
+            levels, counts = np.empty(height * width, np.uint8), np.empty(256, np.int64)
+            passes.append((kernel.luma_pass(image, luma, levels, counts), luma, levels, counts))
+        assert passes[0][0] == passes[1][0]
+        for got, expected in zip(passes[0][1:], passes[1][1:]):
+            np.testing.assert_array_equal(got, expected)
