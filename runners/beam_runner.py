@@ -14,7 +14,7 @@ import os
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-__all__ = ["beam_options", "runner_for", "decode_processes", "local_cores",
+__all__ = ["JobOptions", "beam_options", "runner_for", "decode_processes", "local_cores",
            "with_decode_processes", "prepare_job", "needs_forkserver", "decoders_here"]
 
 
@@ -46,14 +46,35 @@ def decode_processes(options: PipelineOptions, configured: int) -> int:
     return max(1, cores // (workers if workers > 0 else cores))  # 0 workers: one per core
 
 
+class JobOptions(PipelineOptions):
+    """Beam's options, with one view per options class, made when first asked for.
+
+    Beam asks the pipeline's options for a view (`view_as(TypeOptions)`) twice for every
+    transform it applies, and `PipelineOptions.view_as` builds a parser of that class's flags
+    and parses the command line again each time: ~1 ms a view, ~0.2 s of every run. A view
+    keeps no values of its own (all views read and write the options' one `_all_options`,
+    as Beam documents), so the first view of a class serves every later request; the views
+    are left out of the pickled state (workers make their own)."""
+
+    def view_as(self, cls):
+        views = self.__dict__.setdefault("_views", {})
+        if cls not in views:
+            views[cls] = super().view_as(cls)
+        return views[cls]
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        return {key: value for key, value in state.items() if key != "_views"}
+
+
 def beam_options(argv) -> PipelineOptions:
-    """Beam's options for the job's command line `argv`, with Beam's construction-time type
-    inference and checks (`pipeline_type_check`) off: pixelmill's graph is its own and typed
-    by its tests, and no output depends on them (only the generic coders Beam then picks
-    between steps; the shards, ledgers and index are the same bytes, tests/test_beam_options.py),
-    while they cost ~0.2 s of a small run's ~1.2 s of graph building and submission, on every
-    run. Beam has no flag to turn them back on."""
-    return PipelineOptions(argv, pipeline_type_check=False)
+    """Beam's options for the job's command line `argv` (`JobOptions`), with Beam's
+    construction-time type inference and checks (`pipeline_type_check`) off: pixelmill's
+    graph is its own and typed by its tests, and no output depends on them (only the generic
+    coders Beam then picks between steps; the shards, ledgers and index are the same bytes,
+    tests/test_beam_options.py), while they cost ~0.2 s of a small run's ~1.2 s of graph
+    building and submission, on every run. Beam has no flag to turn them back on."""
+    return JobOptions(argv, pipeline_type_check=False)
 
 
 def runner_for(options: PipelineOptions):

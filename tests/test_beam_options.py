@@ -1,10 +1,18 @@
-"""The job's Beam options: construction-time type inference off, and nothing it wrote moves."""
+"""The job's Beam options: construction-time type inference off, one view per options class,
+and nothing it wrote moves."""
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
+import pickle
 
-from apache_beam.options.pipeline_options import PipelineOptions, TypeOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    PipelineOptions,
+    StandardOptions,
+    TypeOptions,
+)
 
 from runners import beam_runner
 from runners.jobs import preprocess
@@ -16,6 +24,29 @@ def test_the_job_builds_its_graph_without_beams_type_inference():
     assert options.view_as(TypeOptions).pipeline_type_check is False
     assert options.view_as(TypeOptions).runtime_type_check is False
     assert options.get_all_options()["pipeline_type_check"] is False
+
+
+def test_a_view_is_made_once_per_class_and_shares_every_value():
+    options = beam_runner.beam_options(["--direct_num_workers", "3", "--runner", "Direct"])
+    assert isinstance(options, beam_runner.JobOptions)
+    direct = options.view_as(DirectOptions)
+    assert options.view_as(DirectOptions) is direct
+    assert options.view_as(StandardOptions) is not direct
+    assert direct.direct_num_workers == 3
+    direct.direct_num_workers = 5  # a value set through one view is every view's and the
+    assert options.view_as(DirectOptions).direct_num_workers == 5   # options' own
+    assert options.get_all_options()["direct_num_workers"] == 5
+    assert options.view_as(StandardOptions).runner == "Direct"
+
+
+def test_the_options_pickle_and_copy_without_their_views():
+    options = beam_runner.beam_options(["--direct_num_workers", "3"])
+    options.view_as(DirectOptions).direct_num_workers = 4
+    for again in (pickle.loads(pickle.dumps(options)), copy.deepcopy(options)):
+        assert "_views" not in again.__dict__
+        assert again.get_all_options() == options.get_all_options()
+        assert again.view_as(DirectOptions).direct_num_workers == 4
+        assert again.view_as(DirectOptions) is not options.view_as(DirectOptions)
 
 
 def _digests(snapshot) -> dict:
