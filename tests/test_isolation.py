@@ -183,6 +183,10 @@ def test_one_item_per_child_spreads_two_slow_items_over_two_children(tmp_path):
     assert len(batched) == 1
 
 
+def _size(path) -> int:
+    return os.path.getsize(path) if os.path.exists(path) else 0
+
+
 def test_send_queued_hands_items_over_without_waiting_for_their_results(pool, tmp_path):
     """The child runs what `send_queued` handed it while nobody polls (its attempt file
     appears), and the result comes back from the next `poll`."""
@@ -191,7 +195,8 @@ def test_send_queued_hands_items_over_without_waiting_for_their_results(pool, tm
     made.send_queued()
     assert made.in_flight == 1
     deadline = time.monotonic() + 30
-    while not os.path.exists(tmp_path / "7") and time.monotonic() < deadline:
+    # The child creates the file before it writes its mark: wait for the mark, not the name.
+    while _size(tmp_path / "7") == 0 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert (tmp_path / "7").read_text() == "x"  # ran once, unpolled
     assert made.poll(wait=True) == [("k", 49)]
