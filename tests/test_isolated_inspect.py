@@ -62,3 +62,32 @@ def test_the_pool_is_polled_once_a_batch_and_when_full(inspect_fn):
     assert inspect_fn._pool.weights == [100 + i for i in range(40)]  # each file's bytes
     assert sorted((v.value.path, v.timestamp.micros, v.windows) for v in out) == sorted(
         (f"{i}.jpg", i * 1_000_000, [f"w{i}"]) for i in range(40))
+
+
+def test_the_childrens_two_steps_give_what_inspect_gives(tmp_path):
+    """What a decoding child runs (`IsolatedInspector.first`, then `second` when it says
+    `Later`) and the inline step (`ImageInspector.inspect`) give equal records: an accepted
+    photo, one rejected by a quality rule after its decode, one the decoder refuses, and a
+    file that cannot be read."""
+    import numpy as np
+
+    from tests.imageutil import write_bytes, write_image, write_photo
+    from transforms.offline.image_inspection import IsolatedInspector
+
+    write_photo(tmp_path / "photo.jpg", 1)
+    write_image(tmp_path / "blank.png", np.full((96, 128, 3), 128, np.uint8), fmt="PNG")
+    write_bytes(tmp_path / "corrupt.jpg", (tmp_path / "photo.jpg").read_bytes()[:400])
+    inspector = ImageInspector(load_config())
+    inspector.setup()
+    two_steps = IsolatedInspector(inspector)  # its setup would set this process's TF threads
+    reasons = {}
+    for name in ("photo.jpg", "blank.png", "corrupt.jpg", "missing.jpg"):
+        record = ImageRecord(uri=str(tmp_path / name), path=name, file_bytes=1)
+        first = two_steps.first(record)
+        stepped = two_steps.second(first.state) if isinstance(first, isolation.Later) else first
+        assert stepped == inspector.inspect(record)
+        reject = stepped.reject and stepped.reject.reason
+        reasons[name] = (reject, isinstance(first, isolation.Later))
+    assert reasons == {"photo.jpg": (None, True), "blank.png": ("low_information", True),
+                       "corrupt.jpg": ("decode_error", False),
+                       "missing.jpg": ("unreadable", False)}

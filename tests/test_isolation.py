@@ -58,6 +58,47 @@ class _Pid:
         return os.getpid()
 
 
+class _TwoSteps:
+    """A two-step worker: `first` logs "first n" and leaves the square to `second` (which logs
+    "second n"), with a weight of 1 against `group_weight` 3; "done" needs no second step;
+    "crash_second" and "raise_second" misbehave in their second step; ("slow", s, n) sleeps s
+    seconds in each step. The log and the attempts are files under `folder`."""
+
+    group_weight = 3
+
+    def __init__(self, folder: str):
+        self._folder = folder
+
+    def setup(self):
+        pass
+
+    def _log(self, line: str) -> None:
+        with open(os.path.join(self._folder, "log"), "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+
+    def run(self, item):
+        raise AssertionError("a two-step worker's items run in two steps")
+
+    def first(self, item):
+        if item == "done":
+            return "done"
+        if isinstance(item, tuple):
+            time.sleep(item[1])
+        self._log(f"first {item}")
+        return isolation.Later(item, 1)
+
+    def second(self, item):
+        self._log(f"second {item}")
+        if item == "crash_second":
+            os._exit(139)
+        if item == "raise_second":
+            raise ValueError("bad second step")
+        if isinstance(item, tuple):
+            time.sleep(item[1])
+            return item[2]
+        return item * item
+
+
 def _run_one_and_read_maps(pool, item) -> tuple[list, str]:
     """(the pool's results for `item`, its child's /proc maps: which libraries it loaded);
     the pool is closed after."""
@@ -385,3 +426,60 @@ def test_a_batch_stops_before_the_item_that_passes_the_weight(tmp_path):
         assert pool.in_flight == 0 and not pool._queue  # a weight lives in its item's entry
     finally:
         pool.close()
+
+
+def _two_step_pool(tmp_path, timeout_s: float = 10.0):
+    return isolation.ChildPool(_TwoSteps(str(tmp_path)), 1, timeout_s)
+
+
+def test_a_two_step_worker_runs_a_groups_first_steps_before_their_second_steps(tmp_path):
+    """One batch of six: the first steps until three states are held (group_weight 3; "done"
+    holds none), then their second steps, then the next group's. Results keep their items."""
+    pool = _two_step_pool(tmp_path)
+    try:
+        results = _run_all(pool, [1, 2, "done", 3, 4, 5])
+    finally:
+        pool.close()
+    assert results == {1: 1, 2: 4, "done": "done", 3: 9, 4: 16, 5: 25}
+    assert (tmp_path / "log").read_text().split("\n")[:-1] == [
+        "first 1", "first 2", "first 3", "second 1", "second 2", "second 3",
+        "first 4", "first 5", "second 4", "second 5"]
+
+
+def test_a_crash_in_a_second_step_blames_that_item_alone(tmp_path):
+    """The child dies in an item's second step, after the group's first steps: that item is
+    tried once more in a fresh child and then fails; the others of its group are recomputed."""
+    pool = _two_step_pool(tmp_path)
+    try:
+        results = _run_all(pool, [1, "crash_second", 2, 3])
+    finally:
+        pool.close()
+    failure = results.pop("crash_second")
+    assert failure.kind == "crash" and "twice" in failure.detail
+    assert results == {1: 1, 2: 4, 3: 9}
+    assert (tmp_path / "log").read_text().count("second crash_second") == 2
+
+
+def test_an_exception_in_a_second_step_is_that_items_failure(tmp_path):
+    pool = _two_step_pool(tmp_path)
+    try:
+        results = _run_all(pool, ["raise_second", 5])
+    finally:
+        pool.close()
+    assert results == {"raise_second": isolation.Failure("error", "ValueError: bad second step"),
+                       5: 25}
+
+
+def test_a_two_step_items_timeout_counts_both_its_steps_and_not_its_groups(tmp_path):
+    """Four items of 0.3 s a step in one batch (2.4 s in all; groups of three) finish under a
+    1.0 s timeout; one item of 0.6 s a step (1.2 s) times out in its second step."""
+    pool = _two_step_pool(tmp_path, timeout_s=1.0)
+    try:
+        quick = [("slow", 0.3, n) for n in range(4)] + ["done"]
+        assert _run_all(pool, quick) == {**{item: item[2] for item in quick[:4]}, "done": "done"}
+        slow = ("slow", 0.6, 7)
+        failure = _run_all(pool, [slow])[slow]
+    finally:
+        pool.close()
+    assert failure.kind == "timeout"
+    assert "second ('slow', 0.6, 7)" in (tmp_path / "log").read_text()

@@ -64,14 +64,15 @@ def test_fixed_shard_count_writes_every_shard_even_empty_ones(folder_snapshot):
 
 class _FragileInspector(inspect_image.ImageInspector):
     """A decoder that segfaults on cat/1.jpg and hangs on dog/2.jpg (it runs in the isolating
-    child process, which unpickles it by importing this module)."""
+    child process, which unpickles it by importing this module, and calls `decode` there: the
+    first of an inspection's two steps; the inline step calls it through `inspect`)."""
 
-    def inspect(self, record):
+    def decode(self, record):
         if record.path == "cat/1.jpg":
             os._exit(139)
         if record.path == "dog/2.jpg":
             time.sleep(60)
-        return super().inspect(record)
+        return super().decode(record)
 
 
 @pytest.mark.slow

@@ -10,14 +10,18 @@ neither does the children's forkserver (`decoder_imports`): ~0.8 s of CPU less p
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+
+import numpy as np
 
 from configs.schema import Config
 from transforms.file_reads import read_bytes
 from transforms.offline import image_header, quality
 from transforms.offline.image_record import ImageRecord
+from transforms.offline.isolation import Later
 
-__all__ = ["ImageInspector", "IsolatedInspector", "size_reject", "decoder_message"]
+__all__ = ["Decoded", "ImageInspector", "IsolatedInspector", "size_reject", "decoder_message"]
 
 
 def size_reject(width: int, height: int, limits) -> tuple[str, str] | None:
@@ -34,6 +38,15 @@ def size_reject(width: int, height: int, limits) -> tuple[str, str] | None:
         return "bad_aspect_ratio", (f"{width}x{height}: aspect {aspect:.2f} > "
                                     f"limits.max_aspect_ratio={limits.max_aspect_ratio}")
     return None
+
+
+@dataclasses.dataclass
+class Decoded:
+    """An image between `ImageInspector.decode` and `measure`: its record, what was learned so
+    far, and its pixels (uint8 [H, W, 3], at the analysis's DCT scale)."""
+    record: ImageRecord
+    learned: dict
+    image: np.ndarray
 
 
 class ImageInspector:
@@ -56,6 +69,12 @@ class ImageInspector:
     def inspect(self, record: ImageRecord) -> ImageRecord:
         """The measured record. What is learned collects in `learned` and lands in one
         `ImageRecord.replace` (one copy per image, not one per step)."""
+        decoded = self.decode(record)
+        return decoded if isinstance(decoded, ImageRecord) else self.measure(decoded)
+
+    def decode(self, record: ImageRecord) -> ImageRecord | Decoded:
+        """`inspect`'s first step: read, hash, header, limits, decode. The rejected record, or
+        what `measure` needs."""
         try:
             data = read_bytes(record.uri)
         except OSError as exc:
@@ -100,17 +119,21 @@ class ImageInspector:
         rule = size_reject(width, height, limits)
         if rule:
             return rejected(*rule)
-        dedup = self.config.dedup
-        analysis = quality.analyse(image, analysis_size,
+        return Decoded(record, learned, image)
+
+    def measure(self, decoded: Decoded) -> ImageRecord:
+        """`inspect`'s second step: the quality metrics and hashes of the decoded image, and the
+        verdict."""
+        dedup, learned = self.config.dedup, decoded.learned
+        analysis = quality.analyse(decoded.image, self.config.quality.analysis_size,
                                    center=dedup.near_duplicates and dedup.crop_tolerant)
         learned.update(
             metrics=tuple(sorted(analysis.metrics.items())),
             moments=tuple(analysis.means) + tuple(analysis.square_means), phash=analysis.phash,
             center_phash=analysis.center_phash)
         verdict = quality.judge(analysis.metrics, self.config.quality)
-        if verdict:
-            return rejected(*verdict)
-        return record.replace(**learned)
+        record = decoded.record.replace(**learned)
+        return record.rejected(*verdict) if verdict else record
 
 
 def decoder_message(exc) -> str:
@@ -124,7 +147,10 @@ def decoder_message(exc) -> str:
 
 class IsolatedInspector:
     """What an isolating child runs: the inspector, on one TensorFlow thread (the pool has one
-    child per core it should use)."""
+    child per core it should use), in two steps (`isolation`): the decodes of a message's
+    images, then their analyses, up to `group_weight` bytes of decoded pixels held."""
+
+    group_weight = 16 << 20
 
     def __init__(self, inspector: ImageInspector):
         self.inspector = inspector
@@ -137,6 +163,15 @@ class IsolatedInspector:
 
     def run(self, record: ImageRecord) -> ImageRecord:
         return self.inspector.inspect(record)
+
+    def first(self, record: ImageRecord):
+        decoded = self.inspector.decode(record)
+        if isinstance(decoded, ImageRecord):
+            return decoded
+        return Later(decoded, decoded.image.nbytes)
+
+    def second(self, decoded: Decoded) -> ImageRecord:
+        return self.inspector.measure(decoded)
 
 
 # Up to 32 images a message, fewer once their files pass 1 MiB together: a message each way

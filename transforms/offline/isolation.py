@@ -2,11 +2,12 @@
 so that native code crashing or hanging on one item costs only that item.
 
 `ChildPool(worker, processes, timeout_s)` starts `processes` children from a forkserver; each
-calls `worker.setup()` once, then `worker.run(item)` for every item it is sent. Items travel
-in batches, one message each way per batch, and each child holds two batches, so no child waits
-for the parent and the parent never handles one item at a time. Which item a child is running
-and since when it keeps in a few numbers shared with the parent (`_Progress`): a crash blames
-that item alone and a timeout counts from its start, as if results came back one by one.
+calls `worker.setup()` once, then `worker.run(item)` for every item it is sent (or, for a
+two-step worker, `first` and `second`: `isolated_child`). Items travel in batches, one message
+each way per batch, and each child holds two batches, so no child waits for the parent and the
+parent never handles one item at a time. Which item a child is running and since when it keeps
+in a few numbers shared with the parent (`isolated_child.Progress`): a crash blames that item
+alone and a timeout counts from its start, as if results came back one by one.
 `put(key, item, weight)` queues an item (a batch stops at `batch_weight`: many small items or
 one large one to a message); `poll(wait)` returns `(key, result)` pairs as they complete, in
 any order (`send_queued()` hands queued items over without waiting for results, for a
@@ -23,18 +24,23 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import multiprocessing
 import os
 import pickle
-import queue
 import selectors
 import sys
-import threading
 import time
 
-__all__ = ["ChildPool", "Failure", "main_script_hidden", "start_forkserver", "QUEUED_PER_CHILD",
-           "DECODER_PRELOAD", "process_cpu_seconds"]
+from transforms.offline.isolated_child import (
+    CLOUD_ENVIRONMENT,
+    Failure,
+    Later,
+    Progress,
+    child_main,
+)
+
+__all__ = ["ChildPool", "Failure", "Later", "main_script_hidden", "start_forkserver",
+           "QUEUED_PER_CHILD", "DECODER_PRELOAD", "process_cpu_seconds"]
 
 # What the forkserver of the decoding children imports once for all of them: TensorFlow and the
 # inspection, no Beam (`decoder_imports`). Named here, not in the inspection's modules (which
@@ -44,17 +50,8 @@ DECODER_PRELOAD = ("transforms.offline.decoder_imports",)
 # Items a child holds by default: two batches of 8 (a message each way costs ~0.1 ms of CPU),
 # so it never waits for the parent.
 QUEUED_PER_CHILD = 16
-_READY = "ready"
 _START_TIMEOUT_S = 300.0  # a child's setup (imports, first decode) on a very busy machine
 _SEND_WAIT_S = 1.0  # `send_queued`: how long one wait for a child to be ready lasts at most
-
-
-@dataclasses.dataclass(frozen=True)
-class Failure:
-    """Why an item has no result: `kind` is "crash", "timeout" or "error" (the worker raised);
-    `detail` says what happened."""
-    kind: str
-    detail: str
 
 
 def _filesystem_options() -> bytes | None:
@@ -67,84 +64,10 @@ def _filesystem_options() -> bytes | None:
     return None if options is None else pickle.dumps(options)
 
 
-_CLOUD_ENVIRONMENT = ("AWS_", "GOOGLE_", "CLOUDSDK_")
-
-
 def _cloud_environment() -> dict:
     """This process's cloud credential and endpoint variables. A child forked by a forkserver
     inherits the server's environment, from when it started, not the parent's now."""
-    return {k: v for k, v in os.environ.items() if k.startswith(_CLOUD_ENVIRONMENT)}
-
-
-class _Progress:
-    """A child's progress through the items it was sent, in memory shared with the parent:
-    items started, items finished, and when the last one started or finished (time.monotonic,
-    one clock for every process). The child writes the time before the count, the parent
-    reads the counts before the time, so a count it sees never comes with an older time."""
-
-    def __init__(self, context):
-        self._values = context.RawArray("d", 3)  # started, finished, changed
-
-    def start(self) -> None:
-        self._values[2] = time.monotonic()
-        self._values[0] += 1
-
-    def finish(self) -> None:
-        self._values[2] = time.monotonic()
-        self._values[1] += 1
-
-    def read(self) -> tuple[int, int, float]:
-        """(started, finished, changed)."""
-        started, finished = int(self._values[0]), int(self._values[1])
-        return started, finished, self._values[2]
-
-
-def _child_main(connection, worker, progress, filesystem_options=None,
-                environment=None) -> None:
-    """The child's loop: setup once, then for each batch received one message of results."""
-    if environment is not None:  # the parent's cloud variables, exactly
-        for name in [k for k in os.environ if k.startswith(_CLOUD_ENVIRONMENT)]:
-            del os.environ[name]
-        os.environ.update(environment)
-    if filesystem_options is not None:  # pickled: applied when a remote path is first read
-        from transforms.beam_filesystems import apply_options_on_first_use
-        apply_options_on_first_use(filesystem_options)
-    worker.setup()
-    connection.send(_READY)
-    # Results leave from a thread of their own, so this one is always back in recv() soon:
-    # a parent blocked sending a big batch never waits on a child blocked sending results.
-    outbox: queue.SimpleQueue = queue.SimpleQueue()
-    sender = threading.Thread(target=_send_all, args=(connection, outbox), daemon=True)
-    sender.start()
-    while True:
-        try:
-            batch = connection.recv()
-        except (EOFError, OSError):  # the parent is gone
-            batch = None
-        if batch is None:
-            outbox.put(None)
-            sender.join()
-            return
-        results = []
-        for key, item, _weight in batch:
-            progress.start()
-            try:
-                result = worker.run(item)
-            except Exception as exc:  # noqa: BLE001 - reported as this item's Failure
-                result = Failure("error", f"{type(exc).__name__}: {str(exc)[:500]}")
-            # pickled while it is the running item: a result that cannot be sent crashes it
-            results.append((key, pickle.dumps(result, pickle.HIGHEST_PROTOCOL)))
-            progress.finish()
-        outbox.put(results)
-
-
-def _send_all(connection, outbox) -> None:
-    """Sends each message of `outbox` until None (or until the parent is gone)."""
-    while (message := outbox.get()) is not None:
-        try:
-            connection.send(message)
-        except OSError:
-            return
+    return {k: v for k, v in os.environ.items() if k.startswith(CLOUD_ENVIRONMENT)}
 
 
 def process_cpu_seconds(pid: int) -> float | None:
@@ -196,9 +119,9 @@ class _Child:
 
     def __init__(self, context, worker, filesystem_options=None):
         self.connection, child_end = context.Pipe()
-        self.progress = _Progress(context)
+        self.progress = Progress(context)
         with main_script_hidden():
-            self.process = context.Process(target=_child_main,
+            self.process = context.Process(target=child_main,
                                            args=(child_end, worker, self.progress,
                                                  filesystem_options, _cloud_environment()),
                                            daemon=True)
@@ -221,9 +144,8 @@ class _Child:
     def current(self) -> tuple[int, float]:
         """(position in `held` of the item running, or else of the next to run; when it
         started, or when the child last finished an item or heard from the parent)."""
-        started, finished, changed = self.progress.read()
-        position = started - self.returned - (1 if started > finished else 0)
-        return min(position, len(self.held) - 1), max(changed, self.since)
+        item, _running, changed = self.progress.read()
+        return min(item - self.returned, len(self.held) - 1), max(changed, self.since)
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
@@ -360,7 +282,7 @@ class ChildPool:
             message = child.connection.recv()
         except (EOFError, OSError):
             return self._child_died(index)
-        if isinstance(message, str):  # _READY
+        if isinstance(message, str):  # READY
             child.ready = True
             return []
         child.since = time.monotonic()
