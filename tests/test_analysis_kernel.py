@@ -1,7 +1,8 @@
 """The compiled passes of the quality analysis (transforms/offline/_analysis_kernel.c): the
 analysis copy's resize (`area_resize.rounded_resize`), its luma, levels and channel sums
-(`quality._luma_pass`), the hash's area sums (`quality._hash_sums`) and the luma's float
-metrics (`quality._float_moments`). Built by `make test`'s install, and the same integers, or
+(`quality._luma_pass`), the hash's area sums (`quality._hash_sums`), the luma's float
+metrics (`quality._float_moments`) and its percentiles' order statistics
+(`quality._order_statistics`). Built by `make test`'s install, and the same integers, or
 float64 bits, as their numpy forms on every shape kind they meet, so the quality metrics, the
 hashes and the shards cannot move with them; the numpy forms run where the kernel is not
 built."""
@@ -216,6 +217,65 @@ def test_the_area_sums_refuse_wrong_buffers():
         kernel.area_sums(values, sums, 10, 10, 0, 4)
     with pytest.raises(TypeError):  # the sums must be writable
         kernel.area_sums(values, bytes(128), 10, 10, 4, 4)
+
+
+def _levels_and_counts(luma: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The luma pass's levels (uint8) and counts of an int32 luma."""
+    levels = ((luma + 500) // 1000).astype(np.uint8)
+    return levels, np.bincount(levels.ravel(), minlength=256).astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_order_statistics_are_the_numpys_integers(seed):
+    """The percentiles' ranks of every size, up to 8 random ascending ranks (repeats allowed),
+    and every rank of the smallest images, on noise, whole levels, smooth and flat luma."""
+    rng = np.random.default_rng(seed)
+    for case in range(120):
+        height, width = (int(v) for v in rng.integers(1, 300, 2))
+        if case % 10 == 0:
+            height, width = 1, int(rng.integers(1, 9))
+        luma = _luma(rng, height, width, case % 4)
+        levels, counts = _levels_and_counts(luma)
+        size = luma.size
+        rank_sets = [quality._percentile_plan(size)[3],
+                     sorted(int(r) for r in rng.integers(0, size, int(rng.integers(1, 9))))]
+        if size <= 8:
+            rank_sets.append(list(range(size)))
+        for ranks in rank_sets:
+            assert quality._order_statistics(luma, levels, counts, ranks) == \
+                quality._order_statistics_numpy(luma, levels, counts, ranks), (luma.shape, ranks)
+
+
+def test_the_order_statistics_at_the_ends_of_the_levels():
+    """Values at both ends of a level's span (x500 rounds up, x499 down), level 0 and 255."""
+    luma = np.array([[0, 499, 500, 1499, 254500, 255000, 1500, 999]], np.int32)
+    levels, counts = _levels_and_counts(luma)
+    ranks = list(range(luma.size))
+    assert quality._order_statistics(luma, levels, counts, ranks) == dict(
+        zip(ranks, sorted(luma.ravel().tolist())))
+
+
+def test_the_order_statistics_refuse_wrong_inputs():
+    kernel = analysis_kernel.compiled
+    luma = np.array([10, 2000, 3000, 2400], np.int32)
+    levels, counts = _levels_and_counts(luma)
+    assert kernel.order_statistics(luma, levels, counts, [0, 3]) == [10, 3000]
+    with pytest.raises(ValueError, match="do not match"):
+        kernel.order_statistics(luma, levels[:3], counts, [0])
+    with pytest.raises(ValueError, match="ascend"):
+        kernel.order_statistics(luma, levels, counts, [2, 1])
+    with pytest.raises(ValueError, match="ascend"):
+        kernel.order_statistics(luma, levels, counts, [4])
+    with pytest.raises(ValueError, match="1 to 8 ranks"):
+        kernel.order_statistics(luma, levels, counts, list(range(9)))
+    with pytest.raises(ValueError, match="do not cover"):
+        kernel.order_statistics(luma, levels, np.zeros(256, np.int64), [0])
+    with pytest.raises(ValueError, match="not \\(luma \\+ 500\\) / 1000"):
+        kernel.order_statistics(luma, np.array([0, 0, 3, 2], np.uint8), counts, [0])
+    wrong = counts.copy()
+    wrong[2], wrong[3] = 3, 0  # level 3's pixel counted in level 2
+    with pytest.raises(ValueError, match="do not match the levels"):
+        kernel.order_statistics(luma, levels, wrong, [3])
 
 
 def test_without_the_kernel_a_thumbnail_and_a_photo_measure_the_same(monkeypatch):

@@ -170,9 +170,22 @@ _PERCENTILES = np.true_divide([1, 99], 100)  # q as np.percentile computes it
 
 def _order_statistics(luma_1000: np.ndarray, levels: np.ndarray, counts: np.ndarray,
                       ranks) -> dict[int, int]:
-    """{rank: the rank-th smallest luma_1000 (0-based)}. Levels rise with luma, so a rank's
-    value lies in the level whose cumulative count first exceeds it: only that level's pixels
-    are sorted."""
+    """{rank: the rank-th smallest luma_1000 (0-based)}, `ranks` ascending: one compiled pass
+    where `analysis_kernel` is built and the levels are the luma pass's (uint8; ~30 us less per
+    thumbnail), else `_order_statistics_numpy`, the reference. Exact integers either way."""
+    kernel = analysis_kernel.compiled
+    if kernel is None or levels.dtype != np.uint8:
+        return _order_statistics_numpy(luma_1000, levels, counts, ranks)
+    values = kernel.order_statistics(np.ascontiguousarray(luma_1000, np.int32),
+                                     np.ascontiguousarray(levels),
+                                     np.ascontiguousarray(counts, np.int64), ranks)
+    return dict(zip(ranks, values))
+
+
+def _order_statistics_numpy(luma_1000: np.ndarray, levels: np.ndarray, counts: np.ndarray,
+                            ranks) -> dict[int, int]:
+    """Levels rise with luma, so a rank's value lies in the level whose cumulative count first
+    exceeds it: only that level's pixels are sorted."""
     ends = np.cumsum(counts)
     by_level: dict[int, list] = {}
     for rank, level in zip(ranks, np.searchsorted(ends, ranks, side="right").tolist()):
