@@ -161,9 +161,6 @@ class IsolatedInspector:
         tf.config.threading.set_inter_op_parallelism_threads(1)
         self.inspector.setup()
 
-    def run(self, record: ImageRecord) -> ImageRecord:
-        return self.inspector.inspect(record)
-
     def first(self, record: ImageRecord):
         decoded = self.inspector.decode(record)
         if isinstance(decoded, ImageRecord):

@@ -82,6 +82,7 @@ def child_main(connection, worker, progress, filesystem_options=None,
     outbox: queue.SimpleQueue = queue.SimpleQueue()
     sender = threading.Thread(target=_send_all, args=(connection, outbox), daemon=True)
     sender.start()
+    run = _two_steps if hasattr(worker, "first") else _one_step
     received = 0  # items received before this batch: the number of its first
     while True:
         try:
@@ -93,7 +94,6 @@ def child_main(connection, worker, progress, filesystem_options=None,
             sender.join()
             return
         items = [item for _key, item, _weight in batch]
-        run = _two_steps if hasattr(worker, "first") else _one_step
         results = run(worker, items, progress, received)
         received += len(batch)
         outbox.put([(key, result) for (key, _item, _weight), result in zip(batch, results)])
