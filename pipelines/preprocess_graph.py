@@ -36,6 +36,7 @@ from pipelines.staged_run import BOX_ROWS, IMAGES, LABEL_ROWS, LIVE, count_key
 from transforms import snapshot_layout as layout
 from transforms.live_view import removal_key
 from transforms.offline import classes, splits
+from transforms.offline.beam_steps import Filter, FlatMap, Map
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
 from transforms.offline.gather import CombineToOne, Gather, constant, merged
@@ -94,8 +95,8 @@ class _Route(beam.PTransform):
         self._step, self._args, self._keep_quality = step, args, keep_quality
 
     def expand(self, records):
-        route = (beam.FlatMap(_route, self._keep_quality) if self._step is None
-                 else beam.FlatMap(_step_then_route, self._step, self._args, self._keep_quality))
+        route = (FlatMap(_route, self._keep_quality) if self._step is None
+                 else FlatMap(_step_then_route, self._step, self._args, self._keep_quality))
         routed = records | "Route" >> route.with_outputs(REJECTED, main="ok")
         return routed.ok, routed[REJECTED]
 
@@ -155,7 +156,7 @@ def _csv_rows(pipeline: beam.Pipeline, kind: str, paths, read: beam.PTransform) 
         return None, None, None
     items = (constant(pipeline, f"{kind}CsvPaths", paths, spread=True)
              | f"Read{kind}Rows" >> read)
-    split = items | f"Split{kind}Rows" >> beam.FlatMap(_split_rows).with_outputs(
+    split = items | f"Split{kind}Rows" >> FlatMap(_split_rows).with_outputs(
         REJECTED, main="rows")
     return items, split.rows, split[REJECTED]
 
@@ -175,7 +176,7 @@ def _read_archive(pipeline: beam.Pipeline, archive: tuple, removed: frozenset):
 
     return (constant(pipeline, "ArchiveIndexPaths", sorted(run_ids), spread=True)
             | "ReadArchiveIndexes" >> ReadAllFromParquet(with_filename=True)
-            | "TagRunId" >> beam.Map(with_run_id))
+            | "TagRunId" >> Map(with_run_id))
 
 
 class InspectAndLabel(beam.PTransform):
@@ -201,11 +202,11 @@ class InspectAndLabel(beam.PTransform):
         inspected = planned.images | "InspectImages" >> InspectImages(config)
         retired = planned[RETIRED]
         if inputs.archive_rows is not None:  # only a record the archive has can be replaced
-            retired = ((retired, inspected | "RetireReplaced" >> beam.FlatMap(retire_inspected))
+            retired = ((retired, inspected | "RetireReplaced" >> FlatMap(retire_inspected))
                        | "AllRetired" >> beam.Flatten())
         if any(self._forgotten):
-            inspected = inspected | "RejectForgotten" >> beam.Map(_reject_forgotten,
-                                                                  *self._forgotten)
+            inspected = inspected | "RejectForgotten" >> Map(_reject_forgotten,
+                                                             *self._forgotten)
         labelled, rejected_inspected = (
             inspected | "ResolveLabels" >> _Route(resolve_labels, config, folder_labels,
                                                   keep_quality=True))
@@ -234,7 +235,7 @@ class Dedup(beam.PTransform):
     def expand(self, inputs: DedupInputs):
         records, archive_accepted, class_table = inputs
         archive_shas = None if not self._has_archive else (
-            archive_accepted | "ArchiveShas" >> beam.Map(
+            archive_accepted | "ArchiveShas" >> Map(
                 lambda r: (r["sha256"], (r["run_id"], r["path"]))))
         unique, rejected_exact = (records
                                   | "DropExactDuplicates" >> DropExactDuplicates(
@@ -244,15 +245,15 @@ class Dedup(beam.PTransform):
         if self._config.dedup.near_duplicates:
             archive_hashes = None if not self._has_archive else (
                 archive_accepted
-                | "ArchiveWithHash" >> beam.Filter(lambda r: r["phash"])
-                | "ArchiveHashes" >> beam.Map(lambda r: (r["path"], r["phash"], r["run_id"])))
+                | "ArchiveWithHash" >> Filter(lambda r: r["phash"])
+                | "ArchiveHashes" >> Map(lambda r: (r["path"], r["phash"], r["run_id"])))
             dedup = self._config.dedup
             archive_centers = None
             if dedup.crop_tolerant and self._has_archive:  # archived with a centre hash
                 archive_centers = (archive_accepted
-                                   | "ArchiveWithCenter" >> beam.Filter(
+                                   | "ArchiveWithCenter" >> Filter(
                                        lambda r: r.get("center_phash"))
-                                   | "ArchiveCenters" >> beam.Map(
+                                   | "ArchiveCenters" >> Map(
                                        lambda r: (r["path"], r["center_phash"], r["run_id"])))
             unique, rejected_near = (unique
                                      | "DropNearDuplicates" >> DropNearDuplicates(
@@ -302,7 +303,7 @@ class WriteSnapshot(beam.PTransform):
          | "SortedShardFiles" >> Gather(lambda files: sorted(
              (dataclasses.asdict(f) for f in files), key=lambda f: f["path"]))
          | "WriteShardList" >> staged_run.write_shard_list(staging))
-        class_table | "WriteClassTable" >> beam.Map(
+        class_table | "WriteClassTable" >> Map(
             lambda names: classes.write_class_table(FileSystems.join(staging, layout.CLASSES),
                                                     names))
         return written
@@ -338,7 +339,7 @@ class WriteLedgers(beam.PTransform):
         all_rejects | "WriteRejectsLedger" >> WriteRejectsLedger(
             FileSystems.join(staging, layout.REJECTS))
         index_rows = ((accepted_rows,
-                       rejected_images | "RejectedIndexRows" >> beam.Map(record_row))
+                       rejected_images | "RejectedIndexRows" >> Map(record_row))
                       | "AllIndexRows" >> beam.Flatten())
         index_rows | "WriteIndex" >> WriteIndexTable(
             FileSystems.join(staging, layout.INDEX), INDEX_SCHEMA)
@@ -418,13 +419,13 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
                                                                  job.frozen_classes)
     deduped = (DedupInputs(inspected.labelled, archive_accepted, class_table)
                | "Dedup" >> Dedup(config, has_archive=bool(job.archive)))
-    accepted = deduped.unique | "AssignSplits" >> beam.Map(_assign_split, config.split)
+    accepted = deduped.unique | "AssignSplits" >> Map(_assign_split, config.split)
     written = ((accepted, archive_accepted, class_table)
                | "WriteSnapshot" >> WriteSnapshot(job))
 
     rejected_images = ([inspected.rejected, *deduped.rejected]
                        | "AllRejectedImages" >> beam.Flatten())
-    image_rejects = rejected_images | "ImageRejects" >> beam.Map(lambda r: r.reject)
+    image_rejects = rejected_images | "ImageRejects" >> Map(lambda r: r.reject)
     all_rejects = merged((image_rejects, inputs.label_rejects, inputs.box_rejects,
                           inspected.row_rejects), "AllRejects")
     (written.index, rejected_images, all_rejects) | "WriteLedgers" >> WriteLedgers(

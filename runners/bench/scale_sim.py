@@ -31,6 +31,7 @@ import apache_beam as beam
 from configs.schema import load_config
 from transforms import snapshot_layout as layout
 from transforms.offline import quality_rules, splits
+from transforms.offline.beam_steps import Filter, FlatMap, Map
 from transforms.offline.classes import AssignClassIdFn, ClassTable
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import FileRef
@@ -136,7 +137,7 @@ def _generate(pipeline, corpus: ScaleCorpus, name: str, fn):
     return (pipeline
             | f"{name}Ranges" >> beam.Create(corpus.chunks())
             | f"Spread{name}" >> beam.Reshuffle()
-            | f"Generate{name}" >> beam.FlatMap(lambda r: (y for i in range(*r) for y in fn(i))))
+            | f"Generate{name}" >> FlatMap(lambda r: (y for i in range(*r) for y in fn(i))))
 
 
 def _records(pipeline, corpus: ScaleCorpus, accepted_only: bool = True,
@@ -178,15 +179,15 @@ def step_classes(pipeline, corpus, _workdir):
     table = records | ClassTable((), False)
     assigned = records | "AssignClassIds" >> beam.ParDo(AssignClassIdFn(),
                                                         beam.pvalue.AsSingleton(table))
-    _count(assigned | beam.Filter(lambda r: r.reject is None), "WithIds")
-    _count(assigned | beam.Filter(lambda r: r.reject is not None), "Unknown")
+    _count(assigned | Filter(lambda r: r.reject is None), "WithIds")
+    _count(assigned | Filter(lambda r: r.reject is not None), "Unknown")
 
 
 def step_dedup_exact(pipeline, corpus, _workdir):
     """DropExactDuplicates: grouped by sha256, lowest path kept."""
     archive = pipeline | "NoArchive" >> beam.Create([])
     kept = _records(pipeline, corpus) | DropExactDuplicates(archive)
-    _count(kept | beam.Filter(lambda r: r.reject is not None), "Duplicates")
+    _count(kept | Filter(lambda r: r.reject is not None), "Duplicates")
 
 
 def step_dedup_near(pipeline, corpus, _workdir):
@@ -194,13 +195,13 @@ def step_dedup_near(pipeline, corpus, _workdir):
     archive = pipeline | "NoArchive" >> beam.Create([])
     kept = _records(pipeline, corpus, originals_only=True) | DropNearDuplicates(
         MAX_HAMMING, archive)
-    _count(kept | beam.Filter(lambda r: r.reject is not None), "NearDuplicates")
+    _count(kept | Filter(lambda r: r.reject is not None), "NearDuplicates")
 
 
 def step_split(pipeline, corpus, _workdir):
     """The split of every accepted record, from its sha256."""
     ratios = load_config().split
-    split = _records(pipeline, corpus) | beam.Map(
+    split = _records(pipeline, corpus) | Map(
         lambda r: dataclasses.replace(r, split=splits.assign_split(r.sha256, ratios)))
     _count(split, "Split")
 
@@ -211,7 +212,7 @@ def step_shards(pipeline, corpus, _workdir):
     from transforms.offline.write_shards import AssignShards  # imports TensorFlow
     config = load_config()
     ratios = config.split
-    records = _records(pipeline, corpus) | "Split" >> beam.Map(
+    records = _records(pipeline, corpus) | "Split" >> Map(
         lambda r: dataclasses.replace(r, split=splits.assign_split(r.sha256, ratios)))
     keyed, _counts = records | "AssignShards" >> AssignShards(config.output)
     per_shard = (keyed
@@ -225,7 +226,7 @@ def step_accounting(pipeline, corpus, workdir):
     from pipelines.phase_outputs import Counted, Inputs, Inspected
     from pipelines.preprocess_graph import Accounting  # imports TensorFlow: only when needed
     records = _records(pipeline, corpus, accepted_only=False)
-    rejects = records | "Rejects" >> beam.FlatMap(lambda r: [r.reject] if r.reject else [])
+    rejects = records | "Rejects" >> FlatMap(lambda r: [r.reject] if r.reject else [])
     empty = pipeline | "Nothing" >> beam.Create([])
     inputs = Inputs(refs=records, discovery_rejects=empty, other_files=empty,
                     label_items=records, label_rows=empty, label_rejects=empty,
@@ -233,9 +234,9 @@ def step_accounting(pipeline, corpus, workdir):
                     archive_rows=None)  # a full run: no boxes; no archive, no live set
     inspected = Inspected(labelled=empty, rejected=empty,
                           row_rejects=empty, skipped=empty,
-                          matched=records | beam.Map(lambda r: (LABEL_ROW, 1)),
+                          matched=records | Map(lambda r: (LABEL_ROW, 1)),
                           kept=empty, retired=empty)
-    counted = Counted(accepted_rows=records | beam.Filter(lambda r: r.reject is None),
+    counted = Counted(accepted_rows=records | Filter(lambda r: r.reject is None),
                       image_rejects=rejects, all_rejects=rejects)
     (inputs.pvalues(), inspected, counted) | Accounting(workdir)
 

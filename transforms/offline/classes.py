@@ -22,6 +22,7 @@ import apache_beam as beam
 
 from transforms import file_reads
 from transforms.file_reads import read_bytes
+from transforms.offline.beam_steps import FlatMap, LeanDoFn
 from transforms.offline.class_names import class_name_problem
 from transforms.offline.gather import Gather
 from transforms.s3_storage import create_file
@@ -117,14 +118,14 @@ class ClassTable(beam.PTransform):
     def expand(self, labelled):
         start_table, frozen = self._start_table, self._frozen
         return (labelled
-                | "LabelNames" >> beam.FlatMap(record_labels)
+                | "LabelNames" >> FlatMap(record_labels)
                 | "DistinctLabels" >> beam.Distinct()
                 | "Extend" >> Gather(
                     lambda labels: extend_class_table(start_table, labels, frozen)))
 
 
 @beam.typehints.with_output_types(typing.Any)  # as Beam infers it: no disassembly at build
-class AssignClassIdFn(beam.DoFn):
+class AssignClassIdFn(LeanDoFn):
     """Gives a record its class id, or rejects it (`unknown_class`, `bad_box`). The name -> id
     lookup is built once per class table (the side input is the same object for a worker's
     bundles), never per record: its cost must not grow with the table."""

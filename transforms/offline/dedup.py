@@ -26,6 +26,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from transforms.offline import progress, quality
+from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.classes import AssignClassIdFn
 from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
 from transforms.offline.gather import JoinByKey, merged
@@ -60,7 +61,7 @@ def _keep_lowest_path(item):
         yield other.rejected("duplicate", f"same sha256 as {ordered[0].path!r} (kept)")
 
 
-class _ClassIdsThenKeepLowestPathFn(beam.DoFn):
+class _ClassIdsThenKeepLowestPathFn(LeanDoFn):
     """`_keep_lowest_path` of a sha256 group whose candidates first get their class ids
     (`AssignClassIdFn`; a quality reject stays as it is): one rejected for its label comes
     out at once and takes no part in the keep rule."""
@@ -104,7 +105,7 @@ class DropExactDuplicates(beam.PTransform):
         grouped = inputs | "GroupBySha256" >> JoinByKey({"records": lambda r: (r.sha256, r)},
                                                            packed=("records",))
         if self._class_table is None:
-            return grouped | "KeepLowestPath" >> beam.FlatMap(_keep_lowest_path)
+            return grouped | "KeepLowestPath" >> FlatMap(_keep_lowest_path)
         return grouped | "KeepLowestPath" >> beam.ParDo(
             _ClassIdsThenKeepLowestPathFn(), beam.pvalue.AsSingleton(self._class_table))
 
@@ -132,7 +133,7 @@ def _part(member, parts: int) -> int:
 # Output type declared (what Beam infers anyway: Any), so that building the graph does not
 # disassemble `process` and everything it calls (tens of ms per DoFn and job).
 @beam.typehints.with_output_types(typing.Any)
-class _BucketFn(beam.DoFn):
+class _BucketFn(LeanDoFn):
     """((band, value), members) -> (tonight's rel, best neighbour here), for the plain and the
     crop-tolerant search alike; a bucket with more than `hot_bucket_values` distinct values
     goes out tagged `hot` instead, each member once per sub-key (`_sub_keyed`) that holds its
@@ -184,7 +185,7 @@ class _SearchBucketFn(_BucketFn):
 
 
 @beam.typehints.with_output_types(typing.Any)
-class _SearchPartsFn(beam.DoFn):
+class _SearchPartsFn(LeanDoFn):
     """((band, value, p, q), [(part, member)]) -> best neighbours of part p's images among
     part q's and of q's among p's (p's among p's when p == q)."""
 
@@ -242,7 +243,7 @@ class _SearchCropBucketFn(_BucketFn):
 
 
 @beam.typehints.with_output_types(typing.Any)
-class _SearchCropPartsFn(beam.DoFn):
+class _SearchCropPartsFn(LeanDoFn):
     """((band, value, p, q), members) -> best crop neighbours of part p's centre hashes among
     part q's full hashes (and of those full hashes' images among p's centres)."""
 
@@ -315,7 +316,7 @@ class DropNearDuplicates(beam.PTransform):
 
     def expand(self, records):
         max_hamming = self._max_hamming
-        tonight = records | "TonightHashes" >> beam.Map(lambda r: (r.path, r.phash, ""))
+        tonight = records | "TonightHashes" >> Map(lambda r: (r.path, r.phash, ""))
         found = [merged([tonight, self._archive], "AllHashes")
                  | "SearchBands" >> _BandSearch(max_hamming, self._hot_bucket_values,
                                                 _SearchBucketFn, _SearchPartsFn)]
@@ -329,17 +330,17 @@ class DropNearDuplicates(beam.PTransform):
         return ({"records": records, "neighbours": neighbours}
                 | "JoinNeighbours" >> JoinByKey({"records": lambda r: (r.path, r)},
                                                 packed=("records",))
-                | "MarkNearDuplicates" >> beam.FlatMap(_mark, *mark_args))
+                | "MarkNearDuplicates" >> FlatMap(_mark, *mark_args))
 
     def _crop_search(self, records):
         """(rel, best crop neighbour) from the centre hashes against the full hashes."""
         crop_max = self._crop_max_hamming
-        members = [records | "CropHashes" >> beam.FlatMap(_crop_members)]
+        members = [records | "CropHashes" >> FlatMap(_crop_members)]
         if self._archive is not None:
-            members.append(self._archive | "ArchiveFullHashes" >> beam.Map(lambda m: (*m, FULL)))
+            members.append(self._archive | "ArchiveFullHashes" >> Map(lambda m: (*m, FULL)))
         if self._archive_centers is not None:
             members.append(self._archive_centers
-                           | "ArchiveCenterHashes" >> beam.Map(lambda m: (*m, CENTER)))
+                           | "ArchiveCenterHashes" >> Map(lambda m: (*m, CENTER)))
         return (merged(members, "AllCropHashes")
                 | "SearchCropBands" >> _BandSearch(crop_max, self._hot_bucket_values,
                                                    _SearchCropBucketFn, _SearchCropPartsFn))
@@ -360,7 +361,7 @@ class _BandSearch(beam.PTransform):
 
     def expand(self, members):
         searched = (members
-                    | "HashBands" >> beam.FlatMap(_band_keys, self._max_hamming)
+                    | "HashBands" >> FlatMap(_band_keys, self._max_hamming)
                     | "GroupByBand" >> beam.GroupByKey()
                     | "SearchBuckets" >> beam.ParDo(self._bucket_fn).with_outputs(
                         _HOT, main="found"))

@@ -26,6 +26,7 @@ from transforms import file_reads
 from transforms.file_reads import read_bytes
 from transforms.local_paths import is_local
 from transforms.offline import file_kinds, paths, progress
+from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.gather import once
 from transforms.offline.image_record import ImageRecord
 
@@ -186,7 +187,7 @@ def list_images(roots, extensions: tuple, max_file_bytes: int | None,
 # Output type declared (what Beam infers anyway: Any), so that building the graph does not
 # disassemble `process` and everything it calls (tens of ms per DoFn and job).
 @beam.typehints.with_output_types(typing.Any)
-class _ClassifyFileFn(beam.DoFn):
+class _ClassifyFileFn(LeanDoFn):
     """Keeps image files by extension; splits off files that must never be opened (or cannot
     be decoded) and the extension keys of the files that are no images."""
 
@@ -246,7 +247,7 @@ class DiscoverImages(beam.PTransform):
             # One step lists the root (no Flatten of Beam's match and the dropped links: it
             # would copy every listed file once more on Beam's local runner).
             found = (once(pbegin.pipeline, f"Once{index}")
-                     | f"List{index}" >> beam.FlatMap(
+                     | f"List{index}" >> FlatMap(
                          lambda _, base, pattern: list_root(base, pattern), base, pattern)
                      | f"Classify{index}" >> beam.ParDo(
                          _ClassifyFileFn(base, self._extensions, self._max_file_bytes,
@@ -262,7 +263,7 @@ class DiscoverImages(beam.PTransform):
         grouped = (
             refs
             | "FlattenRefs" >> beam.Flatten()
-            | "KeyByRelPath" >> beam.Map(lambda ref: (ref.path, ref))
+            | "KeyByRelPath" >> Map(lambda ref: (ref.path, ref))
             | "GroupByRelPath" >> beam.GroupByKey()
             | "OnePerRelPath" >> beam.ParDo(_OnePerRelPathFn()).with_outputs(
                 UNSAFE_TAG, main="ok"))
@@ -272,7 +273,7 @@ class DiscoverImages(beam.PTransform):
         return Discovered(grouped.ok, rejected, other | "FlattenOtherFiles" >> beam.Flatten())
 
 
-class _OnePerRelPathFn(beam.DoFn):
+class _OnePerRelPathFn(LeanDoFn):
     """A file matched by two overlapping roots counts once; two different files that share a
     root-relative path (two roots) cannot both be addressed by a CSV: the lowest full path is
     kept and the others are rejected as `duplicate` naming it."""

@@ -18,6 +18,8 @@ import typing
 
 import apache_beam as beam
 
+from transforms.offline.beam_steps import FlatMap, Map
+
 __all__ = ["Gather", "CombineToOne", "combined", "JoinByKey", "constant", "once", "merged",
            "packed", "unpacked"]
 
@@ -64,7 +66,7 @@ def constant(pipeline: beam.Pipeline, label: str, values, spread: bool = False
     values = list(values)
     if spread and len(values) > 1:
         return pipeline | label >> beam.Create(values)
-    return once(pipeline, label) | f"{label}Values" >> beam.FlatMap(lambda _: values)
+    return once(pipeline, label) | f"{label}Values" >> FlatMap(lambda _: values)
 
 
 class Gather(beam.PTransform):
@@ -80,8 +82,8 @@ class Gather(beam.PTransform):
     def expand(self, pcoll):
         finish, args = self._finish, self._args
         return (once(pcoll.pipeline, "Once")
-                | "All" >> beam.Map(lambda _, items: finish(list(items), *args),
-                                    beam.pvalue.AsList(pcoll)))
+                | "All" >> Map(lambda _, items: finish(list(items), *args),
+                               beam.pvalue.AsList(pcoll)))
 
 
 def combined(pcoll, combine_fn: beam.CombineFn, label: str = "Combine", finish=None,
@@ -95,7 +97,7 @@ def combined(pcoll, combine_fn: beam.CombineFn, label: str = "Combine", finish=N
     result = pcoll | label >> beam.CombineGlobally(combine_fn).without_defaults()
     if finish is not None:
         empty = finish(empty, *finish_args)
-        result = result | finish_label >> beam.Map(finish, *finish_args)
+        result = result | finish_label >> Map(finish, *finish_args)
     return beam.pvalue.AsSingleton(result, default_value=empty)
 
 
@@ -111,8 +113,8 @@ class CombineToOne(beam.PTransform):
 
     def expand(self, pcoll):
         return (once(pcoll.pipeline, "Once")
-                | "Result" >> beam.Map(lambda _, result: result,
-                                       combined(pcoll, self._combine_fn)))
+                | "Result" >> Map(lambda _, result: result,
+                                  combined(pcoll, self._combine_fn)))
 
 
 def _tag_pair(pair, tag, pack):
@@ -163,12 +165,12 @@ class JoinByKey(beam.PTransform):
                 inputs = (inputs,)
             pack = tag in self._packed
             for number, pcoll in enumerate(inputs):
-                step = (beam.Map(_tag_pair, tag, pack) if key_value is None
-                        else beam.Map(_key_and_tag, tag, key_value, pack))
+                step = (Map(_tag_pair, tag, pack) if key_value is None
+                        else Map(_key_and_tag, tag, key_value, pack))
                 label = f"Key[{tag}]" if number == 0 else f"Key[{tag}:{number}]"
                 tagged.append(pcoll | label >> step.with_output_types(typing.Any))
         return (tagged
                 | "Flatten" >> beam.Flatten()
                 | "GroupByKey" >> beam.GroupByKey()
-                | "Collect" >> beam.Map(_collect, tags, self._packed
-                                        ).with_output_types(typing.Any))
+                | "Collect" >> Map(_collect, tags, self._packed
+                                   ).with_output_types(typing.Any))

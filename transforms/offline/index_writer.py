@@ -22,6 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms import file_reads
+from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.gather import Gather
 from transforms.offline.outputs import (
     SampleAndCountFn,
@@ -39,7 +40,7 @@ _BATCH_ROWS = 4096          # rows per record batch between the steps
 _SORT = [("path", "ascending"), ("sha256", "ascending")]
 
 
-class _RowBatchFn(beam.DoFn):
+class _RowBatchFn(LeanDoFn):
     """Index rows (dicts with every column) -> record batches of up to `_BATCH_ROWS` rows."""
 
     def __init__(self, schema: pa.Schema):
@@ -144,7 +145,7 @@ class WriteIndexTable(beam.PTransform):
         batches = rows | "RowBatches" >> beam.ParDo(_RowBatchFn(schema))
         cuts = range_cuts(batches, _PathSampleFn(_SAMPLE), part_rows)
         return (batches
-                | "SplitByRange" >> beam.FlatMap(_split_batch, cuts)
+                | "SplitByRange" >> FlatMap(_split_batch, cuts)
                 | "GroupByRange" >> beam.GroupByKey()
-                | "WriteRange" >> beam.Map(_write_part, parts_dir, schema)
+                | "WriteRange" >> Map(_write_part, parts_dir, schema)
                 | "JoinRanges" >> Gather(_join_parts, path, parts_dir, schema))

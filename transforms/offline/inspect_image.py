@@ -14,6 +14,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from configs.schema import Config
 from transforms.offline import isolation, progress
+from transforms.offline.beam_steps import LeanDoFn, Map
 from transforms.offline.image_inspection import HELD_PER_CHILD, ImageInspector, decoding_pool
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.rejects import REASONS
@@ -67,7 +68,7 @@ class _Tally:
         progress.add("rejected" if record.reject else "accepted")
 
 
-class InspectImageFn(beam.DoFn):
+class InspectImageFn(LeanDoFn):
     """An `ImageInspector` in the Beam worker, with the outcome counters (`_Tally`)."""
 
     def __init__(self, inspector: ImageInspector):
@@ -96,7 +97,7 @@ def _failure_record(record: ImageRecord, failure: isolation.Failure) -> ImageRec
     return record.rejected("decoder_crash", failure.detail)
 
 
-class IsolatedInspectFn(beam.DoFn):
+class IsolatedInspectFn(LeanDoFn):
     """An `ImageInspector` in `processes` child processes (`isolation.ChildPool`) with a per-file
     timeout: a file on which a child dies is retried once in a fresh child and then rejected
     as `decoder_crash`; a file that takes longer than `decode.timeout_s` is rejected at once
@@ -168,5 +169,5 @@ class InspectImages(beam.PTransform):
                 max(1, self._config.decode.processes)))
         good, crashed = refs | "Inspect" >> beam.ParDo(
             InspectImageFn(inspector)).with_exception_handling()
-        crashed_records = crashed | "CrashToReject" >> beam.Map(_crash_to_record)
+        crashed_records = crashed | "CrashToReject" >> Map(_crash_to_record)
         return (good, crashed_records) | "AllInspected" >> beam.Flatten()

@@ -28,6 +28,7 @@ from transforms.live_view import retirement
 from transforms.offline import boxes as box_rules
 from transforms.offline import labels as label_rules
 from transforms.offline import paths, progress
+from transforms.offline.beam_steps import FlatMap, LeanDoFn
 from transforms.offline.class_names import class_name_problem
 from transforms.offline.csv_records import DEFAULT_MAX_CELL_BYTES, text_lines
 from transforms.offline.gather import JoinByKey
@@ -86,7 +87,7 @@ class ReadLabelRows(beam.PTransform):
 
     def expand(self, csv_paths):
         labels_config = self._config.labels
-        return csv_paths | "ParseLabelCsv" >> beam.FlatMap(read_label_csv, labels_config)
+        return csv_paths | "ParseLabelCsv" >> FlatMap(read_label_csv, labels_config)
 
 
 class ReadBoxRows(beam.PTransform):
@@ -99,7 +100,7 @@ class ReadBoxRows(beam.PTransform):
 
     def expand(self, csv_paths):
         cap = self._max_cell_bytes
-        return csv_paths | "ParseBoxCsv" >> beam.FlatMap(read_box_csv, cap)
+        return csv_paths | "ParseBoxCsv" >> FlatMap(read_box_csv, cap)
 
 
 def _folder_label(rel: str) -> str | None:
@@ -228,7 +229,7 @@ def assign_rows(rows, discovered) -> tuple[dict, list, dict]:
 # Output type declared (what Beam infers anyway: Any), so that building the graph does not
 # disassemble `process` and everything it calls (tens of ms per DoFn and job).
 @beam.typehints.with_output_types(typing.Any)
-class _PlanFn(beam.DoFn):
+class _PlanFn(LeanDoFn):
     def __init__(self, config: Config, folder_labels: bool, forgotten: tuple):
         self._forgotten = forgotten
         self._config = config

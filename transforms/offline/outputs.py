@@ -18,6 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms import file_changes, file_reads
+from transforms.offline.beam_steps import LeanDoFn, Map
 from transforms.offline.gather import Gather, combined
 from transforms.s3_storage import create_file
 
@@ -157,13 +158,13 @@ class WriteRejectsLedger(beam.PTransform):
     def expand(self, rejects):
         path, part_lines = self._path, self._part_lines
         parts_dir = path + ".parts"
-        lines = rejects | "LedgerLines" >> beam.Map(_ledger_line)
+        lines = rejects | "LedgerLines" >> Map(_ledger_line)
         cuts = range_cuts(lines, SampleAndCountFn(_LEDGER_SAMPLE), part_lines)
         return (lines
-                | "KeyByRange" >> beam.Map(
+                | "KeyByRange" >> Map(
                     lambda kv, cuts: (bisect.bisect_right(cuts, kv[0]), kv), cuts)
                 | "GroupByRange" >> beam.GroupByKey()
-                | "WriteRange" >> beam.Map(_write_range, parts_dir)
+                | "WriteRange" >> Map(_write_range, parts_dir)
                 | "JoinRanges" >> Gather(_join_ranges, path, parts_dir))  # (index, path) each
 
 
@@ -182,12 +183,12 @@ class WriteJson(beam.PTransform):
         path = self._path
         # The output type is declared: Beam would otherwise disassemble the lambda and all
         # it calls (json.dumps) at every build, ~35 ms.
-        return value | "WriteJsonFile" >> beam.Map(
+        return value | "WriteJsonFile" >> Map(
             lambda data: write_text(path, json.dumps(
                 data, sort_keys=True, allow_nan=False) + "\n")).with_output_types(str)
 
 
-class _CountPerBundleFn(beam.DoFn):
+class _CountPerBundleFn(LeanDoFn):
     """Elements -> one `(key, count)` pair per key a bundle saw, at its end; `key_counts` maps
     an element to the (key, count) pairs it adds to (none: not counted)."""
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from transforms import codec
 from transforms.offline import progress
+from transforms.offline.beam_steps import Map
 from transforms.offline.gather import CombineToOne
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.tft_assets import CLASS_FREQUENCIES, CLASS_TABLE_ASSET, check_class_table
@@ -189,25 +190,25 @@ class AnalyzeAndWriteTransform(beam.PTransform):
 
     def expand(self, accepted):
         totals = (accepted
-                  | "RawFeatures" >> beam.Map(raw_features)
+                  | "RawFeatures" >> Map(raw_features)
                   | "Totals" >> CombineToOne(TotalsFn()))
         class_table = self._class_table
         if isinstance(class_table, beam.PCollection):
             class_table = beam.pvalue.AsSingleton(class_table)
         output_dir, arguments = self._output_dir, self._arguments
         if self._beside is None:
-            return totals | "WriteTransform" >> beam.Map(
+            return totals | "WriteTransform" >> Map(
                 lambda totals_, names: write_transform_isolated(output_dir, names, totals_,
                                                                 *arguments),
                 class_table)
         # Started in the totals' stage, awaited in a stage of its own that reads `beside` too,
         # so the steps making `beside` run while the writing child works.
-        started = totals | "WriteTransform" >> beam.Map(
+        started = totals | "WriteTransform" >> Map(
             lambda totals_, names: start_transform_write(output_dir, names, totals_,
                                                          *arguments),
             class_table)
         return (accepted.pipeline | "Once" >> beam.Create([None])
-                | "AwaitTransform" >> beam.Map(
+                | "AwaitTransform" >> Map(
                     lambda _, token, _beside: finish_transform_write(token),
                     beam.pvalue.AsSingleton(started), beam.pvalue.AsIter(self._beside)))
 

@@ -21,6 +21,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from configs.schema import OutputConfig
 from transforms.offline import isolation, progress, splits
+from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.gather import Gather, once, packed, unpacked
 from transforms.offline.index_table import record_row
 from transforms.offline.shard_writing import ShardFile, ShardWriter, write_shard
@@ -46,7 +47,7 @@ class MetaColumns(beam.PTransform):
 
     def expand(self, records):
         return (records
-                | "ColumnNames" >> beam.FlatMap(lambda r: [column for column, _ in r.meta])
+                | "ColumnNames" >> FlatMap(lambda r: [column for column, _ in r.meta])
                 | "Distinct" >> beam.Distinct()
                 | "Sorted" >> Gather(sorted))
 
@@ -62,7 +63,7 @@ class WrittenShards(typing.NamedTuple):
 _WRITE_TIMEOUT_S = 3600.0  # one shard (128 MB by default) written by a child, remote included
 
 
-class _WriteShardFn(beam.DoFn):
+class _WriteShardFn(LeanDoFn):
     """((split, shard index), `packed` records) -> the shard written
     (`shard_writing.write_shard`); an index row per record; (split, (shard index, the records'
     features)) tagged `features` and the ShardFile tagged `files`.
@@ -184,11 +185,11 @@ class AssignShards(beam.PTransform):
 
     def expand(self, records):
         counts = (records
-                  | "BytesPerSplit" >> beam.Map(lambda r: (r.split, r.file_bytes))
+                  | "BytesPerSplit" >> Map(lambda r: (r.split, r.file_bytes))
                   | "SumBytes" >> beam.CombinePerKey(sum)
                   | "ShardCounts" >> Gather(lambda sums, output: shard_counts(dict(sums), output),
                                             self._output))
-        keyed = records | "KeyByShard" >> beam.Map(
+        keyed = records | "KeyByShard" >> Map(
             lambda r, n: ((r.split, splits.shard_index(r.sha256, n[r.split])), packed(r)),
             beam.pvalue.AsSingleton(counts))
         return keyed, counts
@@ -226,7 +227,7 @@ class WriteShards(beam.PTransform):
         # written ones: flattening an empty marker per shard into the records instead cost
         # Beam's local runner one more copy of every record (docs/benchmarks.md, ninth round).
         files = (once(records.pipeline, "Once")
-                 | "EveryShardFile" >> beam.FlatMap(
+                 | "EveryShardFile" >> FlatMap(
                      _every_shard_file, beam.pvalue.AsList(written[FILES]), counts,
                      self._staging_dir, output))
         return WrittenShards(index=written.index, files=files, features=written[FEATURES])

@@ -15,6 +15,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
+from transforms.offline.beam_steps import Map
 from transforms.reporting.feature_stats import FeatureStatsFn, to_statistics_list
 from transforms.s3_storage import create_file
 from transforms.snapshot_layout import feature_stats_name
@@ -113,8 +114,8 @@ class WriteFeatureStatistics(beam.PTransform):
 
     def expand(self, features):
         return (features
-                | "ByBlock" >> beam.Map(_by_block)
+                | "ByBlock" >> Map(_by_block)
                 | "CombinePerBlock" >> beam.CombinePerKey(_ShardsInOrder())
-                | "BySplit" >> beam.Map(_by_split)
+                | "BySplit" >> Map(_by_split)
                 | "CombinePerSplit" >> beam.CombinePerKey(_BlocksInOrder())
-                | "WriteSplitStatistics" >> beam.Map(_write_split, self._staging_dir))
+                | "WriteSplitStatistics" >> Map(_write_split, self._staging_dir))
