@@ -63,7 +63,9 @@ def test_job_nightly_and_reader_on_s3(local_s3, tmp_path, monkeypatch, capsys):
                      isolation="subprocess",  # the decoder children read s3:// too
                      tft=True)  # made locally (TF cannot write s3://), then uploaded
 
-    assert writers == [1]  # the transform below came from the child
+    # The transform below came from a child: the one started ahead, plus one started at the
+    # job's priority when that one gets under half a core (a busy machine: `_first_ready`).
+    assert writers in ([1], [1, 1])
     # Byte-identical shards and rejects; committed with LATEST; nothing left behind.
     shards = sorted(entry["path"] for entry in remote.manifest["files"]
                     if ".tfrecord-" in entry["path"] and "dali_index" not in entry["path"])
