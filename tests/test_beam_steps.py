@@ -123,6 +123,7 @@ def test_a_state_parameter_of_a_lean_dofn_is_still_found(cls):
     assert not userstate.is_stateful_dofn(Map(_scaled, 2).fn)
 
 
-def test_own_names_stop_at_the_lean_dofn():
-    assert "__dir__" not in beam_steps._own_names(_Counting)
+def test_own_names_stop_at_the_lean_dofn_and_leave_special_names_out():
+    assert not [name for name in beam_steps._own_names(_Counting) if name.startswith("__")]
+    assert "__init__" not in dir(Map(_scaled, 2).fn)
     assert set(beam_steps._own_names(_CountingMore)) >= {"finish_bundle", "_helper", "process"}

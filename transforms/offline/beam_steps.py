@@ -21,18 +21,19 @@ __all__ = ["LeanDoFn", "Map", "FlatMap", "Filter"]
 
 @functools.cache
 def _own_names(cls: type) -> tuple[str, ...]:
-    """The attribute names `cls` and its bases below LeanDoFn define."""
+    """The attribute names `cls` and its bases below LeanDoFn define, less the special ones
+    (`__init__`: Python calls those, Beam passes them no parameter)."""
     names: set[str] = set()
     for klass in cls.__mro__:
         if klass is LeanDoFn:
             break
-        names.update(vars(klass))
+        names.update(name for name in vars(klass) if not name.startswith("__"))
     return tuple(sorted(names))
 
 
 class LeanDoFn(beam.DoFn):
-    """A DoFn whose `dir()` lists the names its own classes define and its instance's, not
-    those it inherits from `beam.DoFn` (see the module's docstring)."""
+    """A DoFn whose `dir()` lists the names its own classes define (special names aside) and
+    its instance's, not those it inherits from `beam.DoFn` (see the module's docstring)."""
 
     def __dir__(self):
         return sorted({*_own_names(type(self)), *vars(self)})
