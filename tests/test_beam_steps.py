@@ -1,6 +1,7 @@
 """`transforms.offline.beam_steps`: `Map`, `FlatMap` and `Filter` give what Beam's give (outputs,
 side inputs, keyword arguments, multiple outputs, labels), and a `LeanDoFn` shows Beam's DoFn
-introspection its own methods only, so a state parameter it declares is still found."""
+introspection its own methods only, so a state parameter it declares is still found; a callable
+that asks for DoFn parameters, which Beam's Map fills in, is refused."""
 from __future__ import annotations
 
 import apache_beam as beam
@@ -12,6 +13,9 @@ from apache_beam.transforms import userstate
 from tests.beamutil import fn_api_pipeline
 from transforms.offline import beam_steps
 from transforms.offline.beam_steps import Filter, FlatMap, LeanDoFn, Map
+
+_SEEN = userstate.ReadModifyWriteStateSpec("seen", VarIntCoder())
+_SEEN_PARAM = beam.DoFn.StateParam(_SEEN)
 
 
 def _scaled(x, factor, offset=0):
@@ -76,6 +80,15 @@ def test_a_step_needs_a_callable(step):
         step(3)
 
 
+@pytest.mark.parametrize("step", [Map, FlatMap, Filter])
+def test_a_callable_that_asks_for_dofn_parameters_is_refused(step):
+    with pytest.raises(TypeError, match="asks for a DoFn parameter.*use beam"):
+        step(lambda x, when=beam.DoFn.TimestampParam: x)
+    with pytest.raises(TypeError, match="asks for a DoFn parameter"):
+        step(lambda x, seen=_SEEN_PARAM: x)
+    assert step(len).label == f"{step.__name__}(len)"  # a builtin declares none
+
+
 class _Counting(LeanDoFn):
     def setup(self):
         self.ready = True
@@ -101,10 +114,6 @@ def test_a_lean_dofn_lists_its_own_names_and_its_instances_not_the_dofns():
     assert not {"start_bundle", "teardown", "default_type_hints", "get_function_arguments",
                 "infer_output_type", "display_data"} & set(names)
     assert not {"start_bundle", "default_type_hints"} & set(dir(Map(_scaled, 2).fn))
-
-
-_SEEN = userstate.ReadModifyWriteStateSpec("seen", VarIntCoder())
-_SEEN_PARAM = beam.DoFn.StateParam(_SEEN)
 
 
 class _Stateful(LeanDoFn):

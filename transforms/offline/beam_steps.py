@@ -7,11 +7,14 @@ run: when it is applied, translated, and set up for each bundle. A DoFn lists ~3
 but a few of them `beam.DoFn`'s own, which declare no such parameter; that was a third of a
 small job's CPU. A `LeanDoFn` lists only what its own classes define (and its instance
 attributes), so Beam inspects just the methods that can declare one. `beam.Map` and friends
-wrap their callable in Beam's DoFn, which lists them all; these wrap it in a LeanDoFn.
+wrap their callable in Beam's DoFn, which lists them all; these wrap it in a LeanDoFn. A
+callable that asks for DoFn parameters (a `beam.DoFn.TimestampParam` default) is refused:
+Beam's Map fills those in, these would not.
 """
 from __future__ import annotations
 
 import functools
+import inspect
 
 import apache_beam as beam
 from apache_beam.transforms import ptransform
@@ -62,9 +65,25 @@ class _FilterFn(_Call):
         return (element,) if self._fn(element, *args, **kwargs) else ()
 
 
+_DOFN_PARAM = type(beam.DoFn.TimestampParam)  # the class of every DoFn.*Param
+
+
+def _asks_for_dofn_params(fn) -> bool:
+    """Whether `fn` declares a DoFn parameter (a default such as `beam.DoFn.TimestampParam`),
+    which Beam's own Map fills in and these steps would pass on as it is."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a callable without a signature declares none
+        return False
+    return any(isinstance(parameter.default, _DOFN_PARAM) for parameter in parameters)
+
+
 def _step(kind: str, dofn_class, fn, args, kwargs) -> beam.ParDo:
     if not callable(fn):
         raise TypeError(f"{kind} needs a callable, got {fn!r}")
+    if _asks_for_dofn_params(fn):
+        raise TypeError(f"{kind}: {fn!r} asks for a DoFn parameter (timestamp, window, "
+                        f"state...); use beam.{kind}, which fills them in")
     pardo = beam.ParDo(dofn_class(fn), *args, **kwargs)
     pardo.label = f"{kind}({ptransform.label_from_callable(fn)})"
     return pardo
