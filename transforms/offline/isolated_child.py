@@ -40,29 +40,26 @@ class Later:
 
 
 class Progress:
-    """A child's progress, in memory shared with the parent: the item it works on (counted over
-    every item it was sent), whether one of that item's steps is running, and since when
-    (time.monotonic, one clock for every process): when the item's step began, less what its
-    earlier step took; between steps, the item is the next to run and the time when the last
-    step ended. The item and the flag are one number (one store); the child writes the time
-    before it, the parent reads it before the time, so an item it sees never comes with an
-    older time."""
+    """A child's progress, in memory shared with the parent: the item it works on or is to run
+    next (counted over every item it was sent), and since when (time.monotonic, one clock for
+    every process): when that item's step began, less what its earlier step took, or when the
+    last step ended. The child writes the time before the item, the parent reads the item
+    before the time, so an item it sees never comes with an older time."""
 
     def __init__(self, context):
-        self._values = context.RawArray("d", 2)  # 2 * item + running, changed
+        self._values = context.RawArray("d", 2)  # item, changed
 
     def enter(self, item: int, spent: float = 0.0) -> None:
         self._values[1] = time.monotonic() - spent
-        self._values[0] = 2 * item + 1
+        self._values[0] = item
 
     def leave(self, next_item: int) -> None:
         self._values[1] = time.monotonic()
-        self._values[0] = 2 * next_item
+        self._values[0] = next_item
 
-    def read(self) -> tuple[int, bool, float]:
-        """(item, running, changed)."""
-        item, running = divmod(int(self._values[0]), 2)
-        return item, bool(running), self._values[1]
+    def read(self) -> tuple[int, float]:
+        """(item, changed)."""
+        return int(self._values[0]), self._values[1]
 
 
 def child_main(connection, worker, progress, filesystem_options=None,

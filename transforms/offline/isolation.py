@@ -144,7 +144,7 @@ class _Child:
     def current(self) -> tuple[int, float]:
         """(position in `held` of the item running, or else of the next to run; when it
         started, or when the child last finished an item or heard from the parent)."""
-        item, _running, changed = self.progress.read()
+        item, changed = self.progress.read()
         return min(item - self.returned, len(self.held) - 1), max(changed, self.since)
 
     def stop(self) -> None:
