@@ -64,11 +64,11 @@ def test_the_pool_is_polled_once_a_batch_and_when_full(inspect_fn):
         (f"{i}.jpg", i * 1_000_000, [f"w{i}"]) for i in range(40))
 
 
-def test_the_childrens_two_steps_give_what_inspect_gives(tmp_path):
-    """What a decoding child runs (`IsolatedInspector.first`, then `second` when it says
-    `Later`) and the inline step (`ImageInspector.inspect`) give equal records: an accepted
-    photo, one rejected by a quality rule after its decode, one the decoder refuses, and a
-    file that cannot be read."""
+def test_the_childrens_three_steps_give_what_inspect_gives(tmp_path):
+    """What a decoding child runs (`IsolatedInspector.prepare`, then `first` and `second` while
+    a step says `Later`) and the inline step (`ImageInspector.inspect`) give equal records: an
+    accepted photo, one rejected by a quality rule after its decode, one the decoder refuses,
+    and a file that cannot be read. Each ends at the step that decides it."""
     import numpy as np
 
     from tests.imageutil import write_bytes, write_image, write_photo
@@ -79,15 +79,17 @@ def test_the_childrens_two_steps_give_what_inspect_gives(tmp_path):
     write_bytes(tmp_path / "corrupt.jpg", (tmp_path / "photo.jpg").read_bytes()[:400])
     inspector = ImageInspector(load_config())
     inspector.setup()
-    two_steps = IsolatedInspector(inspector)  # its setup would set this process's TF threads
+    stepped = IsolatedInspector(inspector)  # its setup would set this process's TF threads
     reasons = {}
     for name in ("photo.jpg", "blank.png", "corrupt.jpg", "missing.jpg"):
         record = ImageRecord(uri=str(tmp_path / name), path=name, file_bytes=1)
-        first = two_steps.first(record)
-        stepped = two_steps.second(first.state) if isinstance(first, isolation.Later) else first
-        assert stepped == inspector.inspect(record)
-        reject = stepped.reject and stepped.reject.reason
-        reasons[name] = (reject, isinstance(first, isolation.Later))
-    assert reasons == {"photo.jpg": (None, True), "blank.png": ("low_information", True),
-                       "corrupt.jpg": ("decode_error", False),
-                       "missing.jpg": ("unreadable", False)}
+        result, steps = record, 0
+        for step in (stepped.prepare, stepped.first, stepped.second):
+            result, steps = step(result), steps + 1
+            if not isinstance(result, isolation.Later):
+                break
+            result = result.state
+        assert result == inspector.inspect(record)
+        reasons[name] = (result.reject and result.reject.reason, steps)
+    assert reasons == {"photo.jpg": (None, 3), "blank.png": ("low_information", 3),
+                       "corrupt.jpg": ("decode_error", 2), "missing.jpg": ("unreadable", 1)}

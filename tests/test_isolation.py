@@ -483,3 +483,67 @@ def test_a_two_step_items_timeout_counts_both_its_steps_and_not_its_groups(tmp_p
         pool.close()
     assert failure.kind == "timeout"
     assert "second ('slow', 1.2, 7)" in (tmp_path / "log").read_text()
+
+
+class _ThreeSteps(_TwoSteps):
+    """`_TwoSteps` with a `prepare` over every item of a batch first: it logs "prepare n" and
+    passes the item on (`Later`); "ready" is done there, "crash_prepare" dies there; ("slow",
+    s, n) sleeps s seconds in it too."""
+
+    def prepare(self, item):
+        self._log(f"prepare {item}")
+        if item == "ready":
+            return "ready"
+        if item == "crash_prepare":
+            os._exit(139)
+        if isinstance(item, tuple):
+            time.sleep(item[1])
+        return isolation.Later(item)
+
+
+def _three_step_pool(tmp_path, timeout_s: float = 10.0):
+    return isolation.ChildPool(_ThreeSteps(str(tmp_path)), 1, timeout_s)
+
+
+def test_a_worker_with_prepare_prepares_the_whole_batch_before_the_first_steps(tmp_path):
+    """One batch of six: every item's `prepare` ("ready" is done there), then the first steps
+    of a group (group_weight 3) and their second steps, group after group."""
+    pool = _three_step_pool(tmp_path)
+    try:
+        results = _run_all(pool, [1, 2, "ready", 3, 4, 5])
+    finally:
+        pool.close()
+    assert results == {1: 1, 2: 4, "ready": "ready", 3: 9, 4: 16, 5: 25}
+    assert (tmp_path / "log").read_text().split("\n")[:-1] == [
+        "prepare 1", "prepare 2", "prepare ready", "prepare 3", "prepare 4", "prepare 5",
+        "first 1", "first 2", "first 3", "second 1", "second 2", "second 3",
+        "first 4", "first 5", "second 4", "second 5"]
+
+
+def test_a_crash_in_a_prepare_blames_that_item_alone(tmp_path):
+    pool = _three_step_pool(tmp_path)
+    try:
+        results = _run_all(pool, [1, "crash_prepare", 2])
+    finally:
+        pool.close()
+    failure = results.pop("crash_prepare")
+    assert failure.kind == "crash" and "twice" in failure.detail
+    assert results == {1: 1, 2: 4}
+    assert (tmp_path / "log").read_text().count("prepare crash_prepare") == 2
+
+
+def test_a_three_step_items_timeout_counts_all_its_steps_and_not_its_batchs(tmp_path):
+    """Four items of 0.15 s a step in one batch (1.8 s in all) finish under a 1.5 s timeout;
+    one item of 0.8 s a step times out in its first step (its prepare's 0.8 s count)."""
+    pool = _three_step_pool(tmp_path, timeout_s=1.5)
+    try:
+        quick = [("slow", 0.15, n) for n in range(4)]
+        assert _run_all(pool, quick) == {item: item[2] for item in quick}
+        slow = ("slow", 0.8, 7)
+        failure = _run_all(pool, [slow])[slow]
+    finally:
+        pool.close()
+    assert failure.kind == "timeout"
+    lines = (tmp_path / "log").read_text().split("\n")
+    assert lines.count("prepare ('slow', 0.8, 7)") == 1
+    assert "first ('slow', 0.8, 7)" not in lines and "second ('slow', 0.8, 7)" not in lines

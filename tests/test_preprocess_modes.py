@@ -64,15 +64,15 @@ def test_fixed_shard_count_writes_every_shard_even_empty_ones(folder_snapshot):
 
 class _FragileInspector(inspect_image.ImageInspector):
     """A decoder that segfaults on cat/1.jpg and hangs on dog/2.jpg (it runs in the isolating
-    child process, which unpickles it by importing this module, and calls `decode` there: the
-    first of an inspection's two steps; the inline step calls it through `inspect`)."""
+    child process, which unpickles it by importing this module, and calls `decode_read` there:
+    an inspection's decode, after its `read`; the inline step calls it through `inspect`)."""
 
-    def decode(self, record):
-        if record.path == "cat/1.jpg":
+    def decode_read(self, read):
+        if read.record.path == "cat/1.jpg":
             os._exit(139)
-        if record.path == "dog/2.jpg":
+        if read.record.path == "dog/2.jpg":
             time.sleep(60)
-        return super().decode(record)
+        return super().decode_read(read)
 
 
 @pytest.mark.slow

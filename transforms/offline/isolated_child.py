@@ -6,7 +6,10 @@ A worker with `first` and `second` runs in two steps (`Later`): the first steps 
 while the states they hold weigh under `worker.group_weight`, then their second steps, so the code
 and data of each step stay in the CPU's caches from one item to the next (an image's decode, then
 its analysis: with an analysis between two decodes, a thumbnail's decode took ~1.9x as long).
-An item's timeout counts both its steps. This module imports neither Beam nor TensorFlow.
+A worker that also has `prepare` runs it over every item of a batch before any first step (an
+image's read, hash and header: small states, the batch's inputs themselves), for the same reason
+(the read between two decodes cost a thumbnail's inspection ~0.03 ms). An item's timeout counts
+all its steps. This module imports neither Beam nor TensorFlow.
 """
 from __future__ import annotations
 
@@ -123,28 +126,51 @@ def _one_step(worker, items: list, progress, first: int) -> list:
     return results
 
 
+def _prepared(worker, items: list, progress, first: int, results: list) -> list:
+    """`worker.prepare` over every item (numbered from `first`): (position, state, seconds
+    spent) of those it leaves to the first step (`Later`); the others' pickled results go into
+    `results`."""
+    pending = []
+    for position, item in enumerate(items):
+        result, spent = _step(progress, first + position, worker.prepare, item)
+        if isinstance(result, Later):
+            pending.append((position, result.state, spent))
+        else:
+            results[position] = _pickled(result)
+        progress.leave(first + (position + 1 if position + 1 < len(items)
+                                else pending[0][0] if pending else len(items)))
+    return pending
+
+
 def _two_steps(worker, items: list, progress, first: int) -> list:
-    """The pickled results of a two-step worker over `items` (numbered from `first`): the first
-    steps of a group of items (until their held states weigh `worker.group_weight`), then the
-    second steps of that group, group after group."""
+    """The pickled results of a two-step worker over `items` (numbered from `first`), after its
+    `prepare` over all of them when it has one: the first steps of a group of items (until
+    their held states weigh `worker.group_weight`), then the second steps of that group, group
+    after group. Each step's time counts toward its item's timeout with its earlier steps'."""
     results: list = [None] * len(items)
-    position = 0
-    while position < len(items):
-        group, weight = [], 0.0  # (position, state, seconds of its first step)
-        while position < len(items) and weight < worker.group_weight:
-            result, spent = _step(progress, first + position, worker.first, items[position])
+    pending = (_prepared(worker, items, progress, first, results)
+               if hasattr(worker, "prepare")
+               else [(position, item, 0.0) for position, item in enumerate(items)])
+    index = 0
+    while index < len(pending):
+        group, weight = [], 0.0  # (position, state, seconds of its steps so far)
+        while index < len(pending) and weight < worker.group_weight:
+            position, argument, before = pending[index]
+            result, spent = _step(progress, first + position, worker.first, argument, before)
             if isinstance(result, Later):
-                group.append((position, result.state, spent))
+                group.append((position, result.state, before + spent))
                 weight += result.weight
             else:
                 results[position] = _pickled(result)
-            position += 1
-            ahead = position < len(items) and weight < worker.group_weight
-            progress.leave(first + (position if ahead or not group else group[0][0]))
-        for index, (held, state, spent) in enumerate(group):
+            index += 1
+            ahead = index < len(pending) and weight < worker.group_weight
+            progress.leave(first + (pending[index][0] if ahead
+                                    else group[0][0] if group else len(items)))
+        for number, (held, state, spent) in enumerate(group):
             result, _spent = _step(progress, first + held, worker.second, state, spent)
             results[held] = _pickled(result)
-            after = group[index + 1][0] if index + 1 < len(group) else position
+            after = (group[number + 1][0] if number + 1 < len(group)
+                     else pending[index][0] if index < len(pending) else len(items))
             progress.leave(first + after)
     return results
 
