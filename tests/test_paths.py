@@ -171,6 +171,24 @@ def test_escapes_root_accepts_files_under_a_symlinked_root(data_root, tmp_path):
     assert escapes_root(str(root_link), str(root_link / "cats" / "a.jpg")) is None
 
 
+def test_escapes_root_flags_a_link_into_a_sibling_whose_name_starts_with_the_roots(
+        data_root, tmp_path):
+    """`root2` starts with `root`'s name but is not below it: the link escapes."""
+    root, _ = data_root
+    sibling = tmp_path / "root2"
+    sibling.mkdir()
+    (sibling / "d.jpg").write_bytes(b"\xff\xd8")
+    (root / "cats" / "d.jpg").symlink_to(sibling / "d.jpg")
+    assert escapes_root(str(root), str(root / "cats" / "d.jpg")) == (
+        f"symlink resolves outside the data root: {os.path.realpath(sibling / 'd.jpg')}")
+
+
+def test_escapes_root_accepts_every_file_below_the_file_systems_root(data_root):
+    root, secret = data_root
+    assert escapes_root("/", str(secret)) is None
+    assert escapes_root("/", str(root / "cats" / "a.jpg")) is None
+
+
 def test_escapes_root_flags_a_plain_path_outside(data_root):
     root, secret = data_root
     assert escapes_root(str(root), str(secret)) == (

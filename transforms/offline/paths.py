@@ -18,6 +18,7 @@ whitespace and `..`, and why: docs/architecture.md ("Paths in CSVs").
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import stat
@@ -113,7 +114,7 @@ def relative_to_root(root: str, full_path: str) -> str:
         prefix = root[:root_url.end()] + (below_scheme + "/" if below_scheme else "")
         candidate = full_path
     else:
-        base = os.path.abspath(root)
+        base = _absolute_root(root) if root.startswith("/") else os.path.abspath(root)
         prefix = base if base.endswith("/") else base + "/"
         candidate = os.path.abspath(full_path)
     if not candidate.startswith(prefix) or candidate == prefix:
@@ -129,6 +130,20 @@ def relative_to_root(root: str, full_path: str) -> str:
             f"file name is not a canonical relative path ({relative!r} would be read as "
             f"{canonical!r}), so no CSV row could name it: {full_path!r}")
     return relative
+
+
+@functools.lru_cache(maxsize=64)
+def _absolute_root(root: str) -> str:
+    """`os.path.abspath` of an absolute root, made once per root, not once per file below it
+    (an absolute path's does not depend on the working folder)."""
+    return os.path.abspath(root)
+
+
+def _inside(folder: str, path: str) -> bool:
+    """Whether `path` is `folder` or below it, both absolute and normalized (real paths): what
+    `os.path.commonpath([folder, path]) == folder` says, without splitting both into parts
+    (~3 us a file)."""
+    return path == folder or path.startswith(folder if folder.endswith("/") else folder + "/")
 
 
 class RealPaths:
@@ -180,7 +195,7 @@ def escapes_root(root: str, full_path: str, real_paths: RealPaths | None = None
         real_root, real_file = os.path.realpath(root), os.path.realpath(full_path)
     else:
         real_root, real_file = real_paths.folder(root), real_paths.file(full_path)
-    if os.path.commonpath([real_root, real_file]) == real_root:
+    if _inside(real_root, real_file):
         return None
     if real_file != os.path.abspath(full_path):
         return f"symlink resolves outside the data root: {real_file}"
