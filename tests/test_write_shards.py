@@ -174,8 +174,11 @@ def test_assign_shards_keys_each_record_by_the_shard_of_its_hash():
     with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
         keyed, shard_numbers = (pipeline | beam.Create(records)
                                 | AssignShards(output))
-        assert_that(keyed | beam.MapTuple(lambda key, r: (key, unpacked(r).path)),
+        assert_that(keyed | beam.MapTuple(lambda key, entry: (key, unpacked(entry[2]).path)),
                     equal_to(expected), label="Keys")
+        assert_that(keyed | beam.MapTuple(lambda _, entry: entry[:2] == (
+                        unpacked(entry[2]).sha256, ())),
+                    equal_to([True] * 9), label="ShaAndBoxClasses")
         assert_that(shard_numbers, equal_to([counts]), label="Counts")
 
 

@@ -7,26 +7,29 @@ are written in sha256 order (`write_shards` sorts them), so the same records alw
 same bytes.
 
 Apart from the Beam step (`write_shards`) because a shard is also written in a child process
-(`ShardWriter`, run by `isolation.ChildPool`): this module imports neither Beam nor TensorFlow,
-so a child of the decoders' forkserver starts in milliseconds and writes a local shard with
-nothing more imported.
+(`ShardWriter`, run by `isolation.ChildPool`): this module imports neither Beam, TensorFlow nor
+pyarrow, so a child of the decoders' forkserver starts in milliseconds and writes a local shard
+with nothing more imported. The records come pickled and their index rows go back, so the
+worker neither loads, pickles again nor turns into rows a record it writes.
 """
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import pickle
 import zlib
 
 from transforms import codec
 from transforms.file_reads import read_bytes
 from transforms.local_paths import join
 from transforms.offline.dali_index import IndexBuilder
+from transforms.offline.index_rows import record_row
 from transforms.offline.tfrecord_framing import framed_parts
 from transforms.reporting.feature_values import summarize_features
 from transforms.s3_storage import create_file
 from transforms.snapshot_layout import dali_index_name
 
-__all__ = ["ShardFile", "write_shard", "ShardWriter"]
+__all__ = ["ShardFile", "write_shard", "write_packed_shard", "ShardWriter"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,12 +105,23 @@ def write_shard(staging_dir: str, output, rel_path: str, records, box_class_ids:
                      records=len(records)), summaries
 
 
+def write_packed_shard(staging_dir: str, output, rel_path: str, packed_records,
+                       box_class_ids: dict, columns) -> tuple[ShardFile, list, list]:
+    """`write_shard` of records given pickled (`gather.packed`), in that order, and also
+    each record's index row (`index_rows.record_row`, naming the shard): what the job's
+    worker would otherwise load, pickle again for a child and turn into rows itself."""
+    records = [pickle.loads(record) for record in packed_records]
+    shard, summaries = write_shard(staging_dir, output, rel_path, records, box_class_ids,
+                                   columns)
+    return shard, summaries, [record_row(record, rel_path) for record in records]
+
+
 class ShardWriter:
-    """What a shard-writing child runs (`isolation.ChildPool`): `write_shard` of each item, an
-    argument tuple."""
+    """What a shard-writing child runs (`isolation.ChildPool`): `write_packed_shard` of each
+    item, an argument tuple."""
 
     def setup(self) -> None:
         pass
 
-    def run(self, arguments: tuple) -> tuple[ShardFile, list]:
-        return write_shard(*arguments)
+    def run(self, arguments: tuple) -> tuple[ShardFile, list, list]:
+        return write_packed_shard(*arguments)

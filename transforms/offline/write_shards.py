@@ -22,9 +22,13 @@ from apache_beam.utils.windowed_value import WindowedValue
 from configs.schema import OutputConfig
 from transforms.offline import isolation, progress, splits
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
-from transforms.offline.gather import Gather, once, packed, unpacked
-from transforms.offline.index_table import record_row
-from transforms.offline.shard_writing import ShardFile, ShardWriter, write_shard
+from transforms.offline.gather import Gather, once, packed
+from transforms.offline.shard_writing import (
+    ShardFile,
+    ShardWriter,
+    write_packed_shard,
+    write_shard,
+)
 from transforms.offline.tfrecord_framing import frame_record
 from transforms.snapshot_layout import shard_name
 
@@ -64,16 +68,18 @@ _WRITE_TIMEOUT_S = 3600.0  # one shard (128 MB by default) written by a child, r
 
 
 class _WriteShardFn(LeanDoFn):
-    """((split, shard index), `packed` records) -> the shard written
-    (`shard_writing.write_shard`); an index row per record; (split, (shard index, the records'
-    features)) tagged `features` and the ShardFile tagged `files`.
+    """((split, shard index), `AssignShards`' (sha256, box class names, `packed` record)
+    entries) -> the shard written (`shard_writing.write_packed_shard`); an index row per
+    record; (split, (shard index, the records' features)) tagged `features` and the ShardFile
+    tagged `files`.
 
     With `processes`, shards are written in that many child processes of the decoders'
     forkserver (`isolation.ChildPool`, one shard per child at a time): the worker then neither
     reads, hashes nor encodes an image (on one core it was ~half the launcher's CPU per photo),
-    and the shards of a bundle are written side by side. Outputs leave in the order the shards
-    came, as when they are written here, so the steps after see the same sequence. A child's
-    failure fails the job with its cause, as the same error here would."""
+    and the shards of a bundle are written side by side; the records go to the child as they
+    came, pickled, and their index rows come back with the shard. Outputs leave in the order
+    the shards came, as when they are written here, so the steps after see the same sequence.
+    A child's failure fails the job with its cause, as the same error here would."""
 
     def __init__(self, staging_dir: str, output: OutputConfig, processes: int = 0):
         self._staging_dir = staging_dir
@@ -83,26 +89,28 @@ class _WriteShardFn(LeanDoFn):
 
     def setup(self):
         self._pool = None
-        self._waiting: dict = {}  # key -> (split, index, rel_path, records, timestamp, window)
+        self._waiting: dict = {}  # key -> (split, index, rel_path, timestamp, window)
         self._results: dict = {}  # key -> a child's result, until the shards before it are out
         self._next_key = 0
         self._table, self._class_ids = None, {}  # the class table seen last, its names' ids
 
     def process(self, item, counts, class_table, columns, timestamp=beam.DoFn.TimestampParam,
                 window=beam.DoFn.WindowParam):
-        (split, index), records = item
+        (split, index), entries = item
         progress.enter("writing")
         output = self._output
         rel_path = shard_name(output.name, split, index, counts[split], output.compression)
-        # `packed` by AssignShards; sorted: the order written, and of the rows
-        records = sorted(map(unpacked, records), key=lambda r: r.sha256)
+        # (sha256, box class names, `packed` record) by AssignShards, sorted by sha256: the
+        # order written, and of the rows (two accepted records never share a sha256)
+        entries = sorted(entries, key=lambda entry: entry[0])
         if class_table is not self._table:  # a new side input value: at most once a bundle
             self._table, self._class_ids = class_table, {n: i for i, n in enumerate(class_table)}
-        box_class_ids = {box[4]: self._class_ids[box[4]] for r in records for box in r.boxes}
-        arguments = (self._staging_dir, output, rel_path, records, box_class_ids, columns)
+        box_class_ids = {name: self._class_ids[name] for _, names, _ in entries
+                         for name in names}
+        arguments = (self._staging_dir, output, rel_path, [entry[2] for entry in entries],
+                     box_class_ids, columns)
         if not self._processes:
-            yield from self._outputs(split, index, rel_path, records,
-                                     *write_shard(*arguments))
+            yield from self._outputs(split, index, rel_path, *write_packed_shard(*arguments))
             return
         if self._pool is None:
             self._pool = isolation.ChildPool(ShardWriter(), self._processes, _WRITE_TIMEOUT_S,
@@ -110,7 +118,7 @@ class _WriteShardFn(LeanDoFn):
                                              role="shard writing", per_child=1,
                                              timeout_name=None)
         key, self._next_key = self._next_key, self._next_key + 1
-        self._waiting[key] = (split, index, rel_path, records, timestamp, window)
+        self._waiting[key] = (split, index, rel_path, timestamp, window)
         self._pool.put(key, arguments)
         yield from self._emit(self._pool.poll(wait=self._pool.in_flight >= self._processes))
 
@@ -128,29 +136,28 @@ class _WriteShardFn(LeanDoFn):
         self._results.update(done)
         while self._waiting and next(iter(self._waiting)) in self._results:
             key = next(iter(self._waiting))
-            split, index, rel_path, records, timestamp, window = self._waiting.pop(key)
+            split, index, rel_path, timestamp, window = self._waiting.pop(key)
             result = self._results.pop(key)
             if isinstance(result, isolation.Failure):
                 raise RuntimeError(f"Writing the shard {rel_path} failed in its process "
                                    f"({result.kind}): {result.detail}")
-            for value in self._outputs(split, index, rel_path, records, *result):
+            for value in self._outputs(split, index, rel_path, *result):
                 if isinstance(value, beam.pvalue.TaggedOutput):
                     yield beam.pvalue.TaggedOutput(
                         value.tag, WindowedValue(value.value, timestamp, [window]))
                 else:
                     yield WindowedValue(value, timestamp, [window])
 
-    def _outputs(self, split: str, index: int, rel_path: str, records, shard: ShardFile,
-                 summaries):
+    def _outputs(self, split: str, index: int, rel_path: str, shard: ShardFile, summaries,
+                 rows):
         """Each written record's index row, then (split, (index, the records' features)) and
         the ShardFile."""
-        if len(summaries) != len(records):
-            raise AssertionError(f"{rel_path}: {len(summaries)} feature summaries for "
-                                 f"{len(records)} records")
-        self._written.inc(len(records))  # once a shard: each inc finds the metrics container
-        progress.add("written", len(records))
-        for record in records:
-            yield record_row(record, rel_path)
+        if not len(summaries) == len(rows) == shard.records:
+            raise AssertionError(f"{rel_path}: {len(summaries)} feature summaries and "
+                                 f"{len(rows)} index rows for {shard.records} records")
+        self._written.inc(len(rows))  # once a shard: each inc finds the metrics container
+        progress.add("written", len(rows))
+        yield from rows
         yield beam.pvalue.TaggedOutput(FEATURES, (split, (index, tuple(summaries))))
         yield beam.pvalue.TaggedOutput(FILES, shard)
 
@@ -173,11 +180,18 @@ def _empty_shard(staging_dir: str, output: OutputConfig, rel_path: str) -> Shard
     return shard
 
 
+def _for_shards(record) -> tuple:
+    """(split, (sha256, the class names of its boxes, the record `packed`)): what a shard's
+    writing needs of a record, a tuple Beam's coder writes as it is."""
+    return record.split, (record.sha256, tuple(box[4] for box in record.boxes), packed(record))
+
+
 class AssignShards(beam.PTransform):
-    """Accepted ImageRecords (with split) -> (((split, shard index), `packed` record) pairs, a
-    singleton {split: number of shards}). The number of shards of a split comes from its total
-    file bytes (`shard_counts`), a record's shard from its sha256 (`splits.shard_index`), so
-    the assignment is the same on every runner and worker count."""
+    """Accepted ImageRecords (with split) -> ((split, shard index), (sha256, box class names,
+    `packed` record)) pairs (`_for_shards`), a singleton {split: number of shards}. The number
+    of shards of a split comes from its total file bytes (`shard_counts`), a record's shard
+    from its sha256 (`splits.shard_index`), so the assignment is the same on every runner and
+    worker count."""
 
     def __init__(self, output: OutputConfig):
         super().__init__()
@@ -190,12 +204,12 @@ class AssignShards(beam.PTransform):
                   | "ShardCounts" >> Gather(lambda sums, output: shard_counts(dict(sums), output),
                                             self._output))
         # The records wait for the counts (Beam's local runner keeps them meanwhile, encoded)
-        # as (split, sha256, pickle) tuples, which its coder writes and reads as they are: a
+        # as tuples of strings and a pickle, which its coder writes and reads as they are: a
         # record is pickled once here, not pickled, loaded and pickled again (~8 us a record).
         keyed = (records
-                 | "PackForShards" >> Map(lambda r: (r.split, r.sha256, packed(r)))
+                 | "PackForShards" >> Map(_for_shards)
                  | "KeyByShard" >> Map(
-                     lambda t, n: ((t[0], splits.shard_index(t[1], n[t[0]])), t[2]),
+                     lambda t, n: ((t[0], splits.shard_index(t[1][0], n[t[0]])), t[1]),
                      beam.pvalue.AsSingleton(counts)))
         return keyed, counts
 
