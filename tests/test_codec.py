@@ -98,3 +98,19 @@ def test_example_features_are_what_a_parser_reads_back(name):
 
     assert comparable(summarize_features(codec.example_features(**fields))) == comparable(
         record_features(codec.encode_example(**fields)))
+
+
+def test_remembered_entries_give_the_same_bytes_and_stay_bounded(monkeypatch):
+    """Entries of recurring small values (a format, a size, a class, empty box lists) are made
+    once and then found: every case serialized again, from them, is still the protobuf
+    serialization; past the bound the remembered entries start afresh."""
+    monkeypatch.setattr(codec, "_ENTRIES", {})
+    for _ in range(2):
+        for name in sorted(CASES):
+            assert codec.encode_example(**CASES[name]) == _proto_example(CASES[name]), name
+    assert ("image/format", "bytes_list", (b"jpeg",)) in codec._ENTRIES
+    assert not any(kind == "float_list" for _key, kind, _values in codec._ENTRIES)
+    monkeypatch.setattr(codec, "_ENTRIES", {})
+    monkeypatch.setattr(codec, "_MAX_ENTRIES", 3)
+    assert codec.encode_example(**CASES["plain"]) == _proto_example(CASES["plain"])
+    assert 0 < len(codec._ENTRIES) <= 3

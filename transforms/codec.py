@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import array
 import functools
+import operator
 import sys
 from typing import TYPE_CHECKING, Mapping, Sequence
 
@@ -82,6 +83,7 @@ _BYTES, _FLOATS, _INTS = "bytes_list", "float_list", "int64_list"  # Feature's o
 _KIND_TAG = {_BYTES: b"\x0a", _FLOATS: b"\x12", _INTS: b"\x1a"}    # and its fields' tags
 _FIELD_1, _FIELD_2 = b"\x0a", b"\x12"                             # length-delimited 1 and 2
 _ONE_BYTE = [bytes([value]) for value in range(128)]
+_FEATURE_KEY = operator.itemgetter(0)
 
 
 def _varint(value: int) -> bytes:
@@ -129,26 +131,62 @@ def _key_field(key: str) -> bytes:
     return _FIELD_1 + _varint(len(encoded)) + encoded
 
 
+def _entry(key: str, feature: bytes, following: int = 0) -> bytes:
+    """The features map's entry of `key` whose Feature is `feature` (and `following` more
+    bytes, a large value written after it as a part of its own)."""
+    feature_length = len(feature) + following
+    head = _key_field(key) + _FIELD_2 + _varint(feature_length)
+    return _FIELD_1 + _varint(len(head) + feature_length) + head + feature
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_float_head(key: str) -> bytes:
+    """The entry of `key` with one float, up to the float's 4 bytes (all of a fixed length)."""
+    return _entry(key, _KIND_TAG[_FLOATS] + b"\x06" + _FIELD_1 + b"\x04", 4)
+
+
+# Entries of features whose values recur from record to record (a format, a size, a class,
+# empty box lists: about half of a record's), kept once made: ~1 us each to make, ~0.2 us to
+# find. Only small values are kept (`_recurring`), at most `_MAX_ENTRIES`.
+_ENTRIES: dict = {}
+_MAX_ENTRIES = 4096
+_RECURRING_BYTES = 16
+
+
+def _recurring(kind: str, values: tuple) -> bool:
+    if kind == _BYTES:
+        return not values or (len(values) == 1 and len(values[0]) <= _RECURRING_BYTES)
+    return kind == _INTS and len(values) <= 1
+
+
 def serialized_parts(features: Sequence[tuple]) -> list:
     """`serialize_features(features)` as parts whose join is it: the value of a bytes feature
     with one value of `LARGE_VALUE` bytes or more (the image bytes) is a part of its own, not
     copied into the messages around it; the bytes between such values are joined. A writer
     writes (and checksums) the parts one after another."""
     parts, small = [], []
-    for key, kind, values in sorted(features, key=lambda feature: feature[0]):
+    for key, kind, values in sorted(features, key=_FEATURE_KEY):
+        if kind == _FLOATS and len(values) == 1:
+            small.append(_one_float_head(key) + _float32(values).tobytes())
+            continue
+        if _recurring(kind, values):
+            entry = _ENTRIES.get((key, kind, values))
+            if entry is None:
+                if len(_ENTRIES) >= _MAX_ENTRIES:
+                    _ENTRIES.clear()
+                entry = _ENTRIES[key, kind, values] = _entry(key, _feature(kind, values))
+            small.append(entry)
+            continue
         large = (values[0] if kind == _BYTES and len(values) == 1
                  and len(values[0]) >= LARGE_VALUE else b"")
         if large:  # the Feature up to its one value, which follows as a part of its own
             value_field = _FIELD_1 + _varint(len(large))
             feature = _KIND_TAG[kind] + _varint(len(value_field) + len(large)) + value_field
-        else:
-            feature = _feature(kind, values)
-        feature_length = len(feature) + len(large)
-        head = _key_field(key) + _FIELD_2 + _varint(feature_length)
-        small.append(_FIELD_1 + _varint(len(head) + feature_length) + head + feature)
-        if large:
+            small.append(_entry(key, feature, len(large)))
             parts += (b"".join(small), large)
             small = []
+        else:
+            small.append(_entry(key, _feature(kind, values)))
     if small or not parts:
         parts.append(b"".join(small))
     parts[0] = _FIELD_1 + _varint(sum(map(len, parts))) + parts[0]
