@@ -131,6 +131,17 @@ def test_string_tensor_holds_the_bytes_as_they_are(data):
         assert tensor.dtype == tf.string and tensor.shape == () and tensor.numpy() == data
 
 
+def test_string_tensors_hold_each_bytes_as_string_tensor_would():
+    from transforms.decode import string_tensor, string_tensors
+    values = [b"", b"\x00", b"\x00\xff\xfe\x00", bytes(range(256)) * 64, b"ab", b"ab"]
+    for given in ([values[3]], values, [bytearray(v) for v in values]):
+        tensors = string_tensors(given)
+        assert len(tensors) == len(given)
+        for tensor, value in zip(tensors, given):
+            assert tensor.dtype == tf.string and tensor.shape == ()
+            assert tensor.numpy() == bytes(value) == string_tensor(value).numpy()
+
+
 @pytest.mark.parametrize("data", [b"\xff\xd8\xff\xe0 truncated", b"\x89PNG\r\n\x1a\n broken"])
 def test_decode_image_array_raises_what_decode_image_raises(data):
     from transforms.decode import decode_image_array

@@ -65,10 +65,11 @@ def test_the_pool_is_polled_once_a_batch_and_when_full(inspect_fn):
 
 
 def test_the_childrens_three_steps_give_what_inspect_gives(tmp_path):
-    """What a decoding child runs (`IsolatedInspector.prepare`, then `first` and `second` while
-    a step says `Later`) and the inline step (`ImageInspector.inspect`) give equal records: an
-    accepted photo, one rejected by a quality rule after its decode, one the decoder refuses,
-    and a file that cannot be read. Each ends at the step that decides it."""
+    """What a decoding child runs (`IsolatedInspector.prepare` of each file, `prepared` of those
+    it leaves to the next steps, then `first` and `second` while a step says `Later`) and the
+    inline step (`ImageInspector.inspect`) give equal records: an accepted photo, one rejected
+    by a quality rule after its decode, one the decoder refuses, and a file that cannot be
+    read. Each ends at the step that decides it."""
     import numpy as np
 
     from tests.imageutil import write_bytes, write_image, write_photo
@@ -80,16 +81,21 @@ def test_the_childrens_three_steps_give_what_inspect_gives(tmp_path):
     inspector = ImageInspector(load_config())
     inspector.setup()
     stepped = IsolatedInspector(inspector)  # its setup would set this process's TF threads
+    names = ("photo.jpg", "blank.png", "corrupt.jpg", "missing.jpg")
+    records = {name: ImageRecord(uri=str(tmp_path / name), path=name, file_bytes=1)
+               for name in names}
+    results = {name: stepped.prepare(record) for name, record in records.items()}
+    reads = [result.state for result in results.values() if isinstance(result, isolation.Later)]
+    stepped.prepared(reads)  # the small files' tensors, made together
+    assert [read.tensor is not None for read in reads] == [True, True, True]
     reasons = {}
-    for name in ("photo.jpg", "blank.png", "corrupt.jpg", "missing.jpg"):
-        record = ImageRecord(uri=str(tmp_path / name), path=name, file_bytes=1)
-        result, steps = record, 0
-        for step in (stepped.prepare, stepped.first, stepped.second):
-            result, steps = step(result), steps + 1
+    for name, result in results.items():
+        steps = 1
+        for step in (stepped.first, stepped.second):
             if not isinstance(result, isolation.Later):
                 break
-            result = result.state
-        assert result == inspector.inspect(record)
+            result, steps = step(result.state), steps + 1
+        assert result == inspector.inspect(records[name])
         reasons[name] = (result.reject and result.reject.reason, steps)
     assert reasons == {"photo.jpg": (None, 3), "blank.png": ("low_information", 3),
                        "corrupt.jpg": ("decode_error", 2), "missing.jpg": ("unreadable", 1)}

@@ -504,8 +504,37 @@ class _ThreeSteps(_TwoSteps):
         return isolation.Later(item)
 
 
-def _three_step_pool(tmp_path, timeout_s: float = 10.0):
-    return isolation.ChildPool(_ThreeSteps(str(tmp_path)), 1, timeout_s)
+class _ThreeStepsPrepared(_ThreeSteps):
+    """`_ThreeSteps` with `prepared`: it logs the states it sees together, and raises when one
+    of them is 13 (after the log: the states go on as they were)."""
+
+    def prepared(self, states):
+        self._log("prepared " + " ".join(map(str, states)))
+        if 13 in states:
+            raise ValueError("an optional saving failed")
+
+
+def _three_step_pool(tmp_path, timeout_s: float = 10.0, worker=_ThreeSteps):
+    return isolation.ChildPool(worker(str(tmp_path)), 1, timeout_s)
+
+
+def test_prepared_sees_a_batchs_prepared_states_together_and_a_raise_changes_nothing(
+        tmp_path):
+    """One batch: `prepare` of each item, one `prepared` of the states left to the first steps
+    ("ready" was done in its prepare), then the first and second steps. A `prepared` that
+    raises costs no item its result."""
+    pool = _three_step_pool(tmp_path, worker=_ThreeStepsPrepared)
+    try:
+        results = _run_all(pool, [1, "ready", 2])
+        again = _run_all(pool, [13, 3])
+    finally:
+        pool.close()
+    assert results == {1: 1, "ready": "ready", 2: 4} and again == {13: 169, 3: 9}
+    log = (tmp_path / "log").read_text().split("\n")[:-1]
+    assert log == ["prepare 1", "prepare ready", "prepare 2", "prepared 1 2",
+                   "first 1", "first 2", "second 1", "second 2",
+                   "prepare 13", "prepare 3", "prepared 13 3",
+                   "first 13", "first 3", "second 13", "second 3"]
 
 
 def test_a_worker_with_prepare_prepares_the_whole_batch_before_the_first_steps(tmp_path):

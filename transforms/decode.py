@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from transforms.orientation import apply_orientation, orient_array, read_orientation
 
-__all__ = ["JPEG_RATIOS", "decode_image", "decode_image_array", "string_tensor",
+__all__ = ["JPEG_RATIOS", "decode_image", "decode_image_array", "string_tensor", "string_tensors",
            "pick_jpeg_ratio", "jpeg_ratio_index", "decode_scaled", "decode_for_model"]
 
 JPEG_RATIOS = (1, 2, 4, 8)  # the DCT scales libjpeg offers
@@ -53,6 +53,15 @@ def string_tensor(contents) -> tf.Tensor:
     if isinstance(contents, (bytes, bytearray, memoryview)):
         return tf.constant(np.array(bytes(contents), dtype=object), tf.string)
     return tf.convert_to_tensor(contents, tf.string)
+
+
+def string_tensors(contents: list) -> list:
+    """A scalar string tensor of each bytes object of `contents` (`string_tensor`'s), made in
+    two calls whatever their number: one 1-D tensor, unstacked. A tensor made alone costs
+    ~10-30 us of TensorFlow's dispatch, more than decoding a thumbnail's part of it."""
+    array = np.empty(len(contents), dtype=object)  # one bytes object per cell, never split
+    array[:] = [bytes(value) for value in contents]
+    return tf.unstack(tf.constant(array, tf.string))
 
 
 def _oriented(image: tf.Tensor, contents: tf.Tensor, orientation) -> tf.Tensor:
