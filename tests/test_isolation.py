@@ -435,16 +435,21 @@ def _two_step_pool(tmp_path, timeout_s: float = 10.0):
     return isolation.ChildPool(_TwoSteps(str(tmp_path)), 1, timeout_s)
 
 
+def _results_and_log(pool, tmp_path, items) -> tuple[dict, list]:
+    """`_run_all(pool, items)`, the pool closed after, and the worker's log lines."""
+    try:
+        results = _run_all(pool, items)
+    finally:
+        pool.close()
+    return results, (tmp_path / "log").read_text().split("\n")[:-1]
+
+
 def test_a_two_step_worker_runs_a_groups_first_steps_before_their_second_steps(tmp_path):
     """One batch of six: the first steps until three states are held (group_weight 3; "done"
     holds none), then their second steps, then the next group's. Results keep their items."""
-    pool = _two_step_pool(tmp_path)
-    try:
-        results = _run_all(pool, [1, 2, "done", 3, 4, 5])
-    finally:
-        pool.close()
+    results, log = _results_and_log(_two_step_pool(tmp_path), tmp_path, [1, 2, "done", 3, 4, 5])
     assert results == {1: 1, 2: 4, "done": "done", 3: 9, 4: 16, 5: 25}
-    assert (tmp_path / "log").read_text().split("\n")[:-1] == [
+    assert log == [
         "first 1", "first 2", "first 3", "second 1", "second 2", "second 3",
         "first 4", "first 5", "second 4", "second 5"]
 
@@ -540,13 +545,10 @@ def test_prepared_sees_a_batchs_prepared_states_together_and_a_raise_changes_not
 def test_a_worker_with_prepare_prepares_the_whole_batch_before_the_first_steps(tmp_path):
     """One batch of six: every item's `prepare` ("ready" is done there), then the first steps
     of a group (group_weight 3) and their second steps, group after group."""
-    pool = _three_step_pool(tmp_path)
-    try:
-        results = _run_all(pool, [1, 2, "ready", 3, 4, 5])
-    finally:
-        pool.close()
+    results, log = _results_and_log(_three_step_pool(tmp_path), tmp_path,
+                                    [1, 2, "ready", 3, 4, 5])
     assert results == {1: 1, 2: 4, "ready": "ready", 3: 9, 4: 16, 5: 25}
-    assert (tmp_path / "log").read_text().split("\n")[:-1] == [
+    assert log == [
         "prepare 1", "prepare 2", "prepare ready", "prepare 3", "prepare 4", "prepare 5",
         "first 1", "first 2", "first 3", "second 1", "second 2", "second 3",
         "first 4", "first 5", "second 4", "second 5"]
