@@ -114,3 +114,11 @@ def test_remembered_entries_give_the_same_bytes_and_stay_bounded(monkeypatch):
     monkeypatch.setattr(codec, "_MAX_ENTRIES", 3)
     assert codec.encode_example(**CASES["plain"]) == _proto_example(CASES["plain"])
     assert 0 < len(codec._ENTRIES) <= 3
+
+
+def test_values_given_as_lists_or_bytearrays_serialize_as_tuples_of_bytes_do():
+    as_tuples = [("a", "bytes_list", (b"jpeg",)), ("b", "int64_list", (3,)),
+                 ("c", "bytes_list", ())]
+    given = [("a", "bytes_list", [bytearray(b"jpeg")]), ("b", "int64_list", [3]),
+             ("c", "bytes_list", [])]
+    assert codec.serialize_features(given) == codec.serialize_features(as_tuples)

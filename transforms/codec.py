@@ -153,9 +153,14 @@ _MAX_ENTRIES = 4096
 _RECURRING_BYTES = 16
 
 
-def _recurring(kind: str, values: tuple) -> bool:
+def _recurring(kind: str, values) -> bool:
+    """Whether a feature's entry is kept once made: small values, given as a tuple of bytes or
+    ints (a list or a bytearray, which cannot be a key, is made each time)."""
+    if type(values) is not tuple:
+        return False
     if kind == _BYTES:
-        return not values or (len(values) == 1 and len(values[0]) <= _RECURRING_BYTES)
+        return not values or (len(values) == 1 and type(values[0]) is bytes
+                              and len(values[0]) <= _RECURRING_BYTES)
     return kind == _INTS and len(values) <= 1
 
 
