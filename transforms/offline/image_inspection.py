@@ -79,10 +79,11 @@ class ImageInspector:
     def setup(self) -> None:
         import tensorflow as tf  # imported in the worker (or the isolating child)
 
-        from transforms.decode import decode_image_array, pick_jpeg_ratio
+        from transforms.decode import decode_image_array, pick_jpeg_ratio, string_tensors
         self._tf = tf
         self._decode_image = decode_image_array
         self._pick_jpeg_ratio = pick_jpeg_ratio
+        self._string_tensors = string_tensors
 
     def inspect(self, record: ImageRecord) -> ImageRecord:
         """The measured record. What is learned collects in `learned` and lands in one
@@ -134,6 +135,12 @@ class ImageInspector:
         ratio = self._pick_jpeg_ratio(header.width, header.height, analysis_size, side="long")
         return Read(record, learned, data, ratio, header.format == "jpeg",
                     header.orientation if upright else 1)
+
+    def make_tensors(self, reads: list) -> None:
+        """Sets the `tensor` of each of `reads` (what `decode_read` decodes), all made in one
+        call (`transforms.decode.string_tensors`)."""
+        for read, tensor in zip(reads, self._string_tensors([read.data for read in reads])):
+            read.tensor = tensor
 
     def decode_read(self, read: Read) -> ImageRecord | Decoded:
         """The decode of what `read` returned, and the size rules on the image's size: the
@@ -204,9 +211,7 @@ class IsolatedInspector:
         more copy of its bytes would cost what the call saves."""
         small = [read for read in reads if len(read.data) <= SMALL_FILE_BYTES]
         if len(small) > 1:
-            from transforms.decode import string_tensors
-            for read, tensor in zip(small, string_tensors([read.data for read in small])):
-                read.tensor = tensor
+            self.inspector.make_tensors(small)
 
     def first(self, read: Read):
         decoded = self.inspector.decode_read(read)

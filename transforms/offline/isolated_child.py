@@ -84,7 +84,7 @@ def child_main(connection, worker, progress, filesystem_options=None,
     outbox: queue.SimpleQueue = queue.SimpleQueue()
     sender = threading.Thread(target=_send_all, args=(connection, outbox), daemon=True)
     sender.start()
-    run = _two_steps if hasattr(worker, "first") else _one_step
+    run = _stepped if hasattr(worker, "first") else _one_step
     received = 0  # items received before this batch: the number of its first
     while True:
         try:
@@ -149,8 +149,8 @@ def _prepared(worker, items: list, progress, first: int, results: list) -> list:
     return pending
 
 
-def _two_steps(worker, items: list, progress, first: int) -> list:
-    """The pickled results of a two-step worker over `items` (numbered from `first`), after its
+def _stepped(worker, items: list, progress, first: int) -> list:
+    """The pickled results of a worker in steps over `items` (numbered from `first`), after its
     `prepare` over all of them when it has one: the first steps of a group of items (until
     their held states weigh `worker.group_weight`), then the second steps of that group, group
     after group. Each step's time counts toward its item's timeout with its earlier steps'."""
