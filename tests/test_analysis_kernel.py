@@ -1,8 +1,8 @@
 """The compiled passes of the quality analysis (transforms/offline/_analysis_kernel.c): the
 analysis copy's resize (`area_resize.rounded_resize`), its luma, levels and channel sums
 (`quality._luma_pass`), the hash's area sums (`quality._hash_sums`), the luma's float
-metrics (`quality._float_moments`) and its percentiles' order statistics
-(`quality._order_statistics`). Built by `make test`'s install, and the same integers, or
+metrics (`quality._float_moments`), its percentiles' order statistics
+(`quality._order_statistics`) and all of these with the hashes in one call (`quality.analyse`). Built by `make test`'s install, and the same integers, or
 float64 bits, as their numpy forms on every shape kind they meet, so the quality metrics, the
 hashes and the shards cannot move with them; the numpy forms run where the kernel is not
 built."""
@@ -293,6 +293,78 @@ def test_without_the_kernel_a_thumbnail_and_a_photo_measure_the_same(monkeypatch
     assert [quality.analyse(image, 256, center=True) for image in images] == compiled
 
 
+def _rgb(rng, height: int, width: int, kind: int) -> np.ndarray:
+    """uint8 RGB: noise, grey whole levels, a smooth pattern with noise, or flat."""
+    if kind == 0:
+        return _image(rng, height, width)
+    if kind == 1:
+        return np.repeat(rng.integers(0, 256, (height, width, 1), dtype=np.uint8), 3, axis=2)
+    if kind == 2:
+        y, x = np.mgrid[0:height, 0:width]
+        base = (np.sin(x / 7.0) * np.cos(y / 5.0) + 1) * 100
+        return np.clip(base[..., None] + rng.integers(0, 40, (height, width, 3)), 0,
+                       255).astype(np.uint8)
+    return _image(rng, height, width, fill=int(rng.integers(0, 256)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_one_call_analysis_gives_the_separate_passes_values(seed):
+    """`quality.analyse` makes one kernel call (`analyse`): its metrics, moments and both
+    hashes equal those of the separate passes (`_analyse_luma`, each compiled) and of numpy's,
+    on sides from 1 px (a single pixel's percentiles, no Laplacian, a 1 px centre) to 300."""
+    rng = np.random.default_rng(seed)
+    for case in range(60):
+        height, width = (int(v) for v in rng.integers(1, 300, 2))
+        if case % 10 == 0:
+            height, width = int(rng.integers(1, 4)), int(rng.integers(1, 9))
+        image = _rgb(rng, height, width, case % 4)
+        for center in (False, True):
+            one_call = quality.analyse(image, 512, center=center)
+            assert one_call == quality._analyse_luma(image, center), (height, width, case % 4)
+            assert (one_call.center_phash is None) is not center
+            if case % 6 == 0:
+                assert one_call == _numpy_analysis(image, center), (height, width, case % 4)
+
+
+def _numpy_analysis(image: np.ndarray, center: bool):
+    compiled = analysis_kernel.compiled
+    analysis_kernel.compiled = None
+    try:
+        return quality.analyse(image, 512, center=center)
+    finally:
+        analysis_kernel.compiled = compiled
+
+
+def test_the_one_call_analysis_of_a_view_and_of_a_resized_photo():
+    """A strided view is analysed as its values; a photo goes through the analysis copy."""
+    rng = np.random.default_rng(31)
+    photo = _rgb(rng, 677, 657, 2)
+    view = photo[::-1, 40:300]
+    for image in (photo, view):
+        assert quality.analyse(image, 256, center=True) == quality._analyse_luma(
+            quality.small_copy(image, 256), True)
+
+
+def test_the_one_call_analysis_refuses_wrong_inputs():
+    kernel = analysis_kernel.compiled
+    image, counts, dct = np.zeros((4, 5, 3), np.uint8), np.empty(256, np.int64), \
+        quality._dct_rows()
+    assert len(kernel.analyse(image, counts, 4, 5, dct, None)) == 14
+    assert counts[0] == 20 and counts[1:].sum() == 0
+    with pytest.raises(ValueError, match="do not match"):
+        kernel.analyse(image, counts, 4, 4, dct, None)
+    with pytest.raises(ValueError, match="do not match"):
+        kernel.analyse(image, counts[:255], 4, 5, dct, None)
+    with pytest.raises(ValueError, match="do not match"):
+        kernel.analyse(image, counts, 4, 5, dct[:7], None)
+    with pytest.raises(ValueError, match="not inside"):
+        kernel.analyse(image, counts, 4, 5, dct, (1, 1, 4, 4))
+    with pytest.raises(TypeError):
+        kernel.analyse(image, counts, 4, 5, dct, (1, 1))
+    with pytest.raises(TypeError):  # the counts must be writable
+        kernel.analyse(image, bytes(2048), 4, 5, dct, None)
+
+
 def _one_build_kernel(directory: str):
     """The kernel compiled here with ONE_BUILD (the baseline x86-64 code only, no AVX2 clone),
     loaded beside the installed one; None without a C compiler or Python's headers."""
@@ -312,7 +384,7 @@ def _one_build_kernel(directory: str):
 
 def test_the_cpu_specific_build_gives_the_baseline_builds_bytes(tmp_path):
     """The resize and the luma pass run the build for the CPU (AVX2 where it has it): their
-    outputs equal those of the file built without that build."""
+    outputs, and the one-call analysis's, equal those of the file built without that build."""
     baseline = _one_build_kernel(str(tmp_path))
     if baseline is None:
         pytest.skip("no C compiler or Python headers: the installed kernel alone")
@@ -335,3 +407,12 @@ def test_the_cpu_specific_build_gives_the_baseline_builds_bytes(tmp_path):
         assert passes[0][0] == passes[1][0]
         for got, expected in zip(passes[0][1:], passes[1][1:]):
             np.testing.assert_array_equal(got, expected)
+        small = quality.small_copy(image, 256)
+        box = quality._center_box(*small.shape[:2])
+        analyses = []
+        for kernel in (installed, baseline):
+            counts = np.empty(256, np.int64)
+            analyses.append((kernel.analyse(small, counts, *small.shape[:2], quality._dct_rows(),
+                                            box), counts))
+        assert analyses[0][0] == analyses[1][0]
+        np.testing.assert_array_equal(analyses[0][1], analyses[1][1])
