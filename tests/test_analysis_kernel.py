@@ -347,21 +347,22 @@ def test_the_one_call_analysis_of_a_view_and_of_a_resized_photo():
 
 def test_the_one_call_analysis_refuses_wrong_inputs():
     kernel = analysis_kernel.compiled
-    image, counts, dct = np.zeros((4, 5, 3), np.uint8), np.empty(256, np.int64), \
-        quality._dct_rows()
-    assert len(kernel.analyse(image, counts, 4, 5, dct, None)) == 14
-    assert counts[0] == 20 and counts[1:].sum() == 0
+    image, shares, dct = np.zeros((4, 5, 3), np.uint8), np.empty(256), quality._dct_rows()
+    image[0, :2] = 255  # 2 of the 20 pixels white
+    result = kernel.analyse(image, shares, 4, 5, dct, None)
+    assert len(result) == 15 and result[-1] == 2
+    assert shares[:2].tolist() == [18 / 20, 2 / 20]
     with pytest.raises(ValueError, match="do not match"):
-        kernel.analyse(image, counts, 4, 4, dct, None)
+        kernel.analyse(image, shares, 4, 4, dct, None)
     with pytest.raises(ValueError, match="do not match"):
-        kernel.analyse(image, counts[:255], 4, 5, dct, None)
+        kernel.analyse(image, shares[:255], 4, 5, dct, None)
     with pytest.raises(ValueError, match="do not match"):
-        kernel.analyse(image, counts, 4, 5, dct[:7], None)
+        kernel.analyse(image, shares, 4, 5, dct[:7], None)
     with pytest.raises(ValueError, match="not inside"):
-        kernel.analyse(image, counts, 4, 5, dct, (1, 1, 4, 4))
+        kernel.analyse(image, shares, 4, 5, dct, (1, 1, 4, 4))
     with pytest.raises(TypeError):
-        kernel.analyse(image, counts, 4, 5, dct, (1, 1))
-    with pytest.raises(TypeError):  # the counts must be writable
+        kernel.analyse(image, shares, 4, 5, dct, (1, 1))
+    with pytest.raises(TypeError):  # the shares must be writable
         kernel.analyse(image, bytes(2048), 4, 5, dct, None)
 
 
@@ -411,8 +412,8 @@ def test_the_cpu_specific_build_gives_the_baseline_builds_bytes(tmp_path):
         box = quality._center_box(*small.shape[:2])
         analyses = []
         for kernel in (installed, baseline):
-            counts = np.empty(256, np.int64)
-            analyses.append((kernel.analyse(small, counts, *small.shape[:2], quality._dct_rows(),
-                                            box), counts))
+            shares = np.empty(256)
+            result = kernel.analyse(small, shares, *small.shape[:2], quality._dct_rows(), box)
+            analyses.append((result, shares[:result[-1]]))
         assert analyses[0][0] == analyses[1][0]
         np.testing.assert_array_equal(analyses[0][1], analyses[1][1])

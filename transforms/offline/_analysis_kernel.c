@@ -28,7 +28,7 @@
  * copy) from the same float64 operations in the same order as numpy's calls there, so the
  * same bits: see its comment.
  *
- * analyse(image, counts, height, width, dct, center) runs all of these that quality.analyse
+ * analyse(image, probabilities, height, width, dct, center) runs all of these that quality.analyse
  * needs on the analysis copy, and the perceptual hashes, in one call: see its comment.
  */
 #define PY_SSIZE_T_CLEAN
@@ -623,11 +623,12 @@ done:
     return result;
 }
 
-/* analyse(image, counts, height, width, dct, center) -> (R, G, B, R^2, G^2, B^2 sums, mean,
- * std, Laplacian variance, the half-size copy's, p01, p99, hash, centre hash or None): the
- * whole of quality.analyse's luma-side work on the analysis copy (uint8 RGB [height, width],
- * C order) in one call, `counts` (int64 [256]) filled with the levels' pixel counts for the
- * entropy, which stays numpy's (its log2). `dct`: the first 8 rows of quality's 32-point DCT
+/* analyse(image, probabilities, height, width, dct, center) -> (R, G, B, R^2, G^2, B^2 sums,
+ * mean, std, Laplacian variance, the half-size copy's, p01, p99, hash, centre hash or None,
+ * k): the whole of quality.analyse's luma-side work on the analysis copy (uint8 RGB [height,
+ * width], C order) in one call; the first k of `probabilities` (float64 [256]) get the share of
+ * the pixels of each level that has any (count / pixels, as numpy divides), for the entropy,
+ * which stays numpy's (its log2). `dct`: the first 8 rows of quality's 32-point DCT
  * matrix (float64 [8, 32]); `center`: (top, left, height, width) of the centre crop, or None.
  * Why: the separate calls and the numpy glue between them (~25 calls: allocations, the
  * percentiles' arithmetic, the hash's matrix products, rounding, median and bits) were ~40 us
@@ -711,20 +712,21 @@ static int hash_bits(const int32_t *luma, Py_ssize_t height, Py_ssize_t width,
 }
 
 static PyObject *analyse(PyObject *self, PyObject *args) {
-    Py_buffer image, counts, dct;
+    Py_buffer image, probabilities, dct;
     Py_ssize_t height, width, crop[4] = {0, 0, 0, 0};
     PyObject *center;
-    if (!PyArg_ParseTuple(args, "y*w*nny*O", &image, &counts, &height, &width, &dct, &center))
+    if (!PyArg_ParseTuple(args, "y*w*nny*O", &image, &probabilities, &height, &width, &dct,
+                          &center))
         return NULL;
     PyObject *result = NULL;
     int32_t *luma_1000 = NULL, *cropped = NULL;
     uint8_t *levels = NULL;
     const Py_ssize_t n = height * width;
     if (height < 1 || width < 1 || image.len != n * 3 ||
-        counts.len != 256 * (Py_ssize_t)sizeof(int64_t) ||
+        probabilities.len != 256 * (Py_ssize_t)sizeof(double) ||
         dct.len != HASH_LOW * HASH_SIDE * (Py_ssize_t)sizeof(double)) {
         PyErr_Format(PyExc_ValueError, "buffer sizes %zd, %zd and %zd do not match %zd x %zd",
-                     image.len, counts.len, dct.len, height, width);
+                     image.len, probabilities.len, dct.len, height, width);
         goto done;
     }
     if ((uint64_t)n >= ((uint64_t)1 << 32)) {  /* the area sums' bound (area_sums) */
@@ -754,12 +756,17 @@ static PyObject *analyse(PyObject *self, PyObject *args) {
     Py_ssize_t previous[2], following[2], ranks[4];
     int64_t found[4];
     int status = 0, hashed = 0, failed = 0;
-    int64_t *count = (int64_t *)counts.buf;
+    int64_t count[256];
+    double *share = (double *)probabilities.buf;
+    Py_ssize_t levels_seen = 0;
     Py_BEGIN_ALLOW_THREADS
     luma((const uint8_t *)image.buf, n, luma_1000, levels, count, sums);
     percentile_plan(n, previous, following, gamma);
     ranks[0] = previous[0], ranks[1] = following[0], ranks[2] = previous[1],
-    ranks[3] = following[1];  /* ascending: q = 0.01 < 0.99 */
+    ranks[3] = following[1];
+    for (int level = 0; level < 256; level++)
+        if (count[level] > 0)
+            share[levels_seen++] = (double)count[level] / (double)n;
     status = order_stats_of(luma_1000, levels, count, n, ranks, 4, found);
     failed = float_moments_of(luma_1000, height, width, moments);
     hashed = hash_bits(luma_1000, height, width, (const double *)dct.buf, &phash);
@@ -785,17 +792,17 @@ static PyObject *analyse(PyObject *self, PyObject *args) {
     if (center_value == Py_None)
         Py_INCREF(Py_None);
     result = Py_BuildValue(
-        "(KKKKKKddddddKN)", (unsigned long long)sums[0], (unsigned long long)sums[1],
+        "(KKKKKKddddddKNn)", (unsigned long long)sums[0], (unsigned long long)sums[1],
         (unsigned long long)sums[2], (unsigned long long)sums[3], (unsigned long long)sums[4],
         (unsigned long long)sums[5], moments[0], moments[1], moments[2], moments[3],
         lerp(found[0], found[1], gamma[0]), lerp(found[2], found[3], gamma[1]),
-        (unsigned long long)phash, center_value);
+        (unsigned long long)phash, center_value, levels_seen);
 done:
     free(luma_1000);
     free(levels);
     free(cropped);
     PyBuffer_Release(&image);
-    PyBuffer_Release(&counts);
+    PyBuffer_Release(&probabilities);
     PyBuffer_Release(&dct);
     return result;
 }
@@ -813,8 +820,9 @@ static PyMethodDef methods[] = {
      "order_statistics(luma, levels, counts, ranks) -> the rank-th smallest luma value for each "
      "ascending rank: see the source."},
     {"analyse", analyse, METH_VARARGS,
-     "analyse(image, counts, height, width, dct, center) -> (channel sums, float moments, "
-     "percentiles, hash, centre hash): quality.analyse's luma-side work, see the source."},
+     "analyse(image, probabilities, height, width, dct, center) -> (channel sums, float "
+     "moments, percentiles, hash, centre hash, levels seen): quality.analyse's luma-side work, "
+     "see the source."},
     {"resize_uint8", resize_uint8, METH_VARARGS,
      "resize_uint8(source, target, height, width, channels, out_height, out_width): the area "
      "average of source, rounded half up, written into target (both uint8, C order)."},

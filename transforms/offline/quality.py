@@ -118,8 +118,12 @@ def _measure_luma(luma_1000: np.ndarray, levels: np.ndarray | None = None,
 
 def _entropy(counts: np.ndarray, size: int) -> float:
     """Shannon entropy in bits of the level histogram `counts` of `size` pixels."""
-    probabilities = counts[counts > 0] / size
-    return float(-(probabilities * np.log2(probabilities)).sum()) + 0.0  # no "-0.0"
+    return _entropy_of(counts[counts > 0] / size)
+
+
+def _entropy_of(probabilities: np.ndarray) -> float:
+    """Shannon entropy in bits of the nonzero `probabilities` (float64, numpy's pairwise sum)."""
+    return float(-np.add.reduce(probabilities * np.log2(probabilities))) + 0.0  # no "-0.0"
 
 
 def _metrics(mean: float, contrast: float, blur: float, coarse: float, p01: float, p99: float,
@@ -454,18 +458,18 @@ def analyse(image: np.ndarray, analysis_size: int, center: bool = False) -> Anal
     kernel = analysis_kernel.compiled
     if kernel is not None:
         height, width = small.shape[:2]
-        counts = np.empty(256, np.int64)
+        probabilities = np.empty(256)
         try:
-            *sums, mean, contrast, blur, coarse, p01, p99, phash, center_phash = kernel.analyse(
-                np.ascontiguousarray(small), counts, height, width, _dct_rows(),
-                _center_box(height, width) if center else None)
+            *sums, mean, contrast, blur, coarse, p01, p99, phash, center_phash, levels_seen = \
+                kernel.analyse(np.ascontiguousarray(small), probabilities, height, width,
+                               _dct_rows(), _center_box(height, width) if center else None)
         except OverflowError:  # 2**32 pixels or more: never an analysis copy
             pass
         else:
             means, square_means = _moments(sums[:3], sums[3:], height * width)
             return Analysis(
                 metrics=_metrics(mean, contrast, blur, coarse, p01, p99,
-                                 _entropy(counts, height * width), (height, width)),
+                                 _entropy_of(probabilities[:levels_seen]), (height, width)),
                 means=means, square_means=square_means, phash=f"{phash:016x}",
                 center_phash=None if center_phash is None else f"{center_phash:016x}")
     return _analyse_luma(small, center)
