@@ -1,11 +1,11 @@
 """The compiled passes of the quality analysis (transforms/offline/_analysis_kernel.c): the
 analysis copy's resize (`area_resize.rounded_resize`), its luma, levels and channel sums
-(`quality._luma_pass`), the hash's area sums (`quality._hash_sums`), the luma's float
+(`quality._luma_pass`), the hash's area sums (`image_hash._hash_sums`), the luma's float
 metrics (`quality._float_moments`), its percentiles' order statistics
-(`quality._order_statistics`) and all of these with the hashes in one call (`quality.analyse`). Built by `make test`'s install, and the same integers, or
-float64 bits, as their numpy forms on every shape kind they meet, so the quality metrics, the
-hashes and the shards cannot move with them; the numpy forms run where the kernel is not
-built."""
+(`quality._order_statistics`) and all of these with the hashes in one call (`quality.analyse`).
+Built by `make test`'s install, and the same integers, or float64 bits, as their numpy forms on
+every shape kind they meet, so the quality metrics, the hashes and the shards cannot move with
+them; the numpy forms run where the kernel is not built."""
 from __future__ import annotations
 
 import importlib.machinery
@@ -18,7 +18,7 @@ import sysconfig
 import numpy as np
 import pytest
 
-from transforms.offline import analysis_kernel, area_resize, quality
+from transforms.offline import analysis_kernel, area_resize, image_hash, quality
 
 
 def _image(rng, height: int, width: int, channels: int = 3, fill=None) -> np.ndarray:
@@ -201,10 +201,10 @@ def test_the_hash_sums_are_the_numpys_integers(seed):
     for case in range(120):
         height, width = (int(v) for v in rng.integers(1, 500, 2))
         luma = _luma(rng, height, width, case % 4)
-        for values in (luma, quality._center(luma)):
-            compiled = quality._hash_sums(values)
+        for values in (luma, image_hash.center(luma)):
+            compiled = image_hash._hash_sums(values)
             assert compiled.shape == (32, 32)
-            np.testing.assert_array_equal(compiled, quality._hash_sums_numpy(values),
+            np.testing.assert_array_equal(compiled, image_hash._hash_sums_numpy(values),
                                           err_msg=f"{values.shape}")
 
 
@@ -347,7 +347,7 @@ def test_the_one_call_analysis_of_a_view_and_of_a_resized_photo():
 
 def test_the_one_call_analysis_refuses_wrong_inputs():
     kernel = analysis_kernel.compiled
-    image, shares, dct = np.zeros((4, 5, 3), np.uint8), np.empty(256), quality._dct_rows()
+    image, shares, dct = np.zeros((4, 5, 3), np.uint8), np.empty(256), image_hash.dct_rows()
     image[0, :2] = 255  # 2 of the 20 pixels white
     result = kernel.analyse(image, shares, 4, 5, dct, None)
     assert len(result) == 15 and result[-1] == 2
@@ -409,11 +409,11 @@ def test_the_cpu_specific_build_gives_the_baseline_builds_bytes(tmp_path):
         for got, expected in zip(passes[0][1:], passes[1][1:]):
             np.testing.assert_array_equal(got, expected)
         small = quality.small_copy(image, 256)
-        box = quality._center_box(*small.shape[:2])
+        box = image_hash.center_box(*small.shape[:2])
         analyses = []
         for kernel in (installed, baseline):
             shares = np.empty(256)
-            result = kernel.analyse(small, shares, *small.shape[:2], quality._dct_rows(), box)
+            result = kernel.analyse(small, shares, *small.shape[:2], image_hash.dct_rows(), box)
             analyses.append((result, shares[:result[-1]]))
         assert analyses[0][0] == analyses[1][0]
         np.testing.assert_array_equal(analyses[0][1], analyses[1][1])

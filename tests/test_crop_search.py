@@ -19,7 +19,7 @@ from tests.beamutil import fn_api_pipeline
 from tests.imageutil import encode, photo, write_bytes
 from tests.jobutil import index_rows, rejects, run_job
 from tests.tiers import shared_fixture
-from transforms.offline import quality
+from transforms.offline import image_hash, quality
 from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
 from transforms.offline.dedup import DropNearDuplicates
 from transforms.offline.image_record import ImageRecord
@@ -38,8 +38,8 @@ def test_a_centre_crop_hashes_close_to_its_photos_centre_hash_not_to_its_full_ha
         analysis = quality.analyse(image, 256, center=True)
         crop_hash = quality.perceptual_hash(_crop92(image))
         assert analysis.center_phash == quality.center_hash(image)
-        assert quality.hamming(analysis.center_phash, crop_hash) <= 4
-        assert quality.hamming(analysis.phash, crop_hash) > 4
+        assert image_hash.hamming(analysis.center_phash, crop_hash) <= 4
+        assert image_hash.hamming(analysis.phash, crop_hash) > 4
     assert quality.analyse(image, 256).center_phash is None
 
 
@@ -47,21 +47,21 @@ def _brute_force(centers, fulls, archive, max_hamming, archive_centers=()):
     best = {}
     for other, full in fulls:   # tonight's full hash close to an archived centre hash
         for run_id, rel, center in archive_centers:
-            if quality.hamming(center, full) <= max_hamming:
-                found = (0, quality.hamming(center, full), f"{rel!r} in snapshot {run_id}", FULL)
+            if image_hash.hamming(center, full) <= max_hamming:
+                found = (0, image_hash.hamming(center, full), f"{rel!r} in snapshot {run_id}", FULL)
                 best[other] = min(best.get(other, found), found)
     for path, center in centers:
         for run_id, rel, full in archive:
-            if quality.hamming(center, full) <= max_hamming:
-                found = (0, quality.hamming(center, full), f"{rel!r} in snapshot {run_id}",
+            if image_hash.hamming(center, full) <= max_hamming:
+                found = (0, image_hash.hamming(center, full), f"{rel!r} in snapshot {run_id}",
                          CENTER)
                 best[path] = min(best.get(path, found), found)
         for other, full in fulls:
-            if other < path and quality.hamming(center, full) <= max_hamming:
-                found = (1, quality.hamming(center, full), repr(other), CENTER)
+            if other < path and image_hash.hamming(center, full) <= max_hamming:
+                found = (1, image_hash.hamming(center, full), repr(other), CENTER)
                 best[path] = min(best.get(path, found), found)
-            if path < other and quality.hamming(center, full) <= max_hamming:
-                found = (1, quality.hamming(center, full), repr(path), FULL)
+            if path < other and image_hash.hamming(center, full) <= max_hamming:
+                found = (1, image_hash.hamming(center, full), repr(path), FULL)
                 best[other] = min(best.get(other, found), found)
     return best
 
@@ -71,11 +71,11 @@ def _bucketed(centers, fulls, archive, max_hamming, archive_centers=()):
     buckets = collections.defaultdict(lambda: ([], [], [], []))
     for side, members in ((0, centers), (1, fulls)):
         for path, phash in members:
-            for key in quality.hash_bands(phash, max_hamming):
+            for key in image_hash.hash_bands(phash, max_hamming):
                 buckets[key][side].append((path, phash))
     for side, members in ((2, archive), (3, archive_centers)):
         for run_id, rel, phash in members:
-            for key in quality.hash_bands(phash, max_hamming):
+            for key in image_hash.hash_bands(phash, max_hamming):
                 buckets[key][side].append((run_id, rel, phash))
     best = {}
     for (band, _value), (c, f, a, ac) in sorted(buckets.items()):

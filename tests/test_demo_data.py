@@ -16,7 +16,7 @@ from configs.schema import DedupConfig, LimitsConfig, QualityConfig
 from runners.demo import data as demo_data
 from tests.tiers import shared_fixture
 from transforms.decode import decode_image, pick_jpeg_ratio
-from transforms.offline import quality
+from transforms.offline import image_hash, quality
 
 _MAGIC = {b"\xff\xd8\xff": "jpeg", b"\x89PNG\r\n\x1a\n": "png", b"GIF87a": "gif",
           b"GIF89a": "gif", b"BM": "bmp", b"RIFF": "webp"}
@@ -240,7 +240,7 @@ def test_demo_exact_duplicate_is_the_same_bytes_under_a_higher_path(demo):
 def test_demo_near_duplicate_is_close_in_phash_smaller_and_higher_path(demo, analysed):
     original, near = "dog/dog_001.jpg", "dog/near_duplicate_of_dog_001.jpg"
     assert _read(demo, original) != _read(demo, near)
-    distance = quality.hamming(quality.perceptual_hash(analysed[original][1]),
+    distance = image_hash.hamming(quality.perceptual_hash(analysed[original][1]),
                                quality.perceptual_hash(analysed[near][1]))
     assert distance <= DedupConfig().max_hamming
     assert analysed[near][0].size < analysed[original][0].size and original < near
@@ -250,7 +250,7 @@ def test_demo_no_other_pair_is_a_near_duplicate(demo, analysed):
     hashes = {rel: quality.perceptual_hash(analysed[rel][1])
               for rel, outcome in demo.expected.items()
               if outcome in _PASS_QUALITY and outcome not in ("duplicate", "near_duplicate")}
-    distances = {(a, b): quality.hamming(hashes[a], hashes[b])
+    distances = {(a, b): image_hash.hamming(hashes[a], hashes[b])
                  for a, b in itertools.combinations(sorted(hashes), 2)}
     assert min(distances.values()) > 10
 
@@ -356,7 +356,7 @@ def test_corpus_images_pass_quality_and_are_not_near_duplicates(corpus):
             small = quality.small_copy(np.asarray(image.convert("RGB")), 256)
         assert quality.judge(quality.measure(small), QualityConfig()) is None, path
         hashes.append(quality.perceptual_hash(small))
-    assert min(quality.hamming(a, b) for a, b in itertools.combinations(hashes, 2)) > 10
+    assert min(image_hash.hamming(a, b) for a, b in itertools.combinations(hashes, 2)) > 10
 
 
 @pytest.mark.parametrize("kwargs, message", [

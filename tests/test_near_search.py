@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import pytest
 
-from transforms.offline import near_search, quality
+from transforms.offline import image_hash, near_search
 
 
 def brute_force(tonight, archive, max_hamming):
@@ -20,9 +20,9 @@ def brute_force(tonight, archive, max_hamming):
     best = {}
     for i, (rel, phash) in enumerate(ordered):
         found = [(0, d, f"{old!r} in snapshot {run_id}") for run_id, old, other in archived
-                 if (d := quality.hamming(phash, other)) <= max_hamming]
+                 if (d := image_hash.hamming(phash, other)) <= max_hamming]
         found += [(1, d, f"{low!r}") for low, other in ordered[:i]
-                  if (d := quality.hamming(phash, other)) <= max_hamming]
+                  if (d := image_hash.hamming(phash, other)) <= max_hamming]
         if found:  # a path listed twice (two hashes): its best over both, as the job joins
             best[rel] = min(found + ([best[rel]] if rel in best else []))
     return best
@@ -34,10 +34,10 @@ def banded(tonight, archive, max_hamming, parts=1, by_value=False):
     answers combined with min per path."""
     buckets = collections.defaultdict(lambda: ([], []))
     for rel, phash in tonight:
-        for key in quality.hash_bands(phash, max_hamming):
+        for key in image_hash.hash_bands(phash, max_hamming):
             buckets[key][0].append((rel, phash))
     for run_id, rel, phash in archive:
-        for key in quality.hash_bands(phash, max_hamming):
+        for key in image_hash.hash_bands(phash, max_hamming):
             buckets[key][1].append((run_id, rel, phash))
     best, compared = {}, 0
     for (band, _value), (mine, old) in buckets.items():
@@ -179,7 +179,7 @@ def test_band_masks_are_the_bands_hash_bands_cuts():
     for max_hamming in (0, 4, 9):
         value = 0x0123456789ABCDEF
         masks = near_search.band_masks(max_hamming)
-        bands = quality.hash_bands(f"{value:016x}", max_hamming)
+        bands = image_hash.hash_bands(f"{value:016x}", max_hamming)
         assert sum(masks) == 2 ** 64 - 1
         for mask, (_index, band_value) in zip(masks, bands):
             shift = (mask & -mask).bit_length() - 1

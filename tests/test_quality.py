@@ -1,5 +1,6 @@
-"""Tests for transforms.offline.quality: exact metrics on hand-made arrays, the verdict rules one by one,
-the area downscale, the perceptual hash and its band keys, and the channel moments."""
+"""Tests for transforms.offline.quality and image_hash: exact metrics on hand-made arrays, the
+verdict rules one by one, the area downscale, the perceptual hash and its band keys, and the
+channel moments."""
 from __future__ import annotations
 
 import io
@@ -13,7 +14,7 @@ from PIL import Image
 from configs.schema import QualityConfig
 from runners.demo.data import photo_like
 from transforms.codec import QUALITY_METRICS
-from transforms.offline import quality
+from transforms.offline import image_hash, quality
 
 
 def _grey(values) -> np.ndarray:
@@ -301,7 +302,7 @@ def test_phash_of_flat_images_has_only_the_dc_bit():
 
 def test_phash_identical_images_have_distance_zero():
     image = _photo(2)
-    assert quality.hamming(quality.perceptual_hash(image),
+    assert image_hash.hamming(quality.perceptual_hash(image),
                            quality.perceptual_hash(image.copy())) == 0
 
 
@@ -309,7 +310,7 @@ def test_phash_identical_images_have_distance_zero():
 def test_phash_survives_jpeg_reencoding_at_quality_80(seed):
     image = _photo(seed)
     reencoded = _jpeg_roundtrip(image, 80)
-    assert quality.hamming(quality.perceptual_hash(image),
+    assert image_hash.hamming(quality.perceptual_hash(image),
                            quality.perceptual_hash(reencoded)) <= 4
 
 
@@ -317,51 +318,51 @@ def test_phash_survives_jpeg_reencoding_at_quality_80(seed):
 def test_phash_survives_resizing_to_90_percent(seed):
     image = _photo(seed)
     smaller = np.asarray(Image.fromarray(image).resize((360, 270), Image.Resampling.BILINEAR))
-    assert quality.hamming(quality.perceptual_hash(image),
+    assert image_hash.hamming(quality.perceptual_hash(image),
                            quality.perceptual_hash(smaller)) <= 4
 
 
 def test_phash_unrelated_images_are_far_apart():
     hashes = [quality.perceptual_hash(_photo(seed, class_index=seed % 4)) for seed in range(8)]
-    distances = [quality.hamming(a, b) for a, b in itertools.combinations(hashes, 2)]
+    distances = [image_hash.hamming(a, b) for a, b in itertools.combinations(hashes, 2)]
     assert min(distances) > 10
 
 
 def test_phash_does_not_depend_on_the_analysis_copy_size():
     image = _photo(9, 600, 800)
-    assert quality.hamming(quality.perceptual_hash(image),
+    assert image_hash.hamming(quality.perceptual_hash(image),
                            quality.perceptual_hash(quality.small_copy(image, 256))) <= 2
 
 
 # ---------------------------------------------------------------- hamming
 
 def test_hamming_counts_differing_bits():
-    assert quality.hamming("0000000000000000", "ffffffffffffffff") == 64
-    assert quality.hamming("8000000000000000", "0000000000000000") == 1
-    assert quality.hamming("0123456789abcdef", "0123456789abcdee") == 1
+    assert image_hash.hamming("0000000000000000", "ffffffffffffffff") == 64
+    assert image_hash.hamming("8000000000000000", "0000000000000000") == 1
+    assert image_hash.hamming("0123456789abcdef", "0123456789abcdee") == 1
 
 
 @pytest.mark.parametrize("bad", ["123", "0123456789abcdez", 17])
 def test_hamming_rejects_non_hash_values(bad):
     with pytest.raises(ValueError, match="16-character hex"):
-        quality.hamming(bad, "0000000000000000")
+        image_hash.hamming(bad, "0000000000000000")
 
 
 # ---------------------------------------------------------------- hash_bands
 
 def test_hash_bands_splits_contiguous_bits_extra_bits_first():
     # 5 bands of 64 bits: 13, 13, 13, 13, 12.
-    assert quality.hash_bands("ffffffffffffffff", 4) == [
+    assert image_hash.hash_bands("ffffffffffffffff", 4) == [
         (0, 8191), (1, 8191), (2, 8191), (3, 8191), (4, 4095)]
 
 
 def test_hash_bands_of_four_are_the_16_bit_words():
-    assert quality.hash_bands("0123456789abcdef", 3) == [
+    assert image_hash.hash_bands("0123456789abcdef", 3) == [
         (0, 0x0123), (1, 0x4567), (2, 0x89AB), (3, 0xCDEF)]
 
 
 def test_hash_bands_zero_distance_is_the_whole_hash():
-    assert quality.hash_bands("0123456789abcdef", 0) == [(0, 0x0123456789ABCDEF)]
+    assert image_hash.hash_bands("0123456789abcdef", 0) == [(0, 0x0123456789ABCDEF)]
 
 
 def _flip(phash: str, bits) -> str:
@@ -377,22 +378,22 @@ def test_hash_bands_pigeonhole_hashes_within_max_hamming_share_a_band(max_hammin
     for _ in range(200):
         phash = f"{int(rng.integers(0, 2**63)) * 2 + int(rng.integers(0, 2)):016x}"
         other = _flip(phash, rng.choice(64, size=max_hamming, replace=False))
-        assert quality.hamming(phash, other) == max_hamming
-        assert set(quality.hash_bands(phash, max_hamming)) & set(
-            quality.hash_bands(other, max_hamming))
+        assert image_hash.hamming(phash, other) == max_hamming
+        assert set(image_hash.hash_bands(phash, max_hamming)) & set(
+            image_hash.hash_bands(other, max_hamming))
 
 
 def test_hash_bands_one_flip_per_band_shares_nothing():
     # max_hamming + 1 differing bits can hit every band: the guarantee is tight.
     other = _flip("0000000000000000", [63, 50, 37, 24, 11])   # one bit in each of the 5 bands
-    assert not set(quality.hash_bands("0000000000000000", 4)) & set(
-        quality.hash_bands(other, 4))
+    assert not set(image_hash.hash_bands("0000000000000000", 4)) & set(
+        image_hash.hash_bands(other, 4))
 
 
 @pytest.mark.parametrize("bad", [-1, 64, 2.0, True])
 def test_hash_bands_rejects_max_hamming_outside_0_to_63(bad):
     with pytest.raises(ValueError, match="max_hamming"):
-        quality.hash_bands("0000000000000000", bad)
+        image_hash.hash_bands("0000000000000000", bad)
 
 
 # ---------------------------------------------------------------- channel moments

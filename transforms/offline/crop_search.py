@@ -6,7 +6,7 @@ the option on every image has two hashes, and a pair of images is a near duplica
 centre hash is within `dedup.crop_max_hamming` bits of the other's full hash, either way round.
 
 `dedup.DropNearDuplicates` puts both hashes of tonight's images, and the archive's full and
-centre hashes, under the same band keys as the plain search (`quality.hash_bands`), so every
+centre hashes, under the same band keys as the plain search (`image_hash.hash_bands`), so every
 close (centre, full) pair meets in a bucket, and is searched only in the first band it shares
 (`near_search.close_pairs`, vectorized over the distinct values). The path rule is the plain
 search's: an archived image, else the lower path, is kept; the other one gets the neighbour

@@ -25,7 +25,7 @@ import zlib
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms.offline import progress, quality
+from transforms.offline import image_hash, progress
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.classes import AssignClassIdFn
 from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
@@ -111,7 +111,7 @@ class DropExactDuplicates(beam.PTransform):
 
 
 def _band_keys(member, max_hamming: int):
-    return [(band, member) for band in quality.hash_bands(member[1], max_hamming)]
+    return [(band, member) for band in image_hash.hash_bands(member[1], max_hamming)]
 
 
 def _sides(members):

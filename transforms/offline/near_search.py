@@ -1,10 +1,10 @@
 """Exact near-duplicate search inside one hash-band bucket: which earlier image is closest.
 
 `dedup.DropNearDuplicates` groups every perceptual hash under its `max_hamming + 1` band keys
-(`quality.hash_bands`); two hashes within `max_hamming` bits share at least one band, so every
-close pair meets in at least one bucket. `search_bucket` answers, for each of tonight's images
-(the queries) in one bucket, the best neighbour the rule allows, as `(rank, distance, who)`:
-rank 0 for an archived image (any path), rank 1 for a tonight image with a lower
+(`image_hash.hash_bands`); two hashes within `max_hamming` bits share at least one band, so
+every close pair meets in at least one bucket. `search_bucket` answers, for each of tonight's
+images (the queries) in one bucket, the best neighbour the rule allows, as `(rank, distance,
+who)`: rank 0 for an archived image (any path), rank 1 for a tonight image with a lower
 `(path, phash)`; the smallest tuple wins, as in the ledger detail. The answers of all buckets
 are combined with `min` per path, so the result is the same as comparing every pair.
 
@@ -20,7 +20,7 @@ import functools
 
 import numpy as np
 
-from transforms.offline import quality
+from transforms.offline import image_hash
 
 __all__ = ["search_bucket", "close_pairs", "band_masks", "SMALL_BUCKET_PAIRS",
            "BRUTE_FORCE_PAIRS"]
@@ -43,10 +43,10 @@ _RANK_SHIFT, _DIST_SHIFT = 40, 32   # key = rank << 40 | distance << 32 | rank o
 
 @functools.lru_cache(maxsize=None)
 def band_masks(max_hamming: int) -> tuple[int, ...]:
-    """Bit masks of the bands `quality.hash_bands` cuts, band 0 first (its layout, read back
+    """Bit masks of the bands `image_hash.hash_bands` cuts, band 0 first (its layout, read back
     from the all-ones hash so the band rule has one owner)."""
     masks, shift = [], _HASH_BITS
-    for _index, ones in quality.hash_bands("f" * 16, max_hamming):
+    for _index, ones in image_hash.hash_bands("f" * 16, max_hamming):
         width = ones.bit_length()
         shift -= width
         masks.append(((1 << width) - 1) << shift)

@@ -2,7 +2,7 @@
 
 The offline job decodes an image (DCT-scaled for JPEG) and calls `analyse`: one pass that makes
 the `small_copy` and its luma once and gives `measure` (the numbers stored as
-`quality/<metric>`), `perceptual_hash` (near-duplicate detection, bucketed by `hash_bands`) and
+`quality/<metric>`), `perceptual_hash` (near-duplicate detection: `image_hash`) and
 `channel_moments` (the dataset's normalization statistics); `judge` gives the reject rule, if
 any. One pass costs about half of separate calls (docs/benchmarks.md): the resize is one
 compiled pass where it is built (`area_resize.rounded_resize`; else three whole-row
@@ -21,22 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import numpy as np
 
-from transforms.offline import analysis_kernel, area_resize, quality_rules
+from transforms.offline import analysis_kernel, area_resize, image_hash, quality_rules
 
-__all__ = ["measure", "judge", "small_copy", "perceptual_hash", "hamming", "hash_bands",
-           "channel_moments", "analyse", "Analysis", "center_hash", "CENTER_FRACTION"]
+__all__ = ["measure", "judge", "small_copy", "perceptual_hash", "channel_moments", "analyse",
+           "Analysis", "center_hash"]
 
 _LUMA_WEIGHTS = np.array([299, 587, 114], dtype=np.int64)  # per mille, sum 1000
-_HASH_BITS = 64
-_HASH_RESIZE = 32       # pHash: luma is area-resized to 32x32 before the DCT
-_HASH_LOW = 8           # pHash: the top-left 8x8 (lowest frequencies) make the 64 bits
-# center_hash: the central 90% of each side. A 92% centre crop's full hash lies within 4 bits
-# of its original's centre hash on 56 of 60 photos measured; unrelated photos >= 16 bits apart.
-CENTER_FRACTION = 0.9
 
 
 def _check_rgb(image: np.ndarray, name: str = "image") -> np.ndarray:
@@ -244,6 +237,27 @@ def _percentiles(luma_1000: np.ndarray, levels: np.ndarray, counts: np.ndarray) 
     return result
 
 
+def perceptual_hash(image: np.ndarray) -> str:
+    """The 64-bit DCT perceptual hash (pHash) of a uint8 RGB image, as 16 lowercase hex chars.
+
+    Exact rule: luma (BT.601) is area-resized to 32x32 (aspect ratio ignored); its orthonormal
+    2-D DCT-II is taken (D @ X @ D.T); the top-left 8x8 coefficients (row-major, the DC term
+    first) are rounded to 6 decimals; `median` is the median of the 63 non-DC coefficients; bit
+    i is 1 when coefficient i > median. Bit 0 is the most significant hex bit. Only the low
+    frequencies count, so re-encoding, resizing and mild noise move few bits; a flat image has
+    every AC bit 0.
+    """
+    return image_hash.hash_of_luma(_luma_per_mille(_check_rgb(image)))
+
+
+def center_hash(image: np.ndarray) -> str:
+    """`perceptual_hash` of the central `image_hash.CENTER_FRACTION` of `image` (each side,
+    rounded to the nearest pixel, at least 1), for crop-tolerant near duplicates: a moderate
+    centre crop of a photo hashes close to the photo's centre hash compared with the crop's full
+    hash."""
+    return image_hash.hash_of_luma(image_hash.center(_luma_per_mille(_check_rgb(image))))
+
+
 def judge(metrics: dict, config) -> tuple[str, str] | None:
     """The quality verdict: `(reason, detail)` for the first rule that fires, or None.
 
@@ -266,131 +280,6 @@ def judge(metrics: dict, config) -> tuple[str, str] | None:
             return (rule.reason,
                     f"{rule.metric}={value} {rule.operator} {rule.config_key}={threshold}")
     return None
-
-
-@functools.lru_cache(maxsize=None)
-def _dct_matrix(size: int) -> np.ndarray:
-    """The orthonormal DCT-II matrix: coefficients = D @ x for a length-`size` signal x."""
-    k = np.arange(size)[:, None]
-    n = np.arange(size)[None, :]
-    matrix = np.cos(np.pi * (2 * n + 1) * k / (2 * size)) * math.sqrt(2.0 / size)
-    matrix[0, :] = math.sqrt(1.0 / size)
-    matrix.setflags(write=False)
-    return matrix
-
-
-def perceptual_hash(image: np.ndarray) -> str:
-    """The 64-bit DCT perceptual hash (pHash) of a uint8 RGB image, as 16 lowercase hex chars.
-
-    Exact rule: luma (BT.601) is area-resized to 32x32 (aspect ratio ignored); its orthonormal
-    2-D DCT-II is taken (D @ X @ D.T); the top-left 8x8 coefficients (row-major, the DC term
-    first) are rounded to 6 decimals; `median` is the median of the 63 non-DC coefficients; bit
-    i is 1 when coefficient i > median. Bit 0 is the most significant hex bit. Only the low
-    frequencies count, so re-encoding, resizing and mild noise move few bits; a flat image has
-    every AC bit 0.
-    """
-    return _hash_of_luma(_luma_per_mille(_check_rgb(image)))
-
-
-def center_hash(image: np.ndarray) -> str:
-    """`perceptual_hash` of the central `CENTER_FRACTION` of `image` (each side, rounded to the
-    nearest pixel, at least 1), for crop-tolerant near duplicates: a moderate centre crop of a
-    photo hashes close to the photo's centre hash compared with the crop's full hash."""
-    return _hash_of_luma(_center(_luma_per_mille(_check_rgb(image))))
-
-
-def _center(luma_1000: np.ndarray) -> np.ndarray:
-    top, left, keep_h, keep_w = _center_box(*luma_1000.shape)
-    return luma_1000[top:top + keep_h, left:left + keep_w]
-
-
-def _center_box(height: int, width: int) -> tuple[int, int, int, int]:
-    """(top, left, height, width) of the central `CENTER_FRACTION` of each side."""
-    keep_h = max(1, int(height * CENTER_FRACTION + 0.5))
-    keep_w = max(1, int(width * CENTER_FRACTION + 0.5))
-    return (height - keep_h) // 2, (width - keep_w) // 2, keep_h, keep_w
-
-
-# Up to this many luma pixels the numpy form's area sums are two float64 products with
-# area_matrix (exact: 255000 * pixels < 2**53) instead of the taps: fewer calls on thumbnails;
-# larger, the taps are faster (and BLAS may start threads).
-_MATRIX_RESIZE_PIXELS = 160 * 160
-
-
-def _hash_sums(luma_1000: np.ndarray) -> np.ndarray:
-    """The luma's area sums on the hash's 32 x 32 grid: one compiled pass where
-    `analysis_kernel` is built (~0.09 ms less per photo), else numpy. Exact integers in every
-    form, so the hash cannot depend on which ran."""
-    height, width = luma_1000.shape
-    kernel = analysis_kernel.compiled
-    if kernel is not None:
-        sums = np.empty((_HASH_RESIZE, _HASH_RESIZE), np.int64)
-        try:
-            kernel.area_sums(np.ascontiguousarray(luma_1000, np.int32), sums, height, width,
-                             _HASH_RESIZE, _HASH_RESIZE)
-            return sums
-        except OverflowError:  # 2**32 pixels or more: never an analysis copy
-            pass
-    return _hash_sums_numpy(luma_1000)
-
-
-def _hash_sums_numpy(luma_1000: np.ndarray) -> np.ndarray:
-    height, width = luma_1000.shape
-    if height * width <= _MATRIX_RESIZE_PIXELS:
-        return (area_resize.area_matrix(height, _HASH_RESIZE) @ luma_1000
-                @ area_resize.area_matrix(width, _HASH_RESIZE).T)
-    return area_resize.area_sums(luma_1000, _HASH_RESIZE, _HASH_RESIZE)[0]
-
-
-def _hash_of_luma(luma_1000: np.ndarray) -> str:
-    height, width = luma_1000.shape
-    sums = _hash_sums(luma_1000)
-    luma = sums / (height * width * 1000.0)  # the same integers either way, so the same floats
-    dct = _dct_matrix(_HASH_RESIZE)
-    coefficients = (dct @ luma @ dct.T)[:_HASH_LOW, :_HASH_LOW].ravel()
-    coefficients = np.round(coefficients, 6)
-    # np.median of the 63 (odd) AC terms is the middle one after a partition: the same value
-    middle = (coefficients.size - 1) // 2
-    median = np.partition(coefficients[1:], middle)[middle]
-    return np.packbits(coefficients > median).tobytes().hex()
-
-
-def _hash_value(phash: str, name: str) -> int:
-    if not isinstance(phash, str) or len(phash) != 16:
-        raise ValueError(f"{name} must be a 16-character hex string. Received: {name}={phash!r}")
-    try:
-        return int(phash, 16)
-    except ValueError:
-        raise ValueError(
-            f"{name} must be a 16-character hex string. Received: {name}={phash!r}") from None
-
-
-def hamming(a: str, b: str) -> int:
-    """The number of differing bits between two 64-bit hex hashes."""
-    return (_hash_value(a, "a") ^ _hash_value(b, "b")).bit_count()
-
-
-def hash_bands(phash: str, max_hamming: int) -> list[tuple[int, int]]:
-    """The hash cut into `max_hamming + 1` contiguous bands, as `[(band_index, band_value)]`.
-
-    Band sizes differ by at most one bit (the first `64 % bands` bands get the extra bit). By
-    the pigeonhole principle two hashes within `max_hamming` bits agree on at least one band, so
-    grouping by these keys finds every near-duplicate candidate pair without comparing all pairs.
-    """
-    value = _hash_value(phash, "phash")
-    if isinstance(max_hamming, bool) or not isinstance(max_hamming, (int, np.integer)) \
-            or not 0 <= max_hamming < _HASH_BITS:
-        raise ValueError(
-            f"max_hamming must be an integer in [0, {_HASH_BITS - 1}]. "
-            f"Received: max_hamming={max_hamming!r}")
-    count = int(max_hamming) + 1
-    base, extra = divmod(_HASH_BITS, count)
-    bands, shift = [], _HASH_BITS
-    for index in range(count):
-        width = base + (1 if index < extra else 0)
-        shift -= width
-        bands.append((index, (value >> shift) & ((1 << width) - 1)))
-    return bands
 
 
 def channel_moments(image: np.ndarray) -> tuple[list[float], list[float]]:
@@ -462,7 +351,8 @@ def analyse(image: np.ndarray, analysis_size: int, center: bool = False) -> Anal
         try:
             *sums, mean, contrast, blur, coarse, p01, p99, phash, center_phash, levels_seen = \
                 kernel.analyse(np.ascontiguousarray(small), probabilities, height, width,
-                               _dct_rows(), _center_box(height, width) if center else None)
+                               image_hash.dct_rows(),
+                               image_hash.center_box(height, width) if center else None)
         except OverflowError:  # 2**32 pixels or more: never an analysis copy
             pass
         else:
@@ -482,13 +372,6 @@ def _analyse_luma(small: np.ndarray, center: bool) -> Analysis:
     means, square_means = _moments(sums, square_sums, luma_1000.size)
     return Analysis(metrics=_measure_luma(luma_1000, levels, counts), means=means,
                     square_means=square_means,
-                    phash=_hash_of_luma(luma_1000),
-                    center_phash=_hash_of_luma(_center(luma_1000)) if center else None)
-
-
-@functools.cache
-def _dct_rows() -> np.ndarray:
-    """The hash's DCT rows the kept coefficients need (the first `_HASH_LOW`), C order."""
-    rows = np.ascontiguousarray(_dct_matrix(_HASH_RESIZE)[:_HASH_LOW])
-    rows.setflags(write=False)
-    return rows
+                    phash=image_hash.hash_of_luma(luma_1000),
+                    center_phash=image_hash.hash_of_luma(image_hash.center(luma_1000))
+                    if center else None)
