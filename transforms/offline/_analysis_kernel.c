@@ -77,11 +77,12 @@ static int axis_make(Axis *axis, Py_ssize_t n, Py_ssize_t cells) {
     return 0;
 }
 
-/* The resize's and the luma pass's loops in two builds, the one for the running CPU chosen
- * when the module loads (GCC's and Clang's function multiversioning, through glibc's ifunc):
- * AVX2 has the 32-bit multiplies and the wider conversions that the baseline x86-64 build
- * emulates (a 338 x 328 -> 256 x 248 copy 400 -> 270-285 us, a photo's luma pass 128 -> 99-111
- * us; float_moments gains nothing and keeps one build). Integer sums and the same two float64
+/* The resize's, the luma pass's and the area sums' loops in two builds, the one for the
+ * running CPU chosen when the module loads (GCC's and Clang's function multiversioning, through
+ * glibc's ifunc): AVX2 has the 32-bit multiplies and the wider conversions that the baseline
+ * x86-64 build emulates (a 338 x 328 -> 256 x 248 copy 400 -> 270-285 us, a photo's luma pass
+ * 128 -> 99-111 us, a thumbnail's hash sums ~3 us less; float_moments gains nothing and keeps
+ * one build). Integer sums and the same two float64
  * roundings (no fused multiply-add: -ffp-contract=off) in both, so the same bytes (a test
  * builds the file with ONE_BUILD defined, the baseline only, and compares). */
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__GLIBC__) && !defined(ONE_BUILD)
@@ -202,6 +203,7 @@ done:
  * of `resize` (each cell's average is its sum / (height * width)): what area_resize.area_sums
  * gives, the same integers. Why: the perceptual hash's 32 x 32 sums of a photo's luma are
  * ~0.1 ms of numpy passes; here one pass. */
+CPU_CLONES
 static void area_sum(const int32_t *values, int64_t *sums, Py_ssize_t width,
                      Py_ssize_t out_height, Py_ssize_t out_width, const Axis *rows,
                      const Axis *columns, int64_t *row_sums) {
@@ -281,24 +283,18 @@ done:
 CPU_CLONES
 static void luma(const uint8_t *image, Py_ssize_t pixels, int32_t *luma_out, uint8_t *levels,
                  int64_t *counts, uint64_t sums[6]) {
-    for (Py_ssize_t p = 0; p < pixels; p++) {
-        int32_t value = 299 * image[3 * p] + 587 * image[3 * p + 1] + 114 * image[3 * p + 2];
-        luma_out[p] = value;
-        levels[p] = (uint8_t)((value + 500) / 1000);
-    }
-    for (int level = 0; level < 256; level++)
-        counts[level] = 0;
-    for (Py_ssize_t p = 0; p < pixels; p++)
-        counts[levels[p]]++;
     uint64_t r = 0, g = 0, b = 0, rr = 0, gg = 0, bb = 0;
-    /* 32-bit sums over runs of 65536 pixels (a run's squares stay below 2**32), added to the
-       64-bit ones after each run: the same integers, with half the loop's CPU (~10 -> ~5 us a
-       thumbnail) */
+    /* the channel sums in 32 bits over runs of 65536 pixels (a run's squares stay below 2**32),
+       added to the 64-bit ones after each run, in the loop that reads the pixels for the luma:
+       the same integers, with ~40% of the sums' CPU (~10 -> ~4 us a thumbnail) */
     for (Py_ssize_t run = 0; run < pixels; run += 65536) {
         const Py_ssize_t end = pixels - run < 65536 ? pixels : run + 65536;
         uint32_t r32 = 0, g32 = 0, b32 = 0, rr32 = 0, gg32 = 0, bb32 = 0;
         for (Py_ssize_t p = run; p < end; p++) {
-            uint32_t red = image[3 * p], green = image[3 * p + 1], blue = image[3 * p + 2];
+            const uint32_t red = image[3 * p], green = image[3 * p + 1], blue = image[3 * p + 2];
+            const int32_t value = 299 * red + 587 * green + 114 * blue;
+            luma_out[p] = value;
+            levels[p] = (uint8_t)((value + 500) / 1000);
             r32 += red;
             g32 += green;
             b32 += blue;
@@ -308,6 +304,10 @@ static void luma(const uint8_t *image, Py_ssize_t pixels, int32_t *luma_out, uin
         }
         r += r32, g += g32, b += b32, rr += rr32, gg += gg32, bb += bb32;
     }
+    for (int level = 0; level < 256; level++)
+        counts[level] = 0;
+    for (Py_ssize_t p = 0; p < pixels; p++)
+        counts[levels[p]]++;
     sums[0] = r, sums[1] = g, sums[2] = b, sums[3] = rr, sums[4] = gg, sums[5] = bb;
 }
 
