@@ -153,6 +153,29 @@ def test_a_shard_of_large_images_is_what_tensorflows_writer_writes(tmp_path, com
         assert sum(sizes_indexed) == len(expected) and len(sizes_indexed) == len(records)
 
 
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_a_local_shard_is_on_disk_before_its_writer_returns(tmp_path, monkeypatch, compression):
+    """The writer fsyncs the shard it wrote, whole, before closing it: the publish's fsync of
+    the snapshot then has nothing left to write back in the launcher."""
+    from transforms.offline import shard_writing
+
+    images, staging = tmp_path / "images", tmp_path / "staging"
+    images.mkdir()
+    records = [_record(images, "a.png", b"\x01" * 100, "train", "cat")]
+    synced = []
+
+    def fsync(descriptor):
+        path = os.readlink(f"/proc/self/fd/{descriptor}")
+        synced.append((path, os.path.getsize(path)))
+
+    monkeypatch.setattr(shard_writing.os, "fsync", fsync)
+    rel = _shard("train", 0, 1)
+    shard, _summaries = shard_writing.write_shard(
+        str(staging), OutputConfig(num_shards=1, compression=compression), rel, records,
+        {}, ["source"])
+    assert synced == [(str(staging / rel), shard.bytes)]
+
+
 def test_shard_count_comes_from_the_split_bytes_and_the_target_size():
     output = OutputConfig(target_shard_mb=1.0)
     assert shard_counts({"train": 3 * 1024 * 1024 + 1, "test": 10}, output) == {
