@@ -28,8 +28,9 @@
  * copy) from the same float64 operations in the same order as numpy's calls there, so the
  * same bits: see its comment.
  *
- * analyse(image, probabilities, height, width, dct, center) runs all of these that quality.analyse
- * needs on the analysis copy, and the perceptual hashes, in one call: see its comment.
+ * analyse(image, probabilities, height, width, dct, center) runs all of these that
+ * quality.analyse needs on the analysis copy, and the perceptual hashes, in one call: see its
+ * comment.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -82,9 +83,9 @@ static int axis_make(Axis *axis, Py_ssize_t n, Py_ssize_t cells) {
  * glibc's ifunc): AVX2 has the 32-bit multiplies and the wider conversions that the baseline
  * x86-64 build emulates (a 338 x 328 -> 256 x 248 copy 400 -> 270-285 us, a photo's luma pass
  * 128 -> 99-111 us, a thumbnail's hash sums ~3 us less; float_moments gains nothing and keeps
- * one build). Integer sums and the same two float64
- * roundings (no fused multiply-add: -ffp-contract=off) in both, so the same bytes (a test
- * builds the file with ONE_BUILD defined, the baseline only, and compares). */
+ * one build). Integer sums and the same two float64 roundings (no fused multiply-add:
+ * -ffp-contract=off) in both, so the same bytes (a test builds the file with ONE_BUILD defined,
+ * the baseline only, and compares). */
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__GLIBC__) && !defined(ONE_BUILD)
 #define CPU_CLONES __attribute__((target_clones("avx2", "default")))
 #else
@@ -229,6 +230,24 @@ static void area_sum(const int32_t *values, int64_t *sums, Py_ssize_t width,
     }
 }
 
+/* `area_sum` with its axes and row buffer made and freed here: 0, or -1 for no memory (needs no
+ * interpreter) */
+static int area_sums_of(const int32_t *values, int64_t *sums, Py_ssize_t height,
+                        Py_ssize_t width, Py_ssize_t out_height, Py_ssize_t out_width) {
+    Axis rows = {0}, columns = {0};
+    int64_t *row_sums = NULL;
+    int status = -1;
+    if (!axis_make(&rows, height, out_height) && !axis_make(&columns, width, out_width) &&
+        (row_sums = calloc((size_t)(width + columns.taps), sizeof(int64_t)))) {
+        area_sum(values, sums, width, out_height, out_width, &rows, &columns, row_sums);
+        status = 0;
+    }
+    free(row_sums);
+    axis_free(&rows);
+    axis_free(&columns);
+    return status;
+}
+
 static PyObject *area_sums(PyObject *self, PyObject *args) {
     Py_buffer values, sums;
     Py_ssize_t height, width, out_height, out_width;
@@ -236,8 +255,7 @@ static PyObject *area_sums(PyObject *self, PyObject *args) {
                           &out_width))
         return NULL;
     PyObject *result = NULL;
-    Axis rows = {0}, columns = {0};
-    int64_t *row_sums = NULL;
+    int failed;
     if (height < 1 || width < 1 || out_height < 1 || out_width < 1) {
         PyErr_Format(PyExc_ValueError, "sizes must be positive: %zd x %zd -> %zd x %zd",
                      height, width, out_height, out_width);
@@ -254,21 +272,17 @@ static PyObject *area_sums(PyObject *self, PyObject *args) {
                      values.len, sums.len);
         goto done;
     }
-    if (axis_make(&rows, height, out_height) || axis_make(&columns, width, out_width) ||
-        !(row_sums = calloc((size_t)(width + columns.taps), sizeof(int64_t)))) {
+    Py_BEGIN_ALLOW_THREADS
+    failed = area_sums_of((const int32_t *)values.buf, (int64_t *)sums.buf, height, width,
+                          out_height, out_width);
+    Py_END_ALLOW_THREADS
+    if (failed) {
         PyErr_NoMemory();
         goto done;
     }
-    Py_BEGIN_ALLOW_THREADS
-    area_sum((const int32_t *)values.buf, (int64_t *)sums.buf, width, out_height, out_width,
-             &rows, &columns, row_sums);
-    Py_END_ALLOW_THREADS
     result = Py_None;
     Py_INCREF(result);
 done:
-    free(row_sums);
-    axis_free(&rows);
-    axis_free(&columns);
     PyBuffer_Release(&values);
     PyBuffer_Release(&sums);
     return result;
@@ -492,10 +506,11 @@ done:
 #define MAX_RANKS 8
 #define LEVEL_SPAN 1000
 
-/* The order statistics of `k` ascending ranks (< n) into `out`: 0, or ORDER_COVER (the counts
- * do not cover a rank), ORDER_MISPLACED (a pixel's level is not its luma's), ORDER_LEVELS (the
- * counts do not match the levels), ORDER_MEMORY. Needs no interpreter (the caller may have
- * released it); the caller turns a status into its exception (`order_error`). */
+/* The order statistics of `k` ranks (each < n, in any order, repeats allowed) into `out`: 0, or
+ * ORDER_COVER (the counts do not cover a rank), ORDER_MISPLACED (a pixel's level is not its
+ * luma's), ORDER_LEVELS (the counts do not match the levels), ORDER_MEMORY. Needs no
+ * interpreter (the caller may have released it); the caller turns a status into its exception
+ * (`order_error`). */
 enum { ORDER_COVER = 1, ORDER_MISPLACED, ORDER_LEVELS, ORDER_MEMORY };
 
 static int order_stats_of(const int32_t *value, const uint8_t *level_of, const int64_t *count,
@@ -670,18 +685,9 @@ static int compare_doubles(const void *x, const void *y) {
  * memory. */
 static int hash_bits(const int32_t *luma, Py_ssize_t height, Py_ssize_t width,
                      const double *dct, uint64_t *bits) {
-    Axis rows = {0}, columns = {0};
-    int64_t sums[HASH_SIDE * HASH_SIDE], *row_sums = NULL;
-    if (axis_make(&rows, height, HASH_SIDE) || axis_make(&columns, width, HASH_SIDE) ||
-        !(row_sums = calloc((size_t)(width + columns.taps), sizeof(int64_t)))) {
-        axis_free(&rows);
-        axis_free(&columns);
+    int64_t sums[HASH_SIDE * HASH_SIDE];
+    if (area_sums_of(luma, sums, height, width, HASH_SIDE, HASH_SIDE))
         return -1;
-    }
-    area_sum(luma, sums, width, HASH_SIDE, HASH_SIDE, &rows, &columns, row_sums);
-    free(row_sums);
-    axis_free(&rows);
-    axis_free(&columns);
     const double scale = (double)(height * width) * 1000.0;
     double plane[HASH_SIDE * HASH_SIDE], half[HASH_LOW * HASH_SIDE], low[HASH_LOW * HASH_LOW];
     for (int i = 0; i < HASH_SIDE * HASH_SIDE; i++)
