@@ -69,6 +69,24 @@ def share_cores_between_workers() -> None:
 share_cores_between_workers()
 
 
+def skip_onednn_graph_rewrites() -> None:
+    """The suite's TensorFlow runs without oneDNN's graph rewrites (`TF_ENABLE_ONEDNN_OPTS=0`).
+
+    On by default on x86 Linux, the rewrite pass looks up every node of a function among the
+    registered kernels each time TensorFlow instantiates one, which every new tf.data pipeline
+    does for each of its functions: `perf` put half of the C++ time of a reader's first batch
+    there (an online settings case: 0.33 -> 0.15 s of iterator start) and the suite's CPU went
+    down by ~7%. It picks CPU kernels, not what pixelmill computes;
+    `test_onednn_default.py` reads the same batches with it on, as a user's process does, and
+    the console test runs the demo with it on. Set before TensorFlow is imported; the children
+    a test starts inherit it; a value already in the environment wins."""
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+
+skip_onednn_graph_rewrites()
+
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_collection(session):
     """Collection imports TensorFlow, Beam and every test module: with the cyclic collector

@@ -224,7 +224,8 @@ def test_a_default_demo_run_shows_no_library_line_on_stderr(tmp_path):
     terminal: one line per phase), nothing from TensorFlow, absl, CUDA, Beam or TFT."""
     result = subprocess.run([sys.executable, "-m", "runners.cli", "demo", "--workdir",
                              str(tmp_path / "demo")], capture_output=True, text=True,
-                            timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)))
+                            timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)),
+                            env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1"})  # TF's default
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stderr.splitlines()
     assert lines and not [line for line in lines if _LIBRARY_LINE.search(line)], result.stderr
