@@ -15,6 +15,10 @@ Scheduling: with `-n 2` (pytest-xdist), tests that use the same module- or sessi
 fixture of this suite are sent to one worker (`tests/xdist_groups.py`), so a job that several
 tests read runs once, not once per worker.
 
+Test processes: TensorFlow's thread pools sized to each worker's share of the cores, oneDNN's
+graph rewrites off (`test_onednn_default.py` reads with them on), and young cycles collected
+after 20,000 allocations; each function below says why.
+
 Exit: a process that ran a TensorFlow Transform analysis can crash in CPython's interpreter
 teardown (protobuf's upb extension frees a repeated field after its module is gone; see
 `runners.exit_safety`). The tests have all run and reported by then, so the run ends with
