@@ -22,21 +22,9 @@ OVERRIDES = ["online.image_size=16", "online.enable_rate=1.0", "online.mix.proba
              "online.geometry.crop_probability=1.0", "online.pixel.blur_probability=1.0",
              "online.pixel.jpeg_probability=1.0", "online.pixel.gaussian_noise_std=0.1"]
 
-_READ = """
-import sys
-import numpy as np
-import tensorflow as tf
-from configs.schema import load_config
-from pipelines import training_input
-config = load_config(overrides=sys.argv[3:])
-batches = training_input.make_dataset(sys.argv[1], batch_size=3, config=config, seed=5,
-                                      with_boxes=True, max_boxes=3, jit_compile=False)
-arrays = {}
-for step, batch in enumerate(batches):
-    for name, value in batch.items():
-        arrays[f"{step}/{name}"] = value.numpy()
-np.savez(sys.argv[2], **arrays)
-"""
+# The other interpreter reads with this module's own `_read_here` (conftest is not loaded there).
+_READ = ("import sys; import numpy as np; from tests.test_onednn_default import _read_here; "
+         "np.savez(sys.argv[2], **_read_here(sys.argv[1]))")
 
 
 def _read_here(root: str) -> dict:
@@ -53,9 +41,9 @@ def test_the_batches_with_onednn_on_equal_the_suites(tmp_path):
     write_synthetic_snapshot(root, counts={"train": 8}, image_size=24, num_classes=3,
                              num_shards=2, max_boxes=3, seed=4)
     saved = str(tmp_path / "onednn_on.npz")
-    done = subprocess.run([sys.executable, "-c", _READ, root, saved, *OVERRIDES],
+    done = subprocess.run([sys.executable, "-c", _READ, root, saved],
                           env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1"}, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "oneDNN custom operations are on" in done.stderr  # the rewrites did run there
     here = _read_here(root)
