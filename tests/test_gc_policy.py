@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from runners import cli
-from transforms.gc_policy import collector_paused, long_lived_imports, thawed_after
+from transforms.gc_policy import collector_paused, freeze_alive, long_lived_imports, thawed_after
 from transforms.offline import isolation
 
 
@@ -67,3 +67,36 @@ def test_the_decoders_forkserver_imports_tensorflow_and_the_inspection_frozen():
     import transforms.offline.decoder_imports  # noqa: F401
     assert gc.get_freeze_count() > 0 and gc.isenabled()
     assert {"tensorflow", "transforms.offline.image_inspection"} <= set(sys.modules)
+
+
+def test_a_callers_freeze_is_left_as_it_was_and_the_job_freezes_nothing_over_it():
+    """A library user froze objects before the run (a pre-fork server): Python can only
+    unfreeze everything, so the run neither freezes nor unfreezes."""
+    kept = [[] for _ in range(100)]
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    with thawed_after():
+        with long_lived_imports():
+            made = [[] for _ in range(100)]
+        freeze_alive()
+        assert gc.get_freeze_count() <= frozen  # nothing added (freed objects leave it)
+    assert gc.get_freeze_count() <= frozen
+    objects = gc.get_objects()  # every tracked object the collector walks: none frozen
+    assert not any(obj is kept for obj in objects) and any(obj is made for obj in objects)
+
+
+def test_inside_our_own_thawed_after_a_nested_one_still_freezes_and_all_is_thawed():
+    """`pixelmill preprocess` nests them: the command's (Beam's import frozen) around the job's
+    (the graph frozen)."""
+    with thawed_after():
+        with long_lived_imports():
+            first = [[] for _ in range(100)]
+        outer = gc.get_freeze_count()
+        assert outer > 0
+        with thawed_after():
+            second = [[] for _ in range(100)]
+            freeze_alive()
+            assert gc.get_freeze_count() > outer
+    assert gc.get_freeze_count() == 0
+    assert first and second
+

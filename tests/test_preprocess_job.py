@@ -174,3 +174,32 @@ def test_the_run_freezes_what_was_built_and_unfreezes_after(tmp_path, monkeypatc
     run_job(str(tmp_path / "images"), tmp_path / "out")
     assert len(frozen_at_run) == 1 and frozen_at_run[0] > 100_000
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.slow
+def test_a_run_leaves_a_callers_freeze_as_it_was(tmp_path, monkeypatch):
+    """A library user froze objects before calling the job (a pre-fork server): Python can
+    only unfreeze everything, so the run freezes nothing over them and unfreezes nothing."""
+    import gc
+
+    import apache_beam as beam
+
+    from tests.imageutil import photo_bytes, write_bytes
+    write_bytes(tmp_path / "images" / "cat" / "0.jpg", photo_bytes(0))
+    frozen_at_run = []
+    run = beam.Pipeline.run
+    monkeypatch.setattr(beam.Pipeline, "run",
+                        lambda self, *a, **k: frozen_at_run.append(gc.get_freeze_count())
+                        or run(self, *a, **k))
+    kept = [[] for _ in range(100)]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()  # falls as frozen objects are freed; never rises here
+        run_job(str(tmp_path / "images"), tmp_path / "out")
+        assert len(frozen_at_run) == 1 and frozen_at_run[0] <= frozen
+        assert gc.get_freeze_count() <= frozen
+        # still frozen: a frozen object is in none of the collector's generations
+        assert not any(obj is kept for obj in gc.get_objects())
+    finally:
+        gc.unfreeze()
+    assert any(obj is kept for obj in gc.get_objects())

@@ -20,7 +20,6 @@ Any Beam pipeline option is accepted; pixelmill's own options are `PreprocessOpt
 """
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import sys
@@ -41,7 +40,7 @@ from runners.progress_report import reporting
 from runners.strict_flags import check_flags
 from transforms import file_reads
 from transforms import snapshot_layout as layout
-from transforms.gc_policy import long_lived_imports, thawed_after
+from transforms.gc_policy import freeze_alive, long_lived_imports, thawed_after
 from transforms.live_view import live_count, live_view, read_retirements
 from transforms.offline import boxes, classes, labels
 from transforms.offline.class_names import class_name_problem
@@ -178,7 +177,7 @@ def execute(job: PreprocessJob, options: PipelineOptions) -> None:
             from pipelines.preprocess_graph import build_preprocess
         pipeline = beam.Pipeline(runner=runner_for(options), options=options)
         build_preprocess(pipeline, job)
-        gc.freeze()
+        freeze_alive()
         state = pipeline.run().wait_until_finish()
     if state is not None and str(state).rsplit(".", 1)[-1] != "DONE":
         raise RuntimeError(f"The pipeline ended in state {state}; nothing was published.")
