@@ -267,17 +267,21 @@ def _wait_until_older_than(local_s3, bucket: str, key: str, seconds: float) -> N
 
 
 def test_lock_takeover_race_has_one_winner(local_s3):
-    url = local_s3.bucket("pm-race") + "/out"
+    """Three races, each over its own output's stale lock; the three locks age together."""
+    bucket = local_s3.bucket("pm-race")
     for attempt in range(3):
         stale = json.dumps({"run_id": f"dead-{attempt}", "pid": 1, "host": "elsewhere"})
-        local_s3.client.put_object(Bucket="pm-race", Key="out/.lock", Body=stale.encode())
-        # older than stale_after_s below (S3 times are whole seconds, so a fresh lock may
-        # look up to 1 s old: the stale limit stays above that)
-        _wait_until_older_than(local_s3, "pm-race", "out/.lock", 2.0 + 0.1)
+        local_s3.client.put_object(Bucket="pm-race", Key=f"out{attempt}/.lock",
+                                   Body=stale.encode())
+    # older than stale_after_s below (S3 times are whole seconds, so a fresh lock may look up
+    # to 1 s old: the stale limit stays above that); the last written is the youngest
+    _wait_until_older_than(local_s3, "pm-race", "out2/.lock", 2.0 + 0.1)
+    for attempt in range(3):
+        url = f"{bucket}/out{attempt}"
         start, results = threading.Barrier(4), {}
         locks = {}
 
-        def take(name, start=start, locks=locks, results=results):
+        def take(name, url=url, start=start, locks=locks, results=results):
             lock = run_lock.RunLock(url, name, stale_after_s=2.0, heartbeat_s=30)
             start.wait()
             try:
