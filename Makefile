@@ -21,14 +21,18 @@ venv: $(BIN)/.installed
 demo: $(BIN)/.installed
 	$(BIN)/pixelmill demo --workdir $(WORKDIR)
 
+# The tests write bytecode caches (__pycache__, git-ignored) even where the environment sets
+# PYTHONDONTWRITEBYTECODE (this workplace's machines do): the suite starts dozens of Python
+# processes (workers, jobs, forkservers), and each compiled the project's 44,000 lines and
+# pytest's rewrite of the test modules again (docs/benchmarks.md, thirty-sixth round).
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -n 2 -q tests
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q tests
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 
 test-quick: $(BIN)/.installed
-	$(BIN)/python -m pytest -n 2 -q -m "not slow" tests
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 -q -m "not slow" tests
 
 bench: $(BIN)/.installed
 	$(BIN)/pixelmill bench preprocess

@@ -256,3 +256,22 @@ def test_with_repetitions_the_marginals_are_the_median_of_the_pairs():
     assert cost.marginal_ms == pytest.approx(12.0)     # the median, not the 50 s outlier
     assert cost.launcher_ms == pytest.approx(4.0 / 3)  # 0.9/900, 6/900, 1.2/900 -> 1.2/900
     assert dataclasses.replace(_cost(small_images=None), pairs=()).marginal_ms is None
+
+
+def test_the_suite_is_timed_with_the_makefiles_command_and_environment(monkeypatch, tmp_path):
+    """Target 6 times `make test`'s recipe: the same pytest arguments, and bytecode caches
+    written whatever the environment's PYTHONDONTWRITEBYTECODE says."""
+    import re
+    import sys
+
+    from runners.bench.bench_processes import REPO_ROOT
+    with open(os.path.join(REPO_ROOT, "Makefile"), encoding="utf-8") as handle:
+        (recipe,) = re.findall(r"^test: .*\n\t(.*)$", handle.read(), flags=re.MULTILINE)
+    calls = []
+    monkeypatch.setattr(costs, "_run_wall",
+                        lambda argv, log, **env: calls.append((argv, env)) or (1.5, 0))
+    assert costs.time_test_suite(str(tmp_path)) == costs.TestSuite(1.5, 0)
+    (argv, env), = calls
+    assert argv[0] == sys.executable
+    assert recipe == " ".join([*(f"{key}={value}" for key, value in env.items()),
+                               "$(BIN)/python", *argv[1:]])

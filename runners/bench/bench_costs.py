@@ -161,9 +161,9 @@ class CostResult:
     decoder_import_s: float | None = None  # TensorFlow's import as the decoders do it, median
 
 
-def _run_wall(argv: list, log_path: str) -> tuple[float, int]:
+def _run_wall(argv: list, log_path: str, **env_vars: str) -> tuple[float, int]:
     from runners.bench.bench_processes import REPO_ROOT
-    env = dict(os.environ)
+    env = {**os.environ, **env_vars}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))
     started = time.perf_counter()
     with open(log_path, "w", encoding="utf-8") as log:
@@ -235,9 +235,11 @@ def _median_of_rounds(code_text: str, workdir: str, rounds: int, pick) -> float:
 
 
 def time_test_suite(workdir: str) -> TestSuite:
-    """Runs `make test`'s pytest command (`pytest -n 2 -q tests`) and times it."""
+    """Runs `make test`'s pytest command (`pytest -n 2 -q tests`, bytecode caches written
+    whatever PYTHONDONTWRITEBYTECODE says: the Makefile) and times it."""
     seconds, code = _run_wall([sys.executable, "-m", "pytest", "-n", "2", "-q", "tests"],
-                              os.path.join(workdir, "make_test.log"))
+                              os.path.join(workdir, "make_test.log"),
+                              PYTHONDONTWRITEBYTECODE="")
     return TestSuite(seconds, code)
 
 
