@@ -20,16 +20,16 @@ import gc
 
 __all__ = ["collector_paused", "long_lived_imports", "thawed_after", "freeze_alive"]
 
-# One entry per `thawed_after` in progress, innermost last: whether it owns the freezing
-# inside it (it unfreezes at its end).
-_OWNERS: list[bool] = []
+# How many `thawed_after` bodies that own the freezing (and unfreeze at their end) are in
+# progress. A count, not a stack: the freeze is the process's, whichever thread ends first.
+_owning = 0
 
 
 def _ours_to_freeze() -> bool:
-    """Whether a freeze now is pixelmill's to undo: what is frozen was frozen inside a
-    `thawed_after` that will unfreeze it, or nothing is frozen yet. In that order:
-    `gc.get_freeze_count` walks every frozen object (~70 ms after the job's imports)."""
-    return bool(_OWNERS and _OWNERS[-1]) or gc.get_freeze_count() == 0
+    """Whether a freeze now is pixelmill's to undo: a `thawed_after` that will unfreeze is in
+    progress, or nothing is frozen yet. In that order: `gc.get_freeze_count` walks every
+    frozen object (~70 ms after the job's imports)."""
+    return _owning > 0 or gc.get_freeze_count() == 0
 
 
 def freeze_alive() -> None:
@@ -66,13 +66,15 @@ def long_lived_imports():
 @contextlib.contextmanager
 def thawed_after():
     """Unfreezes everything frozen when the body ends, however it ends, when the freezing in
-    it is ours: nothing was frozen at its start, or an enclosing `thawed_after` owns it. When a
-    caller froze objects before, nothing is frozen inside and nothing unfrozen after."""
+    it is ours: nothing was frozen at its start, or another `thawed_after` in progress owns
+    it. When a caller froze objects before, nothing is frozen inside and nothing unfrozen
+    after."""
+    global _owning
     owner = _ours_to_freeze()
-    _OWNERS.append(owner)
+    _owning += owner
     try:
         yield
     finally:
-        _OWNERS.pop()
+        _owning -= owner
         if owner:
             gc.unfreeze()
