@@ -275,3 +275,20 @@ def test_the_suite_is_timed_with_the_makefiles_command_and_environment(monkeypat
     assert argv[0] == sys.executable
     assert recipe == " ".join([*(f"{key}={value}" for key, value in env.items()),
                                "$(BIN)/python", *argv[1:]])
+
+
+def test_launcher_pairs_give_the_launcher_figure_and_say_their_sizes():
+    """The camera launcher comes from its own larger pairs (200 vs 20) when given: the
+    corpus's 50-vs-5 pairs keep the marginal; the row names the launcher pairs' sizes."""
+    cost = dataclasses.replace(_cost(name="camera", images=50, small_images=5,
+                                     cpu=(60.0, 15.0), launcher=(4.0, 3.1)),
+                               launcher_pairs=((_run(200, launcher=4.2), _run(20, launcher=3.3)),
+                                               (_run(200, launcher=4.5), _run(20, launcher=3.3)),
+                                               (_run(200, launcher=4.0), _run(20, launcher=3.1))))
+    assert cost.marginal_ms == pytest.approx(1000.0)          # 45 s / 45 images
+    assert cost.launcher_ms == pytest.approx(5.0)             # median of 5.0, 6.67, 5.0 ms
+    assert cost.launcher_images == (200, 20)
+    assert _cost().launcher_images is None
+    rows = {what: measured for _, what, measured, _, _ in costs._cpu_rows(cost)}
+    assert rows["camera: launcher CPU per image"] == "5.00 ms (200 vs 20 images)"
+    assert rows["camera: marginal CPU per image"] == "1000.00 ms (bare decode 3.00 ms)"

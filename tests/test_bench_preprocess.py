@@ -253,6 +253,8 @@ def test_corpus_is_regenerated_after_an_interrupted_generation(tmp_path, fake_ge
     (["--images", "20", "--memory_images", "20"],
      "--memory_images must be in [1, --images). Received: 20 with --images 20"),
     (["--scale_images", "-1"], "--scale_images must be >= 0. Received: -1"),
+    (["--camera_launcher", "5"],
+     "--camera_launcher must be 0 or >= 10 (its small run is a tenth). Received: 5"),
 ])
 def test_bad_options_are_usage_errors(argv, message, tmp_path):
     with pytest.raises(UsageError, match=re.escape(message)):
@@ -290,6 +292,29 @@ def test_one_tiny_run_prints_the_table_and_the_targets(tmp_path, capsys):
     assert os.path.exists(tmp_path / "decisions.json")
     assert os.listdir(tmp_path / "corpus_2_seed0")  # cached for the next run
     assert not os.path.exists(tmp_path / "job_out")  # job output removed after timing
+
+
+def test_the_camera_launcher_pairs_are_n_and_a_tenth_in_turn(monkeypatch, tmp_path):
+    """`--camera_launcher N`: per repetition, the job on N camera photos, then on N // 10."""
+    made, timed = [], []
+
+    def other_corpus(workdir, name, count, seed):
+        made.append((name, count))
+        return processes.Corpus(str(tmp_path), None, ((str(tmp_path / "a.jpg"), "a"),) * count,
+                                seed)
+
+    def time_job(corpus, output_dir, *args):
+        timed.append(len(corpus.items))
+        return bench.JobRun(images=len(corpus.items), accepted=0, rejects={}, seconds=1.0,
+                            wall_seconds=1.0, peak_tree_rss=0, max_process_rss=0)
+
+    monkeypatch.setattr(bench, "_other_corpus", other_corpus)
+    monkeypatch.setattr(bench, "time_job", time_job)
+    args = bench._parser().parse_args(["--repetitions", "2", "--camera_launcher", "200"])
+    pairs = bench._launcher_pairs(args, str(tmp_path), "camera", args.camera_launcher)
+    assert made == [("camera", 200), ("camera", 20)]
+    assert timed == [200, 20, 200, 20]
+    assert [(big.images, small.images) for big, small in pairs] == [(200, 20), (200, 20)]
 
 
 def test_target_twos_pairs_alternate_which_job_runs_first(monkeypatch, tmp_path):

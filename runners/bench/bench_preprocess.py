@@ -15,6 +15,7 @@ with every target, its measured value and PASS/MISS (`bench_report`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -88,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="thumbnail corpus, 64-128 px (0: skip; default 10000)")
     parser.add_argument("--camera", type=int, default=50,
                         help="camera corpus, 4000x3000 JPEGs (0: skip; default 50)")
+    parser.add_argument("--camera_launcher", type=int, default=200,
+                        help="target 3's camera launcher figure from this many camera photos "
+                             "against a tenth as many, once per repetition (0: from --camera's "
+                             "runs; default 200: 50 vs 5 leaves ~1 ms of noise)")
     parser.add_argument("--classes", type=int, default=21841,
                         help="the photo corpus labelled over this many classes, with --classes, "
                              "once per repetition right after the photo job (0: skip; default "
@@ -128,6 +133,9 @@ def _check_args(args) -> None:
                  "startup_images", "floor_rounds"):
         if getattr(args, flag) < 0:
             raise UsageError(f"--{flag} must be >= 0. Received: {getattr(args, flag)}")
+    if args.camera_launcher != 0 and args.camera_launcher < 10:
+        raise UsageError(f"--camera_launcher must be 0 or >= 10 (its small run is a tenth). "
+                         f"Received: {args.camera_launcher}")
 
 
 def _corpora(args, workdir: str) -> tuple:
@@ -314,6 +322,21 @@ def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | Non
                       tuple(pairs) if small is not None else ())
 
 
+def _launcher_pairs(args, workdir: str, name: str, count: int) -> tuple:
+    """(big JobRun, small JobRun) per repetition on `count` images of corpus `name` and a
+    tenth as many, in turn: the launcher's marginal CPU alone (no naive loop, no decode)."""
+    big_corpus = _other_corpus(workdir, name, count, args.seed)
+    small_corpus = _other_corpus(workdir, name, count // 10, args.seed)
+    pairs = []
+    for _ in range(args.repetitions):
+        pairs.append(tuple(
+            time_job(corpus, os.path.join(workdir, f"job_out_{name}_launcher"), args.workers,
+                     args.config, args.overrides,
+                     os.path.join(workdir, f"job_{name}_launcher_{len(corpus.items)}.log"))
+            for corpus in (big_corpus, small_corpus)))
+    return tuple(pairs)
+
+
 def _costs(args, workdir: str, photos, class_pairs: tuple, threads: int, min_variance: float,
            analysis_size: int):
     """The issue-22 figures: `photos` (the photo corpus's CorpusCost), `class_pairs` (target
@@ -328,9 +351,12 @@ def _costs(args, workdir: str, photos, class_pairs: tuple, threads: int, min_var
             small = (_other_corpus(workdir, name, max(1, count // 10), args.seed)
                      if args.memory_check and count > 1 else None)
             what = {"thumbnails": "64-128 px JPEGs", "camera": "4000x3000 JPEGs"}[name]
-            costs.append(_corpus_cost(args, name, what,
-                                      _other_corpus(workdir, name, count, args.seed), small,
-                                      workdir, threads, min_variance, analysis_size))
+            cost = _corpus_cost(args, name, what, _other_corpus(workdir, name, count, args.seed),
+                                small, workdir, threads, min_variance, analysis_size)
+            if name == "camera" and small is not None and args.camera_launcher:
+                cost = dataclasses.replace(cost, launcher_pairs=_launcher_pairs(
+                    args, workdir, name, args.camera_launcher))
+            costs.append(cost)
     if class_pairs and photos.job.images:
         costs.append(bench_costs.CorpusCost(
             "classes", f"the photos over {args.classes} classes (--classes)",
