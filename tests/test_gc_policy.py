@@ -99,4 +99,3 @@ def test_inside_our_own_thawed_after_a_nested_one_still_freezes_and_all_is_thawe
             assert gc.get_freeze_count() > outer
     assert gc.get_freeze_count() == 0
     assert first and second
-

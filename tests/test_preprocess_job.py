@@ -153,23 +153,31 @@ def test_tft_transform_is_written_and_agrees_with_the_stats(snapshot):
     assert {k: v for k, v in counts.items() if v} == totals
 
 
+def _freeze_counts_at_run(monkeypatch, images, count: int) -> list:
+    """Writes `count` photos under `images/cat` and returns the list that gets
+    `gc.get_freeze_count()` at each `beam.Pipeline.run`."""
+    import gc
+
+    import apache_beam as beam
+
+    from tests.imageutil import photo_bytes, write_bytes
+    for i in range(count):
+        write_bytes(images / "cat" / f"{i}.jpg", photo_bytes(i))
+    frozen_at_run = []
+    run = beam.Pipeline.run
+    monkeypatch.setattr(beam.Pipeline, "run",
+                        lambda self, *a, **k: frozen_at_run.append(gc.get_freeze_count())
+                        or run(self, *a, **k))
+    return frozen_at_run
+
+
 @pytest.mark.slow
 def test_the_run_freezes_what_was_built_and_unfreezes_after(tmp_path, monkeypatch):
     """`preprocess.execute` freezes the imported modules and the graph for the run (full
     collections skip them) and unfreezes at the end: a process running jobs one after
     another keeps nothing frozen."""
     import gc
-
-    import apache_beam as beam
-
-    from tests.imageutil import photo_bytes, write_bytes
-    for i in range(2):
-        write_bytes(tmp_path / "images" / "cat" / f"{i}.jpg", photo_bytes(i))
-    frozen_at_run = []
-    run = beam.Pipeline.run
-    monkeypatch.setattr(beam.Pipeline, "run",
-                        lambda self, *a, **k: frozen_at_run.append(gc.get_freeze_count())
-                        or run(self, *a, **k))
+    frozen_at_run = _freeze_counts_at_run(monkeypatch, tmp_path / "images", 2)
     assert gc.get_freeze_count() == 0
     run_job(str(tmp_path / "images"), tmp_path / "out")
     assert len(frozen_at_run) == 1 and frozen_at_run[0] > 100_000
@@ -181,16 +189,7 @@ def test_a_run_leaves_a_callers_freeze_as_it_was(tmp_path, monkeypatch):
     """A library user froze objects before calling the job (a pre-fork server): Python can
     only unfreeze everything, so the run freezes nothing over them and unfreezes nothing."""
     import gc
-
-    import apache_beam as beam
-
-    from tests.imageutil import photo_bytes, write_bytes
-    write_bytes(tmp_path / "images" / "cat" / "0.jpg", photo_bytes(0))
-    frozen_at_run = []
-    run = beam.Pipeline.run
-    monkeypatch.setattr(beam.Pipeline, "run",
-                        lambda self, *a, **k: frozen_at_run.append(gc.get_freeze_count())
-                        or run(self, *a, **k))
+    frozen_at_run = _freeze_counts_at_run(monkeypatch, tmp_path / "images", 1)
     kept = [[] for _ in range(100)]
     gc.freeze()
     try:

@@ -300,13 +300,7 @@ def _other_corpus(workdir: str, name: str, count: int, seed: int) -> Corpus:
 def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | None,
                  workdir: str, threads: int, min_variance: float, analysis_size: int):
     from runners.bench.bench_costs import CorpusCost
-    pairs = []
-    for _ in range(args.repetitions if small is not None else 1):  # big and small in turn
-        run = time_job(corpus, os.path.join(workdir, f"job_out_{name}"), args.workers,
-                       args.config, args.overrides, os.path.join(workdir, f"job_{name}.log"))
-        pairs.append((run, None if small is None else time_job(
-            small, os.path.join(workdir, f"job_out_{name}_small"), args.workers, args.config,
-            args.overrides, os.path.join(workdir, f"job_{name}_small.log"))))
+    pairs = _job_pairs(args, workdir, name, corpus, small)
     run, small_run = _middle(pairs, _first)
     paths = [path for path, _ in corpus.items]
     cpu = own_cpu_seconds()
@@ -322,19 +316,23 @@ def _corpus_cost(args, name: str, what: str, corpus: Corpus, small: Corpus | Non
                       tuple(pairs) if small is not None else ())
 
 
+def _job_pairs(args, workdir: str, tag: str, big: Corpus, small: Corpus | None) -> list:
+    """(big JobRun, small JobRun or None) per repetition (one without `small`), the two jobs
+    in turn; outputs and logs under `workdir` named after `tag`."""
+    def timed(corpus: Corpus, suffix: str):
+        return time_job(corpus, os.path.join(workdir, f"job_out_{tag}{suffix}"), args.workers,
+                        args.config, args.overrides,
+                        os.path.join(workdir, f"job_{tag}{suffix}.log"))
+    return [(timed(big, ""), None if small is None else timed(small, "_small"))
+            for _ in range(args.repetitions if small is not None else 1)]
+
+
 def _launcher_pairs(args, workdir: str, name: str, count: int) -> tuple:
     """(big JobRun, small JobRun) per repetition on `count` images of corpus `name` and a
     tenth as many, in turn: the launcher's marginal CPU alone (no naive loop, no decode)."""
-    big_corpus = _other_corpus(workdir, name, count, args.seed)
-    small_corpus = _other_corpus(workdir, name, count // 10, args.seed)
-    pairs = []
-    for _ in range(args.repetitions):
-        pairs.append(tuple(
-            time_job(corpus, os.path.join(workdir, f"job_out_{name}_launcher"), args.workers,
-                     args.config, args.overrides,
-                     os.path.join(workdir, f"job_{name}_launcher_{len(corpus.items)}.log"))
-            for corpus in (big_corpus, small_corpus)))
-    return tuple(pairs)
+    return tuple(_job_pairs(args, workdir, f"{name}_launcher",
+                            _other_corpus(workdir, name, count, args.seed),
+                            _other_corpus(workdir, name, count // 10, args.seed)))
 
 
 def _costs(args, workdir: str, photos, class_pairs: tuple, threads: int, min_variance: float,
