@@ -22,11 +22,13 @@ after 20,000 allocations; each function below says why.
 Exit: a process that ran a TensorFlow Transform analysis can crash in CPython's interpreter
 teardown (protobuf's upb extension frees a repeated field after its module is gone; see
 `runners.exit_safety`). The tests have all run and reported by then, so the run ends with
-its `exit_now`, carrying pytest's own exit status. pytest-xdist workers are left alone: the
-controller collects their results before they exit.
+its `exit_now`, carrying pytest's own exit status. A pytest-xdist worker has sent its results
+when it unconfigures, but execnet still has to let it go: it freezes what it holds and ends
+with `exit_now(0)` at the start of its interpreter's exit (`pytest_unconfigure` says why).
 """
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import pathlib
@@ -118,12 +120,25 @@ def pytest_sessionfinish(session, exitstatus):
     _EXIT_STATUS["status"] = int(exitstatus)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_unconfigure(config):
+    """The end of a test process: `exit_now` with pytest's status, no teardown (module
+    docstring). A worker instead freezes every object it holds, so that the full collections
+    pytest runs after this hook (its unraisable-exception check, at unconfigure and at
+    cleanup) have nothing to walk, and registers `exit_now(0)` to run first at its
+    interpreter's exit, once execnet has ended the session with the controller. A worker that
+    had run half the suite spent 3-8 s in those collections and its teardown while the
+    controller waited for it to end (docs/benchmarks.md, thirty-seventh round). What is lost:
+    an exception in a `__del__` that only that last collection would have run goes
+    unreported, as it already did in a process that ends with `exit_now`."""
     remove_groups_file()
-    if hasattr(config, "workerinput") or "status" not in _EXIT_STATUS:
-        return
     from runners.exit_safety import exit_now
-    exit_now(_EXIT_STATUS["status"])
+    if hasattr(config, "workerinput"):
+        gc.freeze()
+        atexit.register(exit_now, 0)
+        return
+    if "status" in _EXIT_STATUS:
+        exit_now(_EXIT_STATUS["status"])
 
 
 def run_job(*args, **kwargs):
