@@ -431,6 +431,26 @@ def test_a_batch_stops_before_the_item_that_passes_the_weight(tmp_path):
         pool.close()
 
 
+def test_a_min_batch_takes_heavy_items_together_until_the_queue_runs_short(tmp_path):
+    """`min_batch=2` with one child: items heavier than `batch_weight` go two to a message
+    while the queue holds two for each of the child's two messages (4), one at a time after."""
+    pool = isolation.ChildPool(_Worker(str(tmp_path)), 1, 10.0, per_child=64, batch_weight=100,
+                               min_batch=2)
+    try:
+        for key in range(4):
+            pool.put(key, key + 2, 150)
+        assert pool._batch_size() == 2
+        pool.put(4, 6, 150)
+        assert pool._batch_size() == 2
+        assert _finish(pool) == {0: 4, 1: 9, 2: 16, 3: 25, 4: 36}
+        for key in range(3):
+            pool.put(key, key + 2, 150)
+        assert pool._batch_size() == 1  # 3 left: fewer than two messages of 2
+        assert _finish(pool) == {0: 4, 1: 9, 2: 16}
+    finally:
+        pool.close()
+
+
 def _two_step_pool(tmp_path, timeout_s: float = 10.0):
     return isolation.ChildPool(_TwoSteps(str(tmp_path)), 1, timeout_s)
 

@@ -232,8 +232,15 @@ SMALL_FILE_BYTES = 64 << 10  # files whose string tensors a child makes a messag
 # launcher's share per photo 0.036-0.040 -> 0.020-0.022 ms), while camera photos (2-3 MB) go one
 # at a time, which leaves the children about as much work each at a run's end (39 photos are
 # ~0.1 s of a child's work, 64 thumbnails ~0.013 s).
+# But at least 4 a message while the queue holds 4 for two messages of every child: a message
+# that carries one camera photo costs the launcher's main thread ~0.5 ms (a poll, a receive, the
+# steps after it, on a cache the decoders have just used). 200 camera photos, one to a message:
+# 179-181 messages and 132-155 ms in the inspect step's end; at least four: 69 messages and
+# 92-95 ms (docs/benchmarks.md, thirty-seventh round). The run's last messages go one at a
+# time again, so the children still end together.
 HELD_PER_CHILD = 128
 BATCH_BYTES = 4 << 20
+MIN_BATCH = 4
 
 
 def decoding_pool(inspector: ImageInspector, processes: int, timeout_s: float):
@@ -241,4 +248,4 @@ def decoding_pool(inspector: ImageInspector, processes: int, timeout_s: float):
     from transforms.offline import isolation
     return isolation.ChildPool(IsolatedInspector(inspector), processes, timeout_s,
                                preload=isolation.DECODER_PRELOAD, per_child=HELD_PER_CHILD,
-                               batch_weight=BATCH_BYTES)
+                               batch_weight=BATCH_BYTES, min_batch=MIN_BATCH)

@@ -163,13 +163,15 @@ class ChildPool:
     items a child holds at most, sent in batches of half as many (one at a time for 1: large
     items, such as a shard to write, spread over every child). `batch_weight`: a batch also
     stops before the item that would take the `weight`s given to `put` above it (one item at
-    least): many small items or a few large ones travel per message. A child holds two
+    least, `min_batch` while the queue still holds `min_batch` items for two batches of every
+    child): many small items or a few large ones travel per message. A child holds two
     batches at most, and the children get them in turn, so the last ones of a run leave every
     child about as much work."""
 
     def __init__(self, worker, processes: int, timeout_s: float, preload=(),
                  role: str = "decoding", per_child: int = QUEUED_PER_CHILD,
-                 timeout_name: str | None = "decode.timeout_s", batch_weight: float = 0):
+                 timeout_name: str | None = "decode.timeout_s", batch_weight: float = 0,
+                 min_batch: int = 1):
         if processes < 1:
             raise ValueError(f"processes must be >= 1. Received: processes={processes}")
         if per_child < 1:
@@ -177,6 +179,7 @@ class ChildPool:
         self._per_child = per_child
         self.batch = max(1, per_child // 2)  # items sent to a child in one message, at most
         self._batch_weight = batch_weight
+        self._min_batch = max(1, min_batch)
         self._worker = worker
         self._role = role
         self._timeout_name = timeout_name
@@ -215,10 +218,13 @@ class ChildPool:
         count = min(self.batch, len(self._queue))
         if not self._batch_weight:
             return count
+        at_least = 1  # near the end of the queue, one heavy item to a message again
+        if len(self._queue) >= 2 * self._min_batch * len(self._children):
+            at_least = self._min_batch
         total = 0.0
         for position in range(count):
             total += self._queue[position][2]
-            if total > self._batch_weight and position:
+            if total > self._batch_weight and position >= at_least:
                 return position
         return count
 
