@@ -103,7 +103,7 @@ class IsolatedInspectFn(LeanDoFn):
     as `decoder_crash`; a file that takes longer than `decode.timeout_s` is rejected at once
     (not retried: it would hang again). Elements are buffered (two of the pool's batches per
     child) so the children always have work and a batch of images travels per message (up to
-    32, fewer for large files: `image_inspection.decoding_pool`);
+    64, fewer for large files but four while the queue is long: `image_inspection.decoding_pool`);
     results leave in the order they complete, in their own element's window. The pool is
     polled once per batch of elements put (and whenever it is full), not after each one: a
     poll is a `select` and the children's timeout check, ~12 us of the launcher's CPU, and a
