@@ -267,6 +267,11 @@ def test_per_child_must_be_positive(tmp_path):
         isolation.ChildPool(_Worker(str(tmp_path)), 1, 1.0, per_child=0)
 
 
+def test_min_batch_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="min_batch must be >= 1. Received: min_batch=0"):
+        isolation.ChildPool(_Worker(str(tmp_path)), 1, 1.0, min_batch=0)
+
+
 def test_an_exception_in_the_worker_is_that_items_failure(pool):
     results = _run_all(pool(processes=1), ["raise", 5])
     assert results["raise"] == isolation.Failure("error", "ValueError: bad item")

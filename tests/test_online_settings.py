@@ -8,8 +8,9 @@ choice of the closed sets, and that `configs/base.yaml` documents the same choic
 key or choice cannot be documented without being built here. Each case reads one shared
 synthetic snapshot (with boxes, read with and without them where boxes matter) with only its
 section's ops on, uncompiled, unshuffled, in batches whose size is unknown to the graph (the
-last partial batch's case), and its id names the key and value. The quick tier builds the closed sets'
-choices, the switches and the presets; the slow tier adds every magnitude (`_cases`).
+last partial batch's case), and its id names the key and value. The quick tier builds the
+closed sets' choices, the switches and the presets; the slow tier adds every magnitude
+(`_cases`).
 """
 from __future__ import annotations
 

@@ -229,15 +229,14 @@ SMALL_FILE_BYTES = 64 << 10  # files whose string tensors a child makes a messag
 # costs the launcher ~0.1-0.2 ms of CPU and a child about as much, so thumbnails travel 64 to a
 # message (32 before: the children's CPU per thumbnail 0.20-0.215 -> 0.19 ms, the launcher's
 # 0.020-0.024 -> 0.016-0.017 ms) and photos (~0.1 MB) ~39 (photos went ~9 under 1 MiB: the
-# launcher's share per photo 0.036-0.040 -> 0.020-0.022 ms), while camera photos (2-3 MB) go one
-# at a time, which leaves the children about as much work each at a run's end (39 photos are
-# ~0.1 s of a child's work, 64 thumbnails ~0.013 s).
-# But at least 4 a message while the queue holds 4 for two messages of every child: a message
-# that carries one camera photo costs the launcher's main thread ~0.5 ms (a poll, a receive, the
-# steps after it, on a cache the decoders have just used). 200 camera photos, one to a message:
-# 179-181 messages and 132-155 ms in the inspect step's end; at least four: 69 messages and
-# 92-95 ms (docs/benchmarks.md, thirty-seventh round). The run's last messages go one at a
-# time again, so the children still end together.
+# launcher's share per photo 0.036-0.040 -> 0.020-0.022 ms); the cap leaves the children about
+# as much work each at a run's end (39 photos are ~0.1 s of a child's work, 64 thumbnails
+# ~0.013 s). Camera photos (2-3 MB) would go one at a time, but a message that carries one costs
+# the launcher's main thread ~0.5 ms (a poll, a receive, the steps after it, on a cache the
+# decoders have just used), so a message takes at least 4 while the queue holds 4 for two
+# messages of every child, and one at a time again at the run's end, where the balance is
+# made. 200 camera photos: 179-181 -> 69 messages, 132-155 -> 92-95 ms in the inspect step's
+# end (docs/benchmarks.md, thirty-seventh round).
 HELD_PER_CHILD = 128
 BATCH_BYTES = 4 << 20
 MIN_BATCH = 4

@@ -176,10 +176,12 @@ class ChildPool:
             raise ValueError(f"processes must be >= 1. Received: processes={processes}")
         if per_child < 1:
             raise ValueError(f"per_child must be >= 1. Received: per_child={per_child}")
+        if min_batch < 1:
+            raise ValueError(f"min_batch must be >= 1. Received: min_batch={min_batch}")
         self._per_child = per_child
         self.batch = max(1, per_child // 2)  # items sent to a child in one message, at most
         self._batch_weight = batch_weight
-        self._min_batch = max(1, min_batch)
+        self._min_batch = min_batch
         self._worker = worker
         self._role = role
         self._timeout_name = timeout_name
