@@ -9,6 +9,7 @@ import dataclasses
 import io
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -289,6 +290,8 @@ class JobRun:
     peak_rss_sum: int = 0   # bytes, sampled: the tree's RSS sum (shared pages per process)
     launcher_cpu_seconds: float = 0.0  # the job's own process, imports included
     verdicts: dict = dataclasses.field(default_factory=dict)  # rejected path -> reason
+    # The job's own process inside `run()`: no imports, no exit (None: not reported)
+    launcher_run_cpu_seconds: float | None = None
 
     @property
     def rate(self) -> float:
@@ -310,9 +313,9 @@ def _job_child(argv) -> int:
     on stdout; then a normal interpreter exit (what target 7 checks)."""
     from runners.beam_runner import decode_processes
     from runners.jobs import preprocess
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), _own_cpu_seconds()
     snapshot = preprocess.run(argv)
-    seconds = time.perf_counter() - started
+    seconds, run_cpu_seconds = time.perf_counter() - started, _own_cpu_seconds() - cpu_started
     rejects: dict = {}
     verdicts: dict = {}
     with open(os.path.join(snapshot.path, layout.REJECTS), encoding="utf-8") as handle:
@@ -327,10 +330,17 @@ def _job_child(argv) -> int:
     options = preprocess.parse_options(argv)[0]
     processes = decode_processes(options, snapshot.manifest["config"]["decode"]["processes"])
     print(_RESULT_PREFIX + json.dumps({
-        "seconds": seconds, "discovered": images["discovered"], "accepted": images["accepted"],
+        "seconds": seconds, "run_cpu_seconds": run_cpu_seconds,
+        "discovered": images["discovered"], "accepted": images["accepted"],
         "rejects": dict(sorted(rejects.items())), "shards": shards,
         "decode_processes": processes, "verdicts": verdicts}), flush=True)
     return 0
+
+
+def _own_cpu_seconds() -> float:
+    """User + system CPU of this process, every thread (not its children)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _job_argv(corpus: Corpus, output_dir: str, workers: str, config, overrides) -> list:
@@ -371,7 +381,8 @@ def time_job(corpus: Corpus, output_dir: str, workers: str = "default",
                   shards=tuple(tuple(s) for s in result["shards"]),
                   decode_processes=result["decode_processes"], peak_rss_sum=done.peak_rss_sum,
                   launcher_cpu_seconds=done.launcher_cpu_seconds,
-                  verdicts=result.get("verdicts", {}))
+                  verdicts=result.get("verdicts", {}),
+                  launcher_run_cpu_seconds=result.get("run_cpu_seconds"))
 
 
 @dataclasses.dataclass(frozen=True)
