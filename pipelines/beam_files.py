@@ -4,13 +4,12 @@ TensorFlow), so that a run which decides it has nothing to do stays quick."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 
 from apache_beam.io.filesystems import FileSystems
 
-from transforms import file_changes, file_reads, s3_storage
+from transforms import file_changes, file_reads, json_text, s3_storage
 from transforms.file_reads import read_bytes
 from transforms.s3_storage import create_file
 
@@ -61,7 +60,8 @@ def check_buckets(paths) -> None:
 
 
 def read_json(path: str):
-    return json.loads(read_bytes(path).decode("utf-8"))
+    """The JSON file at `path`, loaded with the collector paused (`json_text.loads`)."""
+    return json_text.loads(read_bytes(path).decode("utf-8"))
 
 
 def remove_tree(path: str) -> None:

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 import tensorflow as tf
 
 from pipelines import beam_files
-from transforms import codec
+from transforms import codec, json_text
 from transforms import snapshot_layout as layout
 from transforms.live_view import LiveView, is_base, live_view, read_retirements
 from transforms.offline.dali_index import IndexBuilder
@@ -91,7 +91,7 @@ def _read_index(snapshot: Snapshot, columns=None) -> list[dict]:
 
 
 def _json_bytes(data) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8")
+    return (json_text.pretty(data) + "\n").encode("utf-8")
 
 
 # ----------------------------------------------------------------------------- compact

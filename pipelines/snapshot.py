@@ -41,7 +41,7 @@ from pipelines.staged_run import (
     read_staged,
     read_transform_summary,
 )
-from transforms import file_changes, file_reads
+from transforms import file_changes, file_reads, json_text
 from transforms import snapshot_layout as layout
 from transforms.file_reads import read_bytes
 from transforms.offline import classes, file_kinds, quality_rules
@@ -69,9 +69,9 @@ def _write_bytes(path: str, data: bytes) -> None:
 
 
 def _write_json(path: str, data) -> None:
-    """Strict JSON (NaN or Infinity is an error, not a bare `NaN` other readers reject)."""
-    _write_bytes(path, (json.dumps(data, indent=2, sort_keys=True, allow_nan=False)
-                        + "\n").encode("utf-8"))
+    """Strict JSON (NaN or Infinity is an error, not a bare `NaN` other readers reject),
+    indented, keys sorted (`json_text.pretty`)."""
+    _write_bytes(path, (json_text.pretty(data) + "\n").encode("utf-8"))
 
 
 def check_accounting(counts: Counts) -> dict:
