@@ -108,6 +108,45 @@ def test_class_ids_come_from_one_lookup_per_table_not_one_per_record():
         third.reject.detail
 
 
+def test_the_table_side_input_is_sized_for_beams_cache_without_walking_its_names():
+    """Beam's side-input cache sizes what it holds by walking it (`objsize`); the table's
+    names weigh what they weigh, but the walk stops at one number (`CacheAware`)."""
+    import pickle
+    import sys
+
+    import apache_beam as beam
+    from apache_beam.coders import coders
+    from apache_beam.runners.worker import statecache
+    from apache_beam.testing.util import assert_that
+
+    names = [f"class_{i:05d}" for i in range(5000)]
+    table = classes.ClassNames(names)
+    assert table == names
+    for copy in (pickle.loads(pickle.dumps(table)),
+                 coders.FastPrimitivesCoder().decode(coders.FastPrimitivesCoder().encode(table))):
+        assert type(copy) is classes.ClassNames and copy == names
+    walked = []
+    real = statecache._get_referents_func
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(statecache, "_get_referents_func",
+                      lambda *objs: walked.extend(objs) or real(*objs))
+        size = statecache.get_deep_size([table])
+    assert len(walked) < 10  # the list, the table, its weight: not 5,000 names
+    assert size >= sys.getsizeof(table) + sum(map(sys.getsizeof, names))
+
+    def is_class_names(tables):
+        assert [type(t) for t in tables] == [classes.ClassNames] and tables[0] == ["a", "b"]
+
+    with beam.Pipeline() as pipeline:
+        labelled = pipeline | beam.Create([_labelled("b"), _labelled("a")])
+        assert_that(labelled | classes.ClassTable([], frozen=False), is_class_names)
+
+
+def _labelled(label: str):
+    from transforms.offline.image_record import ImageRecord
+    return ImageRecord(uri="u", path=f"{label}.jpg", file_bytes=1, label=label)
+
+
 def test_a_class_name_is_refused_for_exactly_the_forbidden_characters():
     # Every code point, inside a name: refused exactly when its category is forbidden (the
     # printable fast path must agree with the per-character check everywhere).
