@@ -3,8 +3,8 @@
 `pretty(data)` is `json.dumps(data, indent=2, sort_keys=True, allow_nan=False)`, character for
 character, with the same errors. Python encodes in C only without `indent`; with it, its pure
 Python encoder yields every piece through one generator per level of nesting. stats.json over
-21,841 classes is 3.2 MB (the transform's summary holds an entry per class): 122 ms that way,
-about a third of it here (2026-12-06). The tests compare both on every kind of value.
+21,841 classes is 3.2 MB (the transform's summary holds an entry per class): 117 ms that way,
+82-84 ms here (2026-12-06). The tests compare both on every kind of value.
 
 `loads(text)` is `json.loads(text)` with the cyclic collector paused: what it builds holds no
 cycle, so a collection during it frees nothing, and loading that summary (~130,000 containers)
