@@ -90,10 +90,6 @@ def _read_index(snapshot: Snapshot, columns=None) -> list[dict]:
         return pq.read_table(pa.BufferReader(handle.read()), columns=columns).to_pylist()
 
 
-def _json_bytes(data) -> bytes:
-    return (json_text.pretty(data) + "\n").encode("utf-8")
-
-
 # ----------------------------------------------------------------------------- compact
 
 def _live_shards(view: LiveView, split: str, name: str) -> list[tuple[Snapshot, str]]:
@@ -165,7 +161,7 @@ def compact(output_dir: str, run_id: str | None = None) -> Snapshot | None:
     total = sum(by_split.values())
     stats = _compacted_stats(view, by_split, table)
     label_offset = manifests[newest.run_id].get("label_offset", 0)
-    extra = {layout.INDEX: sink.getvalue().to_pybytes(), layout.STATS: _json_bytes(stats),
+    extra = {layout.INDEX: sink.getvalue().to_pybytes(), layout.STATS: json_text.pretty_file(stats),
              layout.CLASSES: "".join(f"{n}\n" for n in table).encode("utf-8")}
     if not any(p.endswith(".gz") for p in (e["path"] for e in shard_entries)):
         extra.update(tfds_files(name=name, run_id=run_id, shards=shard_entries,
@@ -192,7 +188,8 @@ def compact(output_dir: str, run_id: str | None = None) -> Snapshot | None:
                                     for m in manifests.values()),
         "files": sorted(files, key=lambda f: f["path"]), "config": config,
     }
-    write_atomically(join(final, layout.MANIFEST), _json_bytes(manifest))  # the commit point
+    # the commit point
+    write_atomically(join(final, layout.MANIFEST), json_text.pretty_file(manifest))
     write_atomically(join(output_dir, layout.LATEST), (run_id + "\n").encode("utf-8"))
     return Snapshot(run_id, final, accounting=manifest["accounting"], stats=stats,
                     manifest=manifest)
@@ -325,12 +322,12 @@ def _scrub(output_dir: str, snapshots: list[Snapshot], forgotten: list[dict]) ->
             for split in info.get("splits", []):
                 shards = sorted(rel for rel in counts if rel.startswith(split["name"] + "/"))
                 split["shardLengths"] = [str(counts[rel]) for rel in shards]
-            data = _json_bytes(info)
+            data = json_text.pretty_file(info)
             write_atomically(join(snapshot.path, DATASET_INFO), data)
             entries[DATASET_INFO] = _entry(DATASET_INFO, data)
         scrubbed = sorted(set(manifest.get("scrubbed", [])) | gone)
         if changed or scrubbed != manifest.get("scrubbed"):
             manifest["files"] = sorted(entries.values(), key=lambda e: e["path"])
             manifest["scrubbed"] = scrubbed
-            write_atomically(join(snapshot.path, layout.MANIFEST), _json_bytes(manifest))
+            write_atomically(join(snapshot.path, layout.MANIFEST), json_text.pretty_file(manifest))
     return rewritten

@@ -71,7 +71,7 @@ def _write_bytes(path: str, data: bytes) -> None:
 def _write_json(path: str, data) -> None:
     """Strict JSON (NaN or Infinity is an error, not a bare `NaN` other readers reject),
     indented, keys sorted (`json_text.pretty`)."""
-    _write_bytes(path, (json_text.pretty(data) + "\n").encode("utf-8"))
+    _write_bytes(path, json_text.pretty_file(data))
 
 
 def check_accounting(counts: Counts) -> dict:

@@ -278,6 +278,7 @@ def test_a_timed_job_reports_its_launchers_cpu_inside_run(monkeypatch, tmp_path,
     """`_job_child` prints the CPU of its own process around `run()`; `time_job` keeps it."""
     from runners import beam_runner
     from runners.bench import bench_processes as processes
+    from runners.bench.bench_loops import own_cpu_seconds
     from runners.jobs import preprocess
 
     class Snapshot:
@@ -286,8 +287,8 @@ def test_a_timed_job_reports_its_launchers_cpu_inside_run(monkeypatch, tmp_path,
         manifest = {"files": [], "config": {"decode": {"processes": 1}}}
 
     def busy_run(argv):
-        deadline = processes._own_cpu_seconds() + 0.05
-        while processes._own_cpu_seconds() < deadline:
+        deadline = own_cpu_seconds() + 0.05
+        while own_cpu_seconds() < deadline:
             pass
         return Snapshot()
 

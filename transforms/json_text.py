@@ -18,7 +18,7 @@ from json.encoder import encode_basestring_ascii
 
 from transforms.gc_policy import collector_paused
 
-__all__ = ["pretty", "loads"]
+__all__ = ["pretty", "pretty_file", "loads"]
 
 _INDENT = "  "
 
@@ -36,6 +36,11 @@ def pretty(data) -> str:
     with collector_paused():
         _encode(data, 0, parts, set())
     return "".join(parts)
+
+
+def pretty_file(data) -> bytes:
+    """A published JSON file's bytes: `pretty(data)`, a final newline, UTF-8."""
+    return (pretty(data) + "\n").encode("utf-8")
 
 
 _CONTAINERS = (list, tuple, dict)

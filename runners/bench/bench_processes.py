@@ -9,13 +9,13 @@ import dataclasses
 import io
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import threading
 import time
 
+from runners.bench.bench_loops import own_cpu_seconds
 from runners.errors import UsageError
 from transforms import snapshot_layout as layout
 
@@ -313,9 +313,9 @@ def _job_child(argv) -> int:
     on stdout; then a normal interpreter exit (what target 7 checks)."""
     from runners.beam_runner import decode_processes
     from runners.jobs import preprocess
-    started, cpu_started = time.perf_counter(), _own_cpu_seconds()
+    started, cpu_started = time.perf_counter(), own_cpu_seconds()
     snapshot = preprocess.run(argv)
-    seconds, run_cpu_seconds = time.perf_counter() - started, _own_cpu_seconds() - cpu_started
+    seconds, run_cpu_seconds = time.perf_counter() - started, own_cpu_seconds() - cpu_started
     rejects: dict = {}
     verdicts: dict = {}
     with open(os.path.join(snapshot.path, layout.REJECTS), encoding="utf-8") as handle:
@@ -335,12 +335,6 @@ def _job_child(argv) -> int:
         "rejects": dict(sorted(rejects.items())), "shards": shards,
         "decode_processes": processes, "verdicts": verdicts}), flush=True)
     return 0
-
-
-def _own_cpu_seconds() -> float:
-    """User + system CPU of this process, every thread (not its children)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _job_argv(corpus: Corpus, output_dir: str, workers: str, config, overrides) -> list:
