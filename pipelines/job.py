@@ -24,6 +24,8 @@ class PreprocessJob:
     removed: frozenset = frozenset()  # their removed records (live_view.removal_key)
     forgotten_paths: frozenset = frozenset()  # `pixelmill forget`: never brought back unless
     forgotten_shas: frozenset = frozenset()   # --allow_forgotten (then both are empty)
+    shuffle_lanes: int | None = None  # the joins' and the near search's shuffles in this many
+                                      # lanes (gather.GroupByKeyInLanes); None: key by key
 
     @property
     def folder_labels(self) -> bool:

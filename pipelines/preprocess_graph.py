@@ -189,6 +189,7 @@ class InspectAndLabel(beam.PTransform):
         self._folder_labels = job.folder_labels
         self._forgotten = (job.forgotten_paths, job.forgotten_shas)
         self._joined = job.joins_by_path
+        self._lanes = job.shuffle_lanes
 
     def expand(self, pvalues):
         inputs = Inputs.of(pvalues)
@@ -198,7 +199,7 @@ class InspectAndLabel(beam.PTransform):
                    "prior": inputs.archive_rows}
         planned = ({name: pcoll for name, pcoll in to_plan.items() if pcoll is not None}
                    | "PlanImages" >> PlanImages(config, folder_labels, self._forgotten,
-                                                self._joined))
+                                                self._joined, self._lanes))
         inspected = planned.images | "InspectImages" >> InspectImages(config)
         retired = planned[RETIRED]
         if inputs.archive_rows is not None:  # only a record the archive has can be replaced
@@ -227,10 +228,11 @@ class Dedup(beam.PTransform):
     rejected there and takes no part), then (when `dedup.near_duplicates`) near duplicates by
     perceptual hash among the records, both tonight and against the archive."""
 
-    def __init__(self, config: Config, has_archive: bool = True):
+    def __init__(self, config: Config, has_archive: bool = True, lanes: int | None = None):
         super().__init__()
         self._config = config
         self._has_archive = has_archive  # False: a full run, no archived hashes to search
+        self._lanes = lanes  # shuffles in lanes (gather.GroupByKeyInLanes); None: key by key
 
     def expand(self, inputs: DedupInputs):
         records, archive_accepted, class_table = inputs
@@ -239,7 +241,7 @@ class Dedup(beam.PTransform):
                 lambda r: (r["sha256"], (r["run_id"], r["path"]))))
         unique, rejected_exact = (records
                                   | "DropExactDuplicates" >> DropExactDuplicates(
-                                      archive_shas, class_table)
+                                      archive_shas, class_table, self._lanes)
                                   | "RouteExact" >> _Route())
         rejected = [rejected_exact]
         if self._config.dedup.near_duplicates:
@@ -260,7 +262,8 @@ class Dedup(beam.PTransform):
                                          dedup.max_hamming, archive_hashes,
                                          crop_max_hamming=dedup.crop_max_hamming
                                          if dedup.crop_tolerant else None,
-                                         archive_centers=archive_centers)
+                                         archive_centers=archive_centers,
+                                         lanes=self._lanes)
                                      | "RouteNear" >> _Route())
             rejected.append(rejected_near)
         return Deduped(unique=unique, rejected=tuple(rejected))
@@ -418,7 +421,8 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     class_table = inspected.labelled | "ClassTable" >> classes.ClassTable(job.class_table,
                                                                  job.frozen_classes)
     deduped = (DedupInputs(inspected.labelled, archive_accepted, class_table)
-               | "Dedup" >> Dedup(config, has_archive=bool(job.archive)))
+               | "Dedup" >> Dedup(config, has_archive=bool(job.archive),
+                                lanes=job.shuffle_lanes))
     accepted = deduped.unique | "AssignSplits" >> Map(_assign_split, config.split)
     written = ((accepted, archive_accepted, class_table)
                | "WriteSnapshot" >> WriteSnapshot(job))

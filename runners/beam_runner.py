@@ -15,7 +15,14 @@ import os
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 __all__ = ["JobOptions", "beam_options", "runner_for", "decode_processes", "local_cores",
-           "with_decode_processes", "prepare_job", "needs_forkserver", "decoders_here"]
+           "with_decode_processes", "with_shuffle_lanes", "LOCAL_SHUFFLE_LANES", "prepare_job",
+           "needs_forkserver", "decoders_here"]
+
+LOCAL_SHUFFLE_LANES = 64
+"""The lanes of the job's shuffles (`transforms.offline.gather.GroupByKeyInLanes`) on Beam's
+local runner. The grouped step takes a lane at a time, so this bounds its parallelism: plenty
+for one machine's workers, while a bundle of a few thousand elements still travels in lists of
+dozens."""
 
 
 def local_cores() -> int:
@@ -99,6 +106,14 @@ def with_decode_processes(job, options: PipelineOptions):
     return dataclasses.replace(job, config=config)
 
 
+def with_shuffle_lanes(job, options: PipelineOptions):
+    """`job` (a PreprocessJob) with its shuffles in `LOCAL_SHUFFLE_LANES` lanes on Beam's local
+    runner, where each shuffled element costs the launcher's one process; by key on a named
+    runner, which spreads the grouped steps over its workers key by key."""
+    lanes = None if options.view_as(StandardOptions).runner else LOCAL_SHUFFLE_LANES
+    return dataclasses.replace(job, shuffle_lanes=lanes)
+
+
 def _runs_in_this_process(options: PipelineOptions) -> bool:
     direct = options.view_as(DirectOptions)
     return (not options.view_as(StandardOptions).runner
@@ -118,7 +133,7 @@ def prepare_job(job, options: PipelineOptions):
     nor anywhere in pixelmill, patches Beam or TensorFlow (tests/test_structure.py)."""
     from runners import exit_safety
     exit_safety.install()
-    job = with_decode_processes(job, options)
+    job = with_shuffle_lanes(with_decode_processes(job, options), options)
     if needs_forkserver(job, options):
         from transforms.offline import isolation
         isolation.start_forkserver(isolation.DECODER_PRELOAD)

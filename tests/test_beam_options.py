@@ -14,6 +14,8 @@ from apache_beam.options.pipeline_options import (
     TypeOptions,
 )
 
+from configs.schema import load_config
+from pipelines.job import PreprocessJob
 from runners import beam_runner
 from runners.jobs import preprocess
 from tests.jobutil import index_rows, rejects, run_job, shard_files
@@ -70,3 +72,16 @@ def test_with_beams_type_inference_on_the_job_writes_the_same_bytes(folder_snaps
     assert len(_digests(again)) == 24  # 8 shards in each of 3 splits
     assert rejects(again) == rejects(folder_snapshot.snapshot)
     assert index_rows(again) == index_rows(folder_snapshot.snapshot)
+
+
+def test_the_local_runner_shuffles_in_lanes_and_a_named_runner_key_by_key():
+    job = PreprocessJob(data_roots=("d",), label_csvs=(), box_csvs=(), class_table=(),
+                        frozen_classes=False, staging_dir="o/.staging/r", config=load_config())
+    assert job.shuffle_lanes is None
+    local = beam_runner.with_shuffle_lanes(job, beam_runner.beam_options([]))
+    assert local.shuffle_lanes == beam_runner.LOCAL_SHUFFLE_LANES == 64
+    assert beam_runner.with_shuffle_lanes(job, beam_runner.beam_options(
+        ["--direct_running_mode=multi_processing"])).shuffle_lanes == 64
+    named = beam_runner.with_shuffle_lanes(local, beam_runner.beam_options(
+        ["--runner", "DataflowRunner"]))
+    assert named.shuffle_lanes is None

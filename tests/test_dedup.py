@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.beamutil import fn_api_pipeline
@@ -72,11 +73,13 @@ def _labelled(path: str, sha256: str, label: str, boxes: tuple = ()) -> ImageRec
                        label=label, boxes=boxes)
 
 
-def test_with_a_class_table_ids_come_first_and_a_label_reject_takes_no_part():
+@pytest.mark.parametrize("lanes", [None, 3])
+def test_with_a_class_table_ids_come_first_and_a_label_reject_takes_no_part(lanes):
     """`class_table`: each candidate of a group gets its id before the keep rule; one whose
     label (or box class) the table lacks is rejected and does not make the others duplicates,
     as when classes were assigned before the dedup. A quality reject passes without an id and
-    still takes part. Without the table the same records keep the lowest path."""
+    still takes part. Without the table the same records keep the lowest path. The same with
+    the shuffle in lanes."""
     table = ["cat", "dog"]
     unknown = _labelled("a.jpg", "aa", "owl")
     bad_box = _labelled("c.jpg", "cc", "cat", boxes=((0.1, 0.1, 0.5, 0.5, "owl"),))
@@ -87,7 +90,8 @@ def test_with_a_class_table_ids_come_first_and_a_label_reject_takes_no_part():
     with fn_api_pipeline() as pipeline:
         tonight = pipeline | "Tonight" >> beam.Create(records)
         classes = pipeline | "Table" >> beam.Create([table])
-        assert_that(tonight | "WithTable" >> DropExactDuplicates(class_table=classes), equal_to([
+        assert_that(tonight | "WithTable" >> DropExactDuplicates(class_table=classes,
+                                                                 lanes=lanes), equal_to([
             unknown.rejected("unknown_class", unknown_detail),
             _labelled("b.jpg", "aa", "dog").replace(label_id=1),
             bad_box.rejected("bad_box", "box classes ['owl'] are not in the class table"),
@@ -96,7 +100,7 @@ def test_with_a_class_table_ids_come_first_and_a_label_reject_takes_no_part():
             _labelled("f.jpg", "ee", "cat").replace(label_id=0).rejected(
                 "duplicate", "same sha256 as 'e.jpg' (kept)"),
         ]), label="with the table")
-        assert_that(tonight | "NoTable" >> DropExactDuplicates(), equal_to([
+        assert_that(tonight | "NoTable" >> DropExactDuplicates(lanes=lanes), equal_to([
             unknown,
             _labelled("b.jpg", "aa", "dog").rejected("duplicate", "same sha256 as 'a.jpg' (kept)"),
             bad_box,
@@ -106,7 +110,8 @@ def test_with_a_class_table_ids_come_first_and_a_label_reject_takes_no_part():
         ]), label="without")
 
 
-def test_near_duplicates_against_tonight_and_the_archive():
+@pytest.mark.parametrize("lanes", [None, 3])
+def test_near_duplicates_against_tonight_and_the_archive(lanes):
     records = [
         _record("a.jpg", "1", "0000000000000000"),
         _record("b.jpg", "2", "0000000000000007"),  # 3 bits from a.jpg
@@ -119,7 +124,7 @@ def test_near_duplicates_against_tonight_and_the_archive():
     with fn_api_pipeline() as pipeline:
         archived = pipeline | "Archive" >> beam.Create(archive)
         kept = (pipeline | "Tonight" >> beam.Create(records)
-                | DropNearDuplicates(4, archived))
+                | DropNearDuplicates(4, archived, lanes=lanes))
         assert_that(kept, equal_to([
             records[0],
             records[1].rejected("near_duplicate", _near_detail(3, "'a.jpg'")),
@@ -149,9 +154,11 @@ def test_near_duplicate_threshold_is_inclusive_and_zero_means_identical_hashes_o
         ]))
 
 
-def test_no_archive_searches_tonights_hashes_alone_with_the_same_answers():
+@pytest.mark.parametrize("lanes", [None, 3])
+def test_no_archive_searches_tonights_hashes_alone_with_the_same_answers(lanes):
     """`archive=None` (a full run) skips the Flatten with the archive's hashes: the same
-    verdicts as an empty archive, for the plain and the crop-tolerant search."""
+    verdicts as an empty archive, for the plain and the crop-tolerant search (and with the
+    shuffles in lanes)."""
     records = [_record("a.jpg", "1", "0000000000000000"),
                _record("b.jpg", "2", "0000000000000007"),
                _record("c.jpg", "3", "ffffffffffffffff")]
@@ -164,8 +171,9 @@ def test_no_archive_searches_tonights_hashes_alone_with_the_same_answers():
             tonight = pipeline | "Tonight" >> beam.Create(records)
             empty = pipeline | "Archive" >> beam.Create([])
             with_empty = tonight | "EmptyArchive" >> DropNearDuplicates(
-                4, empty, crop_max_hamming=crop)
-            alone = tonight | "NoArchive" >> DropNearDuplicates(4, None, crop_max_hamming=crop)
+                4, empty, crop_max_hamming=crop, lanes=lanes)
+            alone = tonight | "NoArchive" >> DropNearDuplicates(4, None, crop_max_hamming=crop,
+                                                                lanes=lanes)
             assert_that(with_empty, equal_to(expected), label="WithEmpty")
             assert_that(alone, equal_to(expected), label="Alone")
 

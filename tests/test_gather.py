@@ -1,14 +1,26 @@
 """`transforms.offline.gather`: `CombineToOne` gives what `beam.CombineGlobally` gives, with
 its empty-input default in fewer transforms; `JoinByKey` gives what `beam.CoGroupByKey` gives,
-the values of the tags it is told crossing the shuffle as pickled bytes (`packed`)."""
+the values of the tags it is told crossing the shuffle as pickled bytes (`packed`);
+`GroupByKeyInLanes` gives what `beam.GroupByKey` gives, and in lanes both shuffle lists."""
 from __future__ import annotations
+
+import zlib
 
 import apache_beam as beam
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import FixedWindows
 
-from transforms.offline.gather import CombineToOne, JoinByKey, packed, unpacked
+from transforms.offline import gather
+from transforms.offline.gather import (
+    CombineToOne,
+    GroupByKeyInLanes,
+    JoinByKey,
+    lane_of,
+    packed,
+    unpacked,
+)
 from transforms.offline.image_record import RECORD_METRICS, ImageRecord
 
 
@@ -108,3 +120,85 @@ def test_join_by_key_is_co_group_by_key_with_packed_tags_shuffled_as_bytes():
     assert_that(value_types | "ValueTypes" >> beam.Map(lambda kv: (kv[1][0], type(kv[1][1]))),
                 equal_to([("records", bytes)] * 3 + [("notes", str)] * 2), label="Bytes")
     pipeline.run().wait_until_finish()
+
+
+def test_a_keys_lane_is_the_crc32_of_its_repr_whatever_the_key():
+    assert lane_of("a.jpg", 64) == zlib.crc32(b"'a.jpg'") % 64 == 10
+    assert lane_of((1, 5), 64) == zlib.crc32(b"(1, 5)") % 64 == 50
+    assert lane_of("\udcff.jpg", 8) == zlib.crc32(b"'\\udcff.jpg'") % 8 == 6  # a lone surrogate
+    assert lane_of("a.jpg", 1) == 0
+
+
+def _shuffled(pipeline, label: str) -> beam.PCollection:
+    """The input PCollection of the step whose full label is `label`."""
+    found = []
+
+    class Visitor(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            if node.full_label == label:
+                found.append(node.inputs[0])
+
+    pipeline.visit(Visitor())
+    (pcoll,) = found
+    return pcoll
+
+
+@pytest.mark.parametrize("held,lists", [(gather._HELD, 3), (2, 5)])
+def test_group_by_key_in_lanes_is_group_by_key(monkeypatch, held, lists):
+    """In lanes (3 of them; a bundle's pairs sent on every 2 pairs too) and key by key, the
+    groups Beam's own GroupByKey gives; in lanes the shuffle carries a list per lane held:
+    the keys' lanes are 2, 1, 2, 0, 2, 2, so 3 lists from the whole bundle, and 2 + 2 + 1
+    sent two pairs at a time."""
+    monkeypatch.setattr(gather, "_HELD", held)  # the DoFn runs in this process
+    pairs = [("a", 1), (("t", 2), 2), ("a", 3), ("b", 4), ("é", 5), ("a", 6)]
+    expected = [("a", [1, 3, 6]), (("t", 2), [2]), ("b", [4]), ("é", [5])]
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    created = pipeline | beam.Create(pairs, reshuffle=False)
+    for label, lanes in (("Lanes", 3), ("ByKey", None), ("Beams", "beam")):
+        step = beam.GroupByKey() if lanes == "beam" else GroupByKeyInLanes(lanes)
+        assert_that(created | label >> step | f"{label}Sorted" >> beam.MapTuple(
+            lambda key, values: (key, sorted(values))), equal_to(expected),
+            label=f"Check{label}")
+    shuffled = _shuffled(pipeline, "Lanes/GroupByLane")
+    assert_that(shuffled | "Shape" >> beam.MapTuple(
+        lambda lane, tagged: (lane < 3, tagged[0], all(lane_of(k, 3) == lane
+                                                      for k, _ in tagged[1]))),
+        equal_to([(True, None, True)] * lists), label="OneListPerLane")
+    pipeline.run().wait_until_finish()
+
+
+def test_join_by_key_in_lanes_is_co_group_by_key_with_packed_values_in_lists():
+    records = [_record("a.jpg", "11" * 32), _record("b.jpg", "11" * 32),
+               _record("c.jpg", "22" * 32)]
+    notes = [("11" * 32, "first"), ("33" * 32, "alone")]
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    inputs = {"records": pipeline | "Records" >> beam.Create(records, reshuffle=False),
+              "notes": pipeline | "Notes" >> beam.Create(notes, reshuffle=False)}
+    ours = inputs | "Ours" >> JoinByKey({"records": lambda r: (r.sha256, r)},
+                                        packed=("records",), lanes=2)
+
+    def comparable(item):
+        key, grouped = item
+        return key, sorted((tag, sorted(values, key=repr)) for tag, values in grouped.items())
+
+    assert_that(ours | "OursComparable" >> beam.Map(comparable), equal_to([
+        ("11" * 32, [("notes", ["first"]), ("records", sorted(records[:2], key=repr))]),
+        ("22" * 32, [("notes", []), ("records", [records[2]])]),
+        ("33" * 32, [("notes", ["alone"]), ("records", [])]),
+    ]), label="CheckOurs")
+    # The keys' lanes: 1 for "11...", 1 for "22...", 0 for "33...".
+    shuffled = _shuffled(pipeline, "Ours/GroupByLane")
+    assert_that(shuffled | "ValueTypes" >> beam.MapTuple(lambda lane, tagged: (
+        lane, tagged[0], [type(value).__name__ for _key, value in tagged[1]])),
+        equal_to([(1, "records", ["bytes"] * 3), (1, "notes", ["str"]), (0, "notes", ["str"])]),
+        label="Bytes")
+    pipeline.run().wait_until_finish()
+
+
+def test_a_shuffle_in_lanes_refuses_a_window_other_than_the_global_one():
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    windowed = (pipeline | beam.Create([("a", 1)]) | beam.WindowInto(FixedWindows(10)))
+    with pytest.raises(ValueError, match="needs the global window"):
+        windowed | GroupByKeyInLanes(4)
+    with pytest.raises(ValueError, match="needs the global window"):
+        {"a": windowed} | JoinByKey(lanes=4)

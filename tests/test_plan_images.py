@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import apache_beam as beam
+import pytest
 
 from configs.schema import load_config
 from tests.beamutil import assert_outputs, fn_api_pipeline
@@ -44,24 +45,25 @@ def _prior(path: str, run_id: str, label_key: str, reason: str | None = None,
 
 
 def _plan(pipeline, refs, rejected, labels, boxes, priors, folder_labels=True,
-          joined=True) -> dict:
+          joined=True, lanes=None) -> dict:
     """PlanImages' outputs by name: `images` and its tagged outputs."""
     inputs = {tag: pipeline | name >> beam.Create(values) for tag, name, values in (
         ("refs", "Refs", refs), ("rejected", "Rejected", rejected),
         ("labels", "Labels", labels), ("boxes", "Boxes", boxes), ("prior", "Priors", priors))}
-    planned = inputs | PlanImages(CONFIG, folder_labels, joined=joined)
+    planned = inputs | PlanImages(CONFIG, folder_labels, joined=joined, lanes=lanes)
     return {"images": planned.images,
             **{tag: planned[tag] for tag in (REJECTED, SKIPPED, ROW_REJECTS, MATCHED, KEPT,
                                              RETIRED)}}
 
 
-def test_files_get_their_rows_and_a_label_key_from_the_csv_or_the_folder():
+@pytest.mark.parametrize("lanes", [None, 2])
+def test_files_get_their_rows_and_a_label_key_from_the_csv_or_the_folder(lanes):
     cat_row, box = _label("a/1.jpg", "cat", 2), BoxRow("a/1.jpg", 1, 2, 3, 4, "cat", "boxes.csv:2")
     dog_rows = (_label("b/2.jpg", "dog", 3, "test"), _label("b/2.jpg", "dog", 4))
     with fn_api_pipeline() as pipeline:
         planned = _plan(
             pipeline, [_ref("a/1.jpg"), _ref("b/2.jpg"), _ref("dog/3.jpg"), _ref("loose.jpg")],
-            [], [cat_row, dog_rows[1], dog_rows[0]], [box], [])
+            [], [cat_row, dog_rows[1], dog_rows[0]], [box], [], lanes=lanes)
         assert_outputs(planned, {"images": [
             ImageRecord(uri="/data/a/1.jpg", path="a/1.jpg", file_bytes=10, mtime=1000.0,
                         # boxes add a digest of their rows, so a corrected box is news
@@ -124,7 +126,8 @@ def test_rows_naming_no_discovered_file_are_missing_file_and_discovery_rejects_p
         ], REJECTED: [unsafe], MATCHED: [(LABEL_ROW, 1)]})
 
 
-def test_unchanged_files_are_skipped_and_changed_or_retried_ones_are_inspected_again():
+@pytest.mark.parametrize("lanes", [None, 2])
+def test_unchanged_files_are_skipped_and_changed_or_retried_ones_are_inspected_again(lanes):
     names = ["same.jpg", "bigger.jpg", "touched.jpg", "relabelled.jpg", "crashed.jpg"]
     rows = [_label(name, "bird" if name == "relabelled.jpg" else "cat", line)
             for line, name in enumerate(names, start=2)]
@@ -136,7 +139,7 @@ def test_unchanged_files_are_skipped_and_changed_or_retried_ones_are_inspected_a
               _prior("gone_since.jpg", "run1", "cat")]
     with fn_api_pipeline() as pipeline:
         planned = _plan(pipeline, [_ref(name) for name in names], [], rows, [], priors,
-                        folder_labels=False)
+                        folder_labels=False, lanes=lanes)
         live = {p["path"]: p for p in priors[2:] if p["accepted"]}
         assert_outputs(planned, {
             SKIPPED: [("same.jpg", "run2")], MATCHED: [(LABEL_ROW, 1)] * 5,

@@ -29,7 +29,7 @@ from transforms.offline import image_hash, progress
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.classes import AssignClassIdFn
 from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
-from transforms.offline.gather import JoinByKey, merged
+from transforms.offline.gather import GroupByKeyInLanes, JoinByKey, merged
 from transforms.offline.near_search import search_bucket
 
 __all__ = ["DropExactDuplicates", "DropNearDuplicates", "HOT_BUCKET_VALUES"]
@@ -91,19 +91,22 @@ class DropExactDuplicates(beam.PTransform):
     with it each candidate gets its class id in its group, after the shuffle, and one
     rejected for its label (`unknown_class`, `bad_box`) comes out rejected before the keep
     rule, as if classified before the dedup. Read before the shuffle, the table would make
-    Beam's local runner keep every record once more until the table is known."""
+    Beam's local runner keep every record once more until the table is known. `lanes`: the
+    shuffle in lanes (`gather.GroupByKeyInLanes`; None: key by key)."""
 
-    def __init__(self, archive=None, class_table=None):
+    def __init__(self, archive=None, class_table=None, lanes: int | None = None):
         super().__init__()
         self._archive = archive
         self._class_table = class_table
+        self._lanes = lanes
 
     def expand(self, records):
         inputs = {"records": records}
         if self._archive is not None:
             inputs["archive"] = self._archive
         grouped = inputs | "GroupBySha256" >> JoinByKey({"records": lambda r: (r.sha256, r)},
-                                                           packed=("records",))
+                                                           packed=("records",),
+                                                           lanes=self._lanes)
         if self._class_table is None:
             return grouped | "KeepLowestPath" >> FlatMap(_keep_lowest_path)
         return grouped | "KeepLowestPath" >> beam.ParDo(
@@ -297,11 +300,14 @@ class DropNearDuplicates(beam.PTransform):
     never split; the answers are the same either way).
     `crop_max_hamming`: also the crop-tolerant search (records carry `center_phash`) within
     this distance; None: off. `archive_centers`: PCollection of (rel, center_phash, run_id) of
-    archived images indexed with a centre hash, for the crop search (None: none)."""
+    archived images indexed with a centre hash, for the crop search (None: none). `lanes`:
+    the band search's and the join's shuffles in lanes (`gather.GroupByKeyInLanes`; None: key
+    by key)."""
 
     def __init__(self, max_hamming: int, archive,
                  hot_bucket_values: int | None = HOT_BUCKET_VALUES,
-                 crop_max_hamming: int | None = None, archive_centers=None):
+                 crop_max_hamming: int | None = None, archive_centers=None,
+                 lanes: int | None = None):
         super().__init__()
         if hot_bucket_values is not None and (isinstance(hot_bucket_values, bool)
                                               or not isinstance(hot_bucket_values, int)
@@ -313,13 +319,14 @@ class DropNearDuplicates(beam.PTransform):
         self._hot_bucket_values = hot_bucket_values
         self._crop_max_hamming = crop_max_hamming
         self._archive_centers = archive_centers
+        self._lanes = lanes
 
     def expand(self, records):
         max_hamming = self._max_hamming
         tonight = records | "TonightHashes" >> Map(lambda r: (r.path, r.phash, ""))
         found = [merged([tonight, self._archive], "AllHashes")
                  | "SearchBands" >> _BandSearch(max_hamming, self._hot_bucket_values,
-                                                _SearchBucketFn, _SearchPartsFn)]
+                                                _SearchBucketFn, _SearchPartsFn, self._lanes)]
         if self._crop_max_hamming is not None:
             found.append(self._crop_search(records))
         neighbours = (tuple(found)
@@ -329,7 +336,7 @@ class DropNearDuplicates(beam.PTransform):
             max_hamming, self._crop_max_hamming)
         return ({"records": records, "neighbours": neighbours}
                 | "JoinNeighbours" >> JoinByKey({"records": lambda r: (r.path, r)},
-                                                packed=("records",))
+                                                packed=("records",), lanes=self._lanes)
                 | "MarkNearDuplicates" >> FlatMap(_mark, *mark_args))
 
     def _crop_search(self, records):
@@ -343,18 +350,21 @@ class DropNearDuplicates(beam.PTransform):
                            | "ArchiveCenterHashes" >> Map(lambda m: (*m, CENTER)))
         return (merged(members, "AllCropHashes")
                 | "SearchCropBands" >> _BandSearch(crop_max, self._hot_bucket_values,
-                                                   _SearchCropBucketFn, _SearchCropPartsFn))
+                                                   _SearchCropBucketFn, _SearchCropPartsFn,
+                                                   self._lanes))
 
 
 class _BandSearch(beam.PTransform):
     """Hash members -> band buckets (`_band_keys`) -> (rel, best neighbour) within
     `max_hamming` bits: each bucket searched whole by a `bucket_fn` (a `_BucketFn` class), or,
     when it is hot, by a `parts_fn` (its parts DoFn class) in the sub-buckets the bucket step
-    sends out tagged `hot`. The plain and the crop search differ only in those two steps."""
+    sends out tagged `hot`. The plain and the crop search differ only in those two steps.
+    `lanes`: the buckets' shuffle in lanes (`gather.GroupByKeyInLanes`; five pairs an image)."""
 
     def __init__(self, max_hamming: int, hot_bucket_values: int | None,
-                 bucket_fn: type, parts_fn: type):
+                 bucket_fn: type, parts_fn: type, lanes: int | None = None):
         super().__init__()
+        self._lanes = lanes
         self._max_hamming = max_hamming
         self._bucket_fn = bucket_fn(max_hamming, hot_bucket_values)
         self._parts_fn = parts_fn(max_hamming)
@@ -362,7 +372,7 @@ class _BandSearch(beam.PTransform):
     def expand(self, members):
         searched = (members
                     | "HashBands" >> FlatMap(_band_keys, self._max_hamming)
-                    | "GroupByBand" >> beam.GroupByKey()
+                    | "GroupByBand" >> GroupByKeyInLanes(self._lanes)
                     | "SearchBuckets" >> beam.ParDo(self._bucket_fn).with_outputs(
                         _HOT, main="found"))
         in_parts = (searched[_HOT]

@@ -388,16 +388,19 @@ class PlanImages(beam.PTransform):
     Inputs: {"refs", "rejected", "labels", "boxes", "prior"}: PCollections, the last three
     absent when the run has no such input. `joined=False` says no CSV and no archive was
     given (a full run labelled by its folders): each file is then planned alone, with the same
-    outputs, without the join (its Flatten and group copy every record twice).
+    outputs, without the join (its Flatten and group copy every record twice). `lanes`: the
+    join's shuffle in lanes (`gather.GroupByKeyInLanes`; None: key by key).
     """
 
     def __init__(self, config: Config, folder_labels: bool,
-                 forgotten: tuple = (frozenset(), frozenset()), joined: bool = True):
+                 forgotten: tuple = (frozenset(), frozenset()), joined: bool = True,
+                 lanes: int | None = None):
         super().__init__()
         self._config = config
         self._folder_labels = folder_labels
         self._forgotten = forgotten  # (paths, sha256s) `pixelmill forget` named
         self._joined = joined
+        self._lanes = lanes
 
     def expand(self, inputs):
         if not self._joined:
@@ -409,7 +412,8 @@ class PlanImages(beam.PTransform):
                 "prior": _row_by_path}
         return (inputs
                 | "JoinByPath" >> JoinByKey(keys, tags=keys,
-                                            packed=("refs", "rejected", "labels", "boxes"))
+                                            packed=("refs", "rejected", "labels", "boxes"),
+                                            lanes=self._lanes)
                 | "Plan" >> beam.ParDo(_PlanFn(self._config, self._folder_labels,
                                                self._forgotten)).with_outputs(
                     REJECTED, SKIPPED, ROW_REJECTS, MATCHED, KEPT, RETIRED, main="images"))
