@@ -39,7 +39,7 @@ from transforms.offline import classes, splits
 from transforms.offline.beam_steps import Filter, FlatMap, Map
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
-from transforms.offline.gather import CombineToOne, Gather, constant, merged
+from transforms.offline.gather import CombineToOne, Gather, InLists, constant, merged, over_lists
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
 from transforms.offline.index_writer import WriteIndexTable
@@ -288,7 +288,8 @@ class WriteSnapshot(beam.PTransform):
         writers = (max(1, config.decode.processes)
                    if config.decode.isolation == "subprocess" else 0)
         written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table,
-                                                          meta_columns, writers)
+                                                          meta_columns, writers,
+                                                          self._job.shuffle_lanes)
         # The TFT transform covers everything committed so far plus tonight: normalization and
         # class weights describe the whole training set. A full run has no archive, and no
         # Flatten: Beam's local runner copies every element of one once more. It is written
@@ -330,24 +331,31 @@ class WriteRetirements(beam.PTransform):
 
 class WriteLedgers(beam.PTransform):
     """(index rows of accepted images, rejected ImageRecords, every Reject) -> rejects.jsonl,
-    index.parquet (one row per inspected image) and the index summary stats are made from."""
+    index.parquet (one row per inspected image) and the index summary stats are made from.
+    `in_lists`: the rows meet in lists (`gather.InLists`; global window), where Beam's local
+    runner would copy each row into their Flatten."""
 
-    def __init__(self, staging_dir: str):
+    def __init__(self, staging_dir: str, in_lists: bool = False):
         super().__init__()
         self._staging = staging_dir
+        self._in_lists = in_lists
 
     def expand(self, inputs):
         accepted_rows, rejected_images, all_rejects = inputs
         staging = self._staging
         all_rejects | "WriteRejectsLedger" >> WriteRejectsLedger(
             FileSystems.join(staging, layout.REJECTS))
-        index_rows = ((accepted_rows,
-                       rejected_images | "RejectedIndexRows" >> Map(record_row))
-                      | "AllIndexRows" >> beam.Flatten())
+        rejected_rows = rejected_images | "RejectedIndexRows" >> Map(record_row)
+        summarize = SummarizeIndexFn()
+        if self._in_lists:
+            summarize = over_lists(summarize)
+            accepted_rows = accepted_rows | "AcceptedRowLists" >> InLists()
+            rejected_rows = rejected_rows | "RejectedRowLists" >> InLists()
+        index_rows = (accepted_rows, rejected_rows) | "AllIndexRows" >> beam.Flatten()
         index_rows | "WriteIndex" >> WriteIndexTable(
-            FileSystems.join(staging, layout.INDEX), INDEX_SCHEMA)
+            FileSystems.join(staging, layout.INDEX), INDEX_SCHEMA, in_lists=self._in_lists)
         return (index_rows
-                | "SummarizeIndex" >> CombineToOne(SummarizeIndexFn())
+                | "SummarizeIndex" >> CombineToOne(summarize)
                 | "WriteIndexSummary" >> staged_run.write_index_summary(staging))
 
 
@@ -433,6 +441,6 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     all_rejects = merged((image_rejects, inputs.label_rejects, inputs.box_rejects,
                           inspected.row_rejects), "AllRejects")
     (written.index, rejected_images, all_rejects) | "WriteLedgers" >> WriteLedgers(
-        job.staging_dir)
+        job.staging_dir, in_lists=job.shuffle_lanes is not None)
     ((inputs.pvalues(), inspected, Counted(written.index, image_rejects, all_rejects))
      | "Accounting" >> Accounting(job.staging_dir))

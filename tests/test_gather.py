@@ -16,8 +16,10 @@ from transforms.offline import gather
 from transforms.offline.gather import (
     CombineToOne,
     GroupByKeyInLanes,
+    InLists,
     JoinByKey,
     lane_of,
+    over_lists,
     packed,
     unpacked,
 )
@@ -202,3 +204,21 @@ def test_a_shuffle_in_lanes_refuses_a_window_other_than_the_global_one():
         windowed | GroupByKeyInLanes(4)
     with pytest.raises(ValueError, match="needs the global window"):
         {"a": windowed} | JoinByKey(lanes=4)
+
+
+@pytest.mark.parametrize("held,sizes", [(gather._HELD, [5]), (2, [2, 2, 1])])
+def test_in_lists_sends_a_bundles_elements_as_lists_and_a_combine_over_lists_sees_each(
+        monkeypatch, held, sizes):
+    monkeypatch.setattr(gather, "_HELD", held)
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    numbers = pipeline | beam.Create([1, 2, 3, 4, 5], reshuffle=False)
+    lists = numbers | InLists()
+    assert_that(lists | "Sizes" >> beam.Map(len), equal_to(sizes), label="Sizes")
+    assert_that(lists | "Items" >> beam.FlatMap(lambda items: items), equal_to([1, 2, 3, 4, 5]),
+                label="Items")
+    assert_that(lists | "OverLists" >> CombineToOne(over_lists(_SumAndCount())),
+                equal_to([{"sum": 15, "count": 5}]), label="OverLists")
+    empty = pipeline | "Empty" >> beam.Create([]) | "EmptyLists" >> InLists()
+    assert_that(empty | "Nothing" >> CombineToOne(over_lists(_SumAndCount())),
+                equal_to([{"sum": 0, "count": 0}]), label="OverNothing")
+    pipeline.run().wait_until_finish()

@@ -28,12 +28,16 @@ def _rows(n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
-def _write(tmp_path, rows, part_rows, name, bundles=1) -> bytes:
+def _write(tmp_path, rows, part_rows, name, bundles=1, in_lists=None) -> bytes:
+    """The index of `rows` (in lists of `in_lists` rows when given) as written."""
     path = os.path.join(tmp_path, name, "index.parquet")
     pipeline = beam.Pipeline(runner=FnApiRunner())
+    if in_lists:
+        rows = [rows[i:i + in_lists] for i in range(0, len(rows), in_lists)]
     created = [pipeline | f"Create{i}" >> beam.Create(rows[i::bundles]) for i in range(bundles)]
     (created | beam.Flatten()
-     | index_writer.WriteIndexTable(path, INDEX_SCHEMA, part_rows=part_rows))
+     | index_writer.WriteIndexTable(path, INDEX_SCHEMA, part_rows=part_rows,
+                                    in_lists=bool(in_lists)))
     pipeline.run().wait_until_finish()
     assert os.listdir(os.path.dirname(path)) == ["index.parquet"]  # no range left behind
     with open(path, "rb") as handle:
@@ -48,6 +52,8 @@ def test_index_is_sorted_by_path_and_the_same_whatever_the_ranges(tmp_path, part
     shuffled = rows[::-1]
     written = _write(tmp_path, rows, part_rows, "out")
     assert _write(tmp_path, shuffled, part_rows, "again", bundles=3) == written
+    # rows in lists (of 7: a batch of 16 takes parts of lists) give the same file
+    assert _write(tmp_path, shuffled, part_rows, "lists", bundles=2, in_lists=7) == written
     table = pq.read_table(os.path.join(tmp_path, "out", "index.parquet"))
     assert table.schema == INDEX_SCHEMA
     assert table.to_pylist() == sorted(rows, key=lambda row: row["path"])

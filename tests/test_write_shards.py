@@ -64,7 +64,8 @@ def _files_on_disk(staging, expected_records: dict):
     return check
 
 
-def test_records_go_to_the_shard_of_their_hash_and_every_shard_is_written(tmp_path):
+@pytest.mark.parametrize("lanes", [None, 3])
+def test_records_go_to_the_shard_of_their_hash_and_every_shard_is_written(tmp_path, lanes):
     images, staging = tmp_path / "images", tmp_path / "staging"
     images.mkdir()
     records = [_record(images, "a.png", b"first image", "train", "cat"),
@@ -81,7 +82,7 @@ def test_records_go_to_the_shard_of_their_hash_and_every_shard_is_written(tmp_pa
     with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
         written = (pipeline | "Records" >> beam.Create(records)
                    | WriteShards(str(staging), OutputConfig(num_shards=2),
-                                 *_side_inputs(pipeline)))
+                                 *_side_inputs(pipeline), lanes=lanes))
         assert_that(written.index,
                     equal_to([record_row(r, shard_of[r.path]) for r in records]), label="Index")
         assert_that(written.files, _files_on_disk(staging, per_shard), label="Files")
@@ -184,7 +185,8 @@ def test_shard_count_comes_from_the_split_bytes_and_the_target_size():
         "train": 8}
 
 
-def test_assign_shards_keys_each_record_by_the_shard_of_its_hash():
+@pytest.mark.parametrize("in_lists", [False, True])
+def test_assign_shards_keys_each_record_by_the_shard_of_its_hash(in_lists):
     output = OutputConfig(target_shard_mb=1.0)
     records = [ImageRecord(uri=f"/r/{i}.jpg", path=f"{i}.jpg", file_bytes=400 * 1024,
                            sha256=hashlib.sha256(bytes([i])).hexdigest(),
@@ -196,7 +198,7 @@ def test_assign_shards_keys_each_record_by_the_shard_of_its_hash():
     expected += [(("test", 0), "7.jpg"), (("test", 0), "8.jpg")]
     with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
         keyed, shard_numbers = (pipeline | beam.Create(records)
-                                | AssignShards(output))
+                                | AssignShards(output, in_lists=in_lists))
         assert_that(keyed | beam.MapTuple(lambda key, entry: (key, unpacked(entry[2]).path)),
                     equal_to(expected), label="Keys")
         assert_that(keyed | beam.MapTuple(lambda _, entry: entry[:2] == (

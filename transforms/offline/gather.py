@@ -24,7 +24,7 @@ from apache_beam.transforms.window import GlobalWindows
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 
 __all__ = ["Gather", "CombineToOne", "combined", "JoinByKey", "GroupByKeyInLanes", "lane_of",
-           "constant", "once", "merged", "packed", "unpacked"]
+           "InLists", "over_lists", "constant", "once", "merged", "packed", "unpacked"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL  # what Beam's PickleCoder writes
 
@@ -210,6 +210,63 @@ def _through_lanes(in_lists, tags, packed_tags):
             | "GroupByLane" >> beam.GroupByKey()
             | "Regroup" >> FlatMap(_regrouped, tags, packed_tags).with_output_types(
                 typing.Any))
+
+
+class _InListsFn(LeanDoFn):
+    """Elements -> lists of them: a bundle's, `_HELD` at most each (global window)."""
+
+    def start_bundle(self):
+        self._held: list = []
+
+    def process(self, element):
+        self._held.append(element)
+        if len(self._held) >= _HELD:
+            yield from self._send()
+
+    def _send(self):
+        held, self._held = self._held, []
+        if held:
+            yield GlobalWindows.windowed_value(held)
+
+    def finish_bundle(self):
+        yield from self._send()
+
+
+def InLists() -> beam.ParDo:  # noqa: N802 (a step, named as one)
+    """Elements -> lists of them (each bundle's, `_HELD` at most a list), in the global window:
+    for elements Beam's local runner would keep one by one while a step waits, e.g. for a side
+    input (it encodes and decodes each element it keeps, a list's items only as data)."""
+    return beam.ParDo(_InListsFn()).with_output_types(typing.Any)
+
+
+class _OverListsFn(beam.CombineFn):
+    """`combine_fn` over the items of lists (what `InLists` makes) instead of the items."""
+
+    def __init__(self, combine_fn: beam.CombineFn):
+        self._fn = combine_fn
+
+    def create_accumulator(self):
+        return self._fn.create_accumulator()
+
+    def add_input(self, accumulator, items):
+        add = self._fn.add_input
+        for item in items:
+            accumulator = add(accumulator, item)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        return self._fn.merge_accumulators(accumulators)
+
+    def compact(self, accumulator):
+        return self._fn.compact(accumulator)
+
+    def extract_output(self, accumulator):
+        return self._fn.extract_output(accumulator)
+
+
+def over_lists(combine_fn: beam.CombineFn) -> beam.CombineFn:
+    """`combine_fn` over lists of its inputs (`InLists`): the same result as over the items."""
+    return _OverListsFn(combine_fn)
 
 
 class GroupByKeyInLanes(beam.PTransform):

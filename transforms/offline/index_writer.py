@@ -41,18 +41,25 @@ _SORT = [("path", "ascending"), ("sha256", "ascending")]
 
 
 class _RowBatchFn(LeanDoFn):
-    """Index rows (dicts with every column) -> record batches of up to `_BATCH_ROWS` rows."""
+    """Index rows (dicts with every column), or lists of them (`in_lists`) -> record batches
+    of up to `_BATCH_ROWS` rows."""
 
-    def __init__(self, schema: pa.Schema):
+    def __init__(self, schema: pa.Schema, in_lists: bool = False):
         self._schema = schema
+        self._in_lists = in_lists
 
     def start_bundle(self):
         self._rows = []
 
-    def process(self, row):
-        self._rows.append(row)
-        if len(self._rows) >= _BATCH_ROWS:
+    def process(self, rows):
+        if self._in_lists:
+            self._rows.extend(rows)
+        else:
+            self._rows.append(rows)
+        while len(self._rows) >= _BATCH_ROWS:
+            rest, self._rows = self._rows[_BATCH_ROWS:], self._rows[:_BATCH_ROWS]
             yield self._batch()
+            self._rows = rest
 
     def finish_bundle(self):
         if self._rows:
@@ -130,19 +137,22 @@ def _join_parts(ranges, path: str, parts_dir: str, schema: pa.Schema) -> str:
 
 
 class WriteIndexTable(beam.PTransform):
-    """Index rows (dicts, every column of `schema`) -> the Parquet file `path`, rows sorted by
-    (path, sha256); outputs `path`. No rows: a file with the schema and no rows."""
+    """Index rows (dicts, every column of `schema`; lists of them with `in_lists`) -> the
+    Parquet file `path`, rows sorted by (path, sha256); outputs `path`. No rows: a file with
+    the schema and no rows."""
 
-    def __init__(self, path: str, schema: pa.Schema, part_rows: int = INDEX_PART_ROWS):
+    def __init__(self, path: str, schema: pa.Schema, part_rows: int = INDEX_PART_ROWS,
+                 in_lists: bool = False):
         super().__init__()
         self._path = path
         self._schema = schema
         self._part_rows = part_rows
+        self._in_lists = in_lists
 
     def expand(self, rows):
         path, schema, part_rows = self._path, self._schema, self._part_rows
         parts_dir = path + ".parts"
-        batches = rows | "RowBatches" >> beam.ParDo(_RowBatchFn(schema))
+        batches = rows | "RowBatches" >> beam.ParDo(_RowBatchFn(schema, self._in_lists))
         cuts = range_cuts(batches, _PathSampleFn(_SAMPLE), part_rows)
         return (batches
                 | "SplitByRange" >> FlatMap(_split_batch, cuts)

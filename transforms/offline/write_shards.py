@@ -22,7 +22,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from configs.schema import OutputConfig
 from transforms.offline import isolation, progress, splits
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
-from transforms.offline.gather import Gather, once, packed
+from transforms.offline.gather import Gather, GroupByKeyInLanes, InLists, once, packed
 from transforms.offline.shard_writing import (
     ShardFile,
     ShardWriter,
@@ -186,16 +186,24 @@ def _for_shards(record) -> tuple:
     return record.split, (record.sha256, tuple(box[4] for box in record.boxes), packed(record))
 
 
+def _keyed_by_shard(entries, counts: dict):
+    """(split, entry) -> ((split, shard index), entry) for each `_for_shards` entry."""
+    for split, entry in entries:
+        yield (split, splits.shard_index(entry[0], counts[split])), entry
+
+
 class AssignShards(beam.PTransform):
     """Accepted ImageRecords (with split) -> ((split, shard index), (sha256, box class names,
     `packed` record)) pairs (`_for_shards`), a singleton {split: number of shards}. The number
     of shards of a split comes from its total file bytes (`shard_counts`), a record's shard
     from its sha256 (`splits.shard_index`), so the assignment is the same on every runner and
-    worker count."""
+    worker count. `in_lists`: the records wait for the counts in lists (`gather.InLists`; the
+    global window only), where Beam's local runner would keep them one by one."""
 
-    def __init__(self, output: OutputConfig):
+    def __init__(self, output: OutputConfig, in_lists: bool = False):
         super().__init__()
         self._output = output
+        self._in_lists = in_lists
 
     def expand(self, records):
         counts = (records
@@ -206,11 +214,16 @@ class AssignShards(beam.PTransform):
         # The records wait for the counts (Beam's local runner keeps them meanwhile, encoded)
         # as tuples of strings and a pickle, which its coder writes and reads as they are: a
         # record is pickled once here, not pickled, loaded and pickled again (~8 us a record).
-        keyed = (records
-                 | "PackForShards" >> Map(_for_shards)
-                 | "KeyByShard" >> Map(
-                     lambda t, n: ((t[0], splits.shard_index(t[1][0], n[t[0]])), t[1]),
-                     beam.pvalue.AsSingleton(counts)))
+        packed_records = records | "PackForShards" >> Map(_for_shards)
+        if self._in_lists:
+            keyed = (packed_records
+                     | "InLists" >> InLists()
+                     | "KeyByShard" >> FlatMap(_keyed_by_shard,
+                                               beam.pvalue.AsSingleton(counts)))
+        else:
+            keyed = packed_records | "KeyByShard" >> Map(
+                lambda t, n: ((t[0], splits.shard_index(t[1][0], n[t[0]])), t[1]),
+                beam.pvalue.AsSingleton(counts))
         return keyed, counts
 
 
@@ -220,23 +233,26 @@ class WriteShards(beam.PTransform):
     records) per shard, for the TFDV-style statistics. `class_table` and `meta_columns`
     (`MetaColumns` of the records: every record gets these columns) are singleton side inputs
     (lists of names). `processes`: shards are written in that many child processes per worker
-    (0: in the worker)."""
+    (0: in the worker). `lanes`: the records wait for the shard counts in lists and are grouped
+    by shard in lanes (`gather.GroupByKeyInLanes`); None: one by one, key by key."""
 
     def __init__(self, staging_dir: str, output: OutputConfig, class_table, meta_columns,
-                 processes: int = 0):
+                 processes: int = 0, lanes: int | None = None):
         super().__init__()
         self._staging_dir = staging_dir
         self._output = output
         self._class_table = class_table
         self._meta_columns = meta_columns
         self._processes = processes
+        self._lanes = lanes
 
     def expand(self, records):
         output = self._output
-        keyed, shard_counts_per_split = records | "AssignShards" >> AssignShards(output)
+        keyed, shard_counts_per_split = records | "AssignShards" >> AssignShards(
+            output, in_lists=self._lanes is not None)
         counts = beam.pvalue.AsSingleton(shard_counts_per_split)
         written = (keyed
-                   | "GroupByShard" >> beam.GroupByKey()
+                   | "GroupByShard" >> GroupByKeyInLanes(self._lanes)
                    | "WriteShard" >> beam.ParDo(
                        _WriteShardFn(self._staging_dir, output, self._processes), counts,
                        beam.pvalue.AsSingleton(self._class_table),
