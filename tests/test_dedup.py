@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import apache_beam as beam
-import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.beamutil import fn_api_pipeline
@@ -73,8 +72,7 @@ def _labelled(path: str, sha256: str, label: str, boxes: tuple = ()) -> ImageRec
                        label=label, boxes=boxes)
 
 
-@pytest.mark.parametrize("lanes", [None, 3])
-def test_with_a_class_table_ids_come_first_and_a_label_reject_takes_no_part(lanes):
+def test_with_a_class_table_ids_come_first_and_a_label_reject_takes_no_part():
     """`class_table`: each candidate of a group gets its id before the keep rule; one whose
     label (or box class) the table lacks is rejected and does not make the others duplicates,
     as when classes were assigned before the dedup. A quality reject passes without an id and
@@ -90,28 +88,31 @@ def test_with_a_class_table_ids_come_first_and_a_label_reject_takes_no_part(lane
     with fn_api_pipeline() as pipeline:
         tonight = pipeline | "Tonight" >> beam.Create(records)
         classes = pipeline | "Table" >> beam.Create([table])
-        assert_that(tonight | "WithTable" >> DropExactDuplicates(class_table=classes,
-                                                                 lanes=lanes), equal_to([
-            unknown.rejected("unknown_class", unknown_detail),
-            _labelled("b.jpg", "aa", "dog").replace(label_id=1),
-            bad_box.rejected("bad_box", "box classes ['owl'] are not in the class table"),
-            _labelled("d.jpg", "cc", "cat").replace(label_id=0),
-            blurry,
-            _labelled("f.jpg", "ee", "cat").replace(label_id=0).rejected(
-                "duplicate", "same sha256 as 'e.jpg' (kept)"),
-        ]), label="with the table")
-        assert_that(tonight | "NoTable" >> DropExactDuplicates(lanes=lanes), equal_to([
-            unknown,
-            _labelled("b.jpg", "aa", "dog").rejected("duplicate", "same sha256 as 'a.jpg' (kept)"),
-            bad_box,
-            _labelled("d.jpg", "cc", "cat").rejected("duplicate", "same sha256 as 'c.jpg' (kept)"),
-            blurry,
-            _labelled("f.jpg", "ee", "cat").rejected("duplicate", "same sha256 as 'e.jpg' (kept)"),
-        ]), label="without")
+        for lanes in (None, 3):
+            assert_that(tonight | f"WithTable{lanes}" >> DropExactDuplicates(
+                class_table=classes, lanes=lanes), equal_to([
+                    unknown.rejected("unknown_class", unknown_detail),
+                    _labelled("b.jpg", "aa", "dog").replace(label_id=1),
+                    bad_box.rejected("bad_box", "box classes ['owl'] are not in the class table"),
+                    _labelled("d.jpg", "cc", "cat").replace(label_id=0),
+                    blurry,
+                    _labelled("f.jpg", "ee", "cat").replace(label_id=0).rejected(
+                        "duplicate", "same sha256 as 'e.jpg' (kept)"),
+                ]), label=f"with the table, lanes {lanes}")
+            assert_that(tonight | f"NoTable{lanes}" >> DropExactDuplicates(lanes=lanes), equal_to([
+                unknown,
+                _labelled("b.jpg", "aa", "dog").rejected("duplicate",
+                                                         "same sha256 as 'a.jpg' (kept)"),
+                bad_box,
+                _labelled("d.jpg", "cc", "cat").rejected("duplicate",
+                                                         "same sha256 as 'c.jpg' (kept)"),
+                blurry,
+                _labelled("f.jpg", "ee", "cat").rejected("duplicate",
+                                                         "same sha256 as 'e.jpg' (kept)"),
+            ]), label=f"without, lanes {lanes}")
 
 
-@pytest.mark.parametrize("lanes", [None, 3])
-def test_near_duplicates_against_tonight_and_the_archive(lanes):
+def test_near_duplicates_against_tonight_and_the_archive():
     records = [
         _record("a.jpg", "1", "0000000000000000"),
         _record("b.jpg", "2", "0000000000000007"),  # 3 bits from a.jpg
@@ -123,18 +124,18 @@ def test_near_duplicates_against_tonight_and_the_archive(lanes):
                ("old/e.jpg", "00000000000000ff", "run1")]  # 5 from b.jpg, 8 from a.jpg
     with fn_api_pipeline() as pipeline:
         archived = pipeline | "Archive" >> beam.Create(archive)
-        kept = (pipeline | "Tonight" >> beam.Create(records)
-                | DropNearDuplicates(4, archived, lanes=lanes))
-        assert_that(kept, equal_to([
+        tonight = pipeline | "Tonight" >> beam.Create(records)
+        expected = [
             records[0],
             records[1].rejected("near_duplicate", _near_detail(3, "'a.jpg'")),
-            records[2].rejected("near_duplicate",
-                                _near_detail(1, "'old/c.jpg' in snapshot run1")),
+            records[2].rejected("near_duplicate", _near_detail(1, "'old/c.jpg' in snapshot run1")),
             records[3],
             # an archived neighbour outranks a closer one of tonight
-            records[4].rejected("near_duplicate",
-                                _near_detail(4, "'old/e.jpg' in snapshot run1")),
-        ]))
+            records[4].rejected("near_duplicate", _near_detail(4, "'old/e.jpg' in snapshot run1")),
+        ]
+        for lanes in (None, 3):  # the shuffles key by key, and in lanes
+            kept = tonight | f"Near{lanes}" >> DropNearDuplicates(4, archived, lanes=lanes)
+            assert_that(kept, equal_to(expected), label=f"Check{lanes}")
 
 
 def test_near_duplicate_threshold_is_inclusive_and_zero_means_identical_hashes_only():
@@ -154,8 +155,7 @@ def test_near_duplicate_threshold_is_inclusive_and_zero_means_identical_hashes_o
         ]))
 
 
-@pytest.mark.parametrize("lanes", [None, 3])
-def test_no_archive_searches_tonights_hashes_alone_with_the_same_answers(lanes):
+def test_no_archive_searches_tonights_hashes_alone_with_the_same_answers():
     """`archive=None` (a full run) skips the Flatten with the archive's hashes: the same
     verdicts as an empty archive, for the plain and the crop-tolerant search (and with the
     shuffles in lanes)."""
@@ -171,9 +171,9 @@ def test_no_archive_searches_tonights_hashes_alone_with_the_same_answers(lanes):
             tonight = pipeline | "Tonight" >> beam.Create(records)
             empty = pipeline | "Archive" >> beam.Create([])
             with_empty = tonight | "EmptyArchive" >> DropNearDuplicates(
-                4, empty, crop_max_hamming=crop, lanes=lanes)
+                4, empty, crop_max_hamming=crop)
             alone = tonight | "NoArchive" >> DropNearDuplicates(4, None, crop_max_hamming=crop,
-                                                                lanes=lanes)
+                                                                lanes=3)  # and in lanes
             assert_that(with_empty, equal_to(expected), label="WithEmpty")
             assert_that(alone, equal_to(expected), label="Alone")
 

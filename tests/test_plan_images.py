@@ -56,14 +56,13 @@ def _plan(pipeline, refs, rejected, labels, boxes, priors, folder_labels=True,
                                              RETIRED)}}
 
 
-@pytest.mark.parametrize("lanes", [None, 2])
-def test_files_get_their_rows_and_a_label_key_from_the_csv_or_the_folder(lanes):
+def test_files_get_their_rows_and_a_label_key_from_the_csv_or_the_folder():
     cat_row, box = _label("a/1.jpg", "cat", 2), BoxRow("a/1.jpg", 1, 2, 3, 4, "cat", "boxes.csv:2")
     dog_rows = (_label("b/2.jpg", "dog", 3, "test"), _label("b/2.jpg", "dog", 4))
     with fn_api_pipeline() as pipeline:
         planned = _plan(
             pipeline, [_ref("a/1.jpg"), _ref("b/2.jpg"), _ref("dog/3.jpg"), _ref("loose.jpg")],
-            [], [cat_row, dog_rows[1], dog_rows[0]], [box], [], lanes=lanes)
+            [], [cat_row, dog_rows[1], dog_rows[0]], [box], [])
         assert_outputs(planned, {"images": [
             ImageRecord(uri="/data/a/1.jpg", path="a/1.jpg", file_bytes=10, mtime=1000.0,
                         # boxes add a digest of their rows, so a corrected box is news
