@@ -85,30 +85,38 @@ def test_a_packed_record_unpacks_equal_to_itself():
     assert unpacked(packed(("key", [1, 2.5]))) == ("key", [1, 2.5])
 
 
-def test_join_by_key_is_co_group_by_key_with_packed_tags_shuffled_as_bytes():
+def _join_inputs(pipeline) -> tuple[list, dict]:
+    """Three records (two share a sha256) and two notes keyed by sha256, one of them on no
+    record: (the records, {tag: PCollection})."""
     records = [_record("a.jpg", "11" * 32), _record("b.jpg", "11" * 32),
                _record("c.jpg", "22" * 32)]
     notes = [("11" * 32, "first"), ("33" * 32, "alone")]
+    return records, {"records": pipeline | "Records" >> beam.Create(records, reshuffle=False),
+                     "notes": pipeline | "Notes" >> beam.Create(notes, reshuffle=False)}
+
+
+def _comparable(item):
+    key, grouped = item
+    return key, sorted((tag, sorted(values, key=repr)) for tag, values in grouped.items())
+
+
+def _joined(records) -> list:
+    """What the join of `_join_inputs` gives, as `_comparable` shows it."""
+    return [("11" * 32, [("notes", ["first"]), ("records", sorted(records[:2], key=repr))]),
+            ("22" * 32, [("notes", []), ("records", [records[2]])]),
+            ("33" * 32, [("notes", ["alone"]), ("records", [])])]
+
+
+def test_join_by_key_is_co_group_by_key_with_packed_tags_shuffled_as_bytes():
     pipeline = beam.Pipeline(runner=FnApiRunner())
-    inputs = {"records": pipeline | "Records" >> beam.Create(records, reshuffle=False),
-              "notes": pipeline | "Notes" >> beam.Create(notes, reshuffle=False)}
+    records, inputs = _join_inputs(pipeline)
     ours = inputs | "Ours" >> JoinByKey({"records": lambda r: (r.sha256, r)},
                                         packed=("records",))
     keyed = inputs["records"] | "Key" >> beam.Map(lambda r: (r.sha256, r))
     beams = {"records": keyed, "notes": inputs["notes"]} | "Beams" >> beam.CoGroupByKey()
-
-    def comparable(item):
-        key, grouped = item
-        return key, sorted((tag, sorted(values, key=repr)) for tag, values in grouped.items())
-
-    expected = [
-        ("11" * 32, [("notes", ["first"]), ("records", sorted(records[:2], key=repr))]),
-        ("22" * 32, [("notes", []), ("records", [records[2]])]),
-        ("33" * 32, [("notes", ["alone"]), ("records", [])]),
-    ]
-    assert_that(ours | "OursComparable" >> beam.Map(comparable), equal_to(expected),
+    assert_that(ours | "OursComparable" >> beam.Map(_comparable), equal_to(_joined(records)),
                 label="CheckOurs")
-    assert_that(beams | "BeamsComparable" >> beam.Map(comparable), equal_to(expected),
+    assert_that(beams | "BeamsComparable" >> beam.Map(_comparable), equal_to(_joined(records)),
                 label="CheckBeams")
     shuffled = []
 
@@ -170,24 +178,12 @@ def test_group_by_key_in_lanes_is_group_by_key(monkeypatch, held, lists):
 
 
 def test_join_by_key_in_lanes_is_co_group_by_key_with_packed_values_in_lists():
-    records = [_record("a.jpg", "11" * 32), _record("b.jpg", "11" * 32),
-               _record("c.jpg", "22" * 32)]
-    notes = [("11" * 32, "first"), ("33" * 32, "alone")]
     pipeline = beam.Pipeline(runner=FnApiRunner())
-    inputs = {"records": pipeline | "Records" >> beam.Create(records, reshuffle=False),
-              "notes": pipeline | "Notes" >> beam.Create(notes, reshuffle=False)}
+    records, inputs = _join_inputs(pipeline)
     ours = inputs | "Ours" >> JoinByKey({"records": lambda r: (r.sha256, r)},
                                         packed=("records",), lanes=2)
-
-    def comparable(item):
-        key, grouped = item
-        return key, sorted((tag, sorted(values, key=repr)) for tag, values in grouped.items())
-
-    assert_that(ours | "OursComparable" >> beam.Map(comparable), equal_to([
-        ("11" * 32, [("notes", ["first"]), ("records", sorted(records[:2], key=repr))]),
-        ("22" * 32, [("notes", []), ("records", [records[2]])]),
-        ("33" * 32, [("notes", ["alone"]), ("records", [])]),
-    ]), label="CheckOurs")
+    assert_that(ours | "OursComparable" >> beam.Map(_comparable), equal_to(_joined(records)),
+                label="CheckOurs")
     # The keys' lanes: 1 for "11...", 1 for "22...", 0 for "33...".
     shuffled = _shuffled(pipeline, "Ours/GroupByLane")
     assert_that(shuffled | "ValueTypes" >> beam.MapTuple(lambda lane, tagged: (
