@@ -121,7 +121,7 @@ class CombineToOne(beam.PTransform):
 
 
 _HELD = 4096
-"""Pairs a step that shuffles in lanes holds before it sends them on (~2 MB of records)."""
+"""Elements a step holds before it sends them on as lists (`InLists`, a shuffle in lanes)."""
 
 
 def lane_of(key, lanes: int) -> int:
@@ -145,42 +145,6 @@ def _collect(item, tags, packed_tags):
     for tag, value in tagged:
         grouped[tag].append(unpacked(value) if tag in packed_tags else value)
     return key, grouped
-
-
-class _IntoLanes(LeanDoFn):
-    """Elements -> (lane, (tag, [(key, value), ...])): each element's (key, value)
-    (`key_value(element)`, or the element itself when None; the value `packed` with `pack`),
-    held per lane (`lane_of`) until the bundle ends or `_HELD` pairs are held. Every output is
-    in the global window (the only one a shuffle in lanes accepts)."""
-
-    def __init__(self, tag, key_value, pack: bool, lanes: int):
-        self._tag, self._key_value, self._pack, self._lanes = tag, key_value, pack, lanes
-
-    def start_bundle(self):
-        self._held: dict = {}
-        self._count = 0
-
-    def process(self, element):
-        key, value = element if self._key_value is None else self._key_value(element)
-        if self._pack:
-            value = packed(value)
-        lane = lane_of(key, self._lanes)
-        held = self._held.get(lane)
-        if held is None:
-            held = self._held[lane] = []
-        held.append((key, value))
-        self._count += 1
-        if self._count >= _HELD:
-            yield from self._send()
-
-    def _send(self):
-        held, self._held, self._count = self._held, {}, 0
-        tag = self._tag
-        for lane, pairs in held.items():
-            yield GlobalWindows.windowed_value((lane, (tag, pairs)))
-
-    def finish_bundle(self):
-        yield from self._send()
 
 
 def _regrouped(item, tags, packed_tags):
@@ -224,13 +188,35 @@ class _InListsFn(LeanDoFn):
         if len(self._held) >= _HELD:
             yield from self._send()
 
+    def finish_bundle(self):
+        yield from self._send()
+
     def _send(self):
         held, self._held = self._held, []
         if held:
-            yield GlobalWindows.windowed_value(held)
+            yield from self._outputs(held)
 
-    def finish_bundle(self):
-        yield from self._send()
+    def _outputs(self, held: list):
+        yield GlobalWindows.windowed_value(held)
+
+
+class _IntoLanes(_InListsFn):
+    """Elements -> (lane, (tag, [(key, value), ...])): the elements `_InListsFn` holds, each
+    as its (key, value) (`key_value(element)`, or the element itself when None; the value
+    `packed` with `pack`), one list per lane (`lane_of` the key) of what was held."""
+
+    def __init__(self, tag, key_value, pack: bool, lanes: int):
+        self._tag, self._key_value, self._pack, self._lanes = tag, key_value, pack, lanes
+
+    def _outputs(self, held: list):
+        key_value, pack, lanes = self._key_value, self._pack, self._lanes
+        by_lane: dict = {}
+        for element in held:
+            key, value = element if key_value is None else key_value(element)
+            by_lane.setdefault(lane_of(key, lanes), []).append(
+                (key, packed(value) if pack else value))
+        for lane, pairs in by_lane.items():
+            yield GlobalWindows.windowed_value((lane, (self._tag, pairs)))
 
 
 def InLists() -> beam.ParDo:  # noqa: N802 (a step, named as one)

@@ -57,18 +57,16 @@ class _RowBatchFn(LeanDoFn):
         else:
             self._rows.append(rows)
         while len(self._rows) >= _BATCH_ROWS:
-            rest, self._rows = self._rows[_BATCH_ROWS:], self._rows[:_BATCH_ROWS]
-            yield self._batch()
-            self._rows = rest
+            yield self._batch(self._rows[:_BATCH_ROWS])
+            self._rows = self._rows[_BATCH_ROWS:]
 
     def finish_bundle(self):
         if self._rows:
-            yield GlobalWindows.windowed_value(self._batch())
+            rows, self._rows = self._rows, []
+            yield GlobalWindows.windowed_value(self._batch(rows))
 
-    def _batch(self) -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_pylist(self._rows, schema=self._schema)
-        self._rows = []
-        return batch
+    def _batch(self, rows: list) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pylist(rows, schema=self._schema)
 
 
 class _PathSampleFn(SampleAndCountFn):

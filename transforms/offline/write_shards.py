@@ -186,10 +186,15 @@ def _for_shards(record) -> tuple:
     return record.split, (record.sha256, tuple(box[4] for box in record.boxes), packed(record))
 
 
-def _keyed_by_shard(entries, counts: dict):
-    """(split, entry) -> ((split, shard index), entry) for each `_for_shards` entry."""
-    for split, entry in entries:
-        yield (split, splits.shard_index(entry[0], counts[split])), entry
+def _by_shard(packed_record: tuple, counts: dict) -> tuple:
+    """(split, entry) of `_for_shards` -> ((split, shard index), entry)."""
+    split, entry = packed_record
+    return (split, splits.shard_index(entry[0], counts[split])), entry
+
+
+def _each_by_shard(packed_records: list, counts: dict) -> list:
+    """`_by_shard` of each of a list of `_for_shards` tuples."""
+    return [_by_shard(packed_record, counts) for packed_record in packed_records]
 
 
 class AssignShards(beam.PTransform):
@@ -218,12 +223,11 @@ class AssignShards(beam.PTransform):
         if self._in_lists:
             keyed = (packed_records
                      | "InLists" >> InLists()
-                     | "KeyByShard" >> FlatMap(_keyed_by_shard,
+                     | "KeyByShard" >> FlatMap(_each_by_shard,
                                                beam.pvalue.AsSingleton(counts)))
         else:
-            keyed = packed_records | "KeyByShard" >> Map(
-                lambda t, n: ((t[0], splits.shard_index(t[1][0], n[t[0]])), t[1]),
-                beam.pvalue.AsSingleton(counts))
+            keyed = packed_records | "KeyByShard" >> Map(_by_shard,
+                                                         beam.pvalue.AsSingleton(counts))
         return keyed, counts
 
 
