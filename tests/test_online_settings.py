@@ -5,12 +5,19 @@ its documentation names (every choice of a closed set, both booleans, 0 where 0 
 off, a value that switches it on, range ends) and the companions a value needs to matter (a
 crop area needs a crop). Tests check that the table covers every dataclass field and every
 choice of the closed sets, and that `configs/base.yaml` documents the same choices; so a new
-key or choice cannot be documented without being built here. Each case reads one shared
-synthetic snapshot (with boxes, read with and without them where boxes matter) with only its
-section's ops on, uncompiled, unshuffled, in batches whose size is unknown to the graph (the
-last partial batch's case), and its id names the key and value. The quick tier builds the
-closed sets' choices, the switches and the presets; the slow tier adds every magnitude
-(`_cases`).
+key or choice cannot be documented without being built here.
+
+The values are read in packs (`_packs`): one config sets many keys at once, so 91 values cost
+15 traced pipelines instead of 79 (each costs ~0.5-1 s of tracing and function instantiation,
+little of it for what it holds). A pack never holds two values of one key (companions included)
+nor a value with one it makes moot (`MASKS`: a section switched off, no image mixed, no warp
+left to expose the padding), so every value's ops are built and run as when it was read alone;
+the top-level keys pack apart (`enable_rate` gates every section). A failing pack reads its
+values one by one and names those that fail on their own. Each pack reads one shared synthetic
+snapshot (with boxes, and without them where boxes matter) with only its values' sections on,
+uncompiled, unshuffled, in batches whose size is unknown to the graph (the last partial batch's
+case). The quick tier reads the packs that hold a closed set's choice or a switch (they take
+magnitudes along); the slow tier the packs of magnitudes alone.
 """
 from __future__ import annotations
 
@@ -92,9 +99,24 @@ SETTINGS = {
 # Every case reads boxes (their path runs every op's image code too); where boxes change what
 # a setting does to the images, it is also read without them.
 BOXES_MATTER = ("geometry.fill_mode",)
-# Only the case's own section runs (the rest off), so each case traces little.
-ONLY = {"geometry": ("pixel", "mix"), "pixel": ("geometry", "mix"), "mix": ("geometry", "pixel"),
-        "normalize": ("geometry", "pixel", "mix"), "": ("pixel",)}
+# The sections a pack can switch off: only those its values are in run, so it traces little.
+SWITCHED = ("geometry", "pixel", "mix")
+# A value (key, value) -> what it makes moot in a pack: a key (any value of it) or one
+# (key, value). Checked both ways round.
+SECTION_KEYS = {section: tuple(f"{section}.{field.name}" for field in dataclasses.fields(schema))
+                for section, schema in SECTIONS.items() if section}
+WARPS_OFF = (("geometry.rotation_degrees", 0.0), ("geometry.translate", 0.0),
+             ("geometry.scale", (1.0, 1.0)))  # together: no padding for fill_mode to fill
+MASKS = {
+    ("geometry.enabled", False): SECTION_KEYS["geometry"],
+    ("pixel.enabled", False): SECTION_KEYS["pixel"],
+    ("mix.enabled", False): SECTION_KEYS["mix"],
+    ("mix.probability", 0.0): SECTION_KEYS["mix"],
+    ("mix.mixup_alpha", 0.0): ("mix.switch_probability", ("mix.cutmix_alpha", 0.0)),
+    ("mix.cutmix_alpha", 0.0): ("mix.switch_probability",),
+    ("enable_rate", 0.0): ("seed",),  # no batch augmented: no seed drawn
+    **{warp: WARPS_OFF for warp in WARPS_OFF},
+}
 
 
 def _fields() -> set[str]:
@@ -119,31 +141,100 @@ def _base_yaml() -> dict:
     return read_yaml(default_config_path())
 
 
-def _config(key: str, value, companions: dict):
-    """base.yaml with only the key's section on, its companions and the value, validated as a
-    user's YAML is."""
+def _config(sections: set, settings: dict):
+    """base.yaml with the settings (dotted keys below `online`), validated as a user's YAML is.
+    Of the switched sections only those in `sections` run; the top-level keys' values (section
+    "") run with geometry and mix, as a user's defaults do."""
     data = copy.deepcopy(_base_yaml())
-    for off in ONLY[key.split(".")[0] if "." in key else ""]:
+    for off in ("pixel",) if sections == {""} else set(SWITCHED) - sections:
         data["online"][off]["enabled"] = False
-    for other, other_value in {**companions, key: value}.items():
-        _online(data, other, other_value)
+    for key, value in settings.items():
+        _online(data, key, value)
     return config_from_dict(data)
 
 
-def _cases():
-    """One case per key, value and box mode. The quick tier builds every choice of the closed
-    sets and both values of every switch (where a branch is picked); `make test` every value
-    (magnitudes too). A config equal to an earlier case's is read once (`_READ`)."""
-    for key, (values, companions) in SETTINGS.items():
-        marks = [] if key in CHOICES or values == BOOL else [pytest.mark.slow]
-        for value in values:
-            boxes = (True, False) if key.startswith(BOXES_MATTER) else (True,)
-            for with_boxes in boxes:
-                yield pytest.param(_config(key, value, companions), with_boxes, marks=marks,
-                                   id=f"{key}={value!r}" + ("" if with_boxes else "-no_boxes"))
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """One documented value of one key, with the companions it needs and its box mode."""
+    key: str
+    value: object
+    companions: tuple
+    with_boxes: bool
+    quick: bool  # a closed set's choice or a switch: read by the quick tier too
+
+    @property
+    def settings(self) -> dict:
+        return {**dict(self.companions), self.key: self.value}
+
+    @property
+    def section(self) -> str:
+        return self.key.split(".")[0] if "." in self.key else ""
+
+    @property
+    def group(self) -> str:
+        """The top-level keys pack apart (`enable_rate` gates every section); the sections'
+        keys pack together (no section's value moots another section's)."""
+        return "online" if self.section == "" else "sections"
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value!r}" + ("" if self.with_boxes else "-no_boxes")
 
 
-_READ: set = set()  # (online config, with boxes) read and checked by an earlier case
+def _values() -> list[Value]:
+    """Every key's documented values (the values where boxes matter twice), key by key in table
+    order; the n-th key's values turned by n, so that a pack (first fit) mixes the values that
+    switch ops off with those that switch them on, as the defaults do, rather than holding all
+    the zeros of a section."""
+    return [Value(key, value, tuple(companions.items()), with_boxes,
+                  key in CHOICES or values == BOOL)
+            for turn, (key, (values, companions)) in enumerate(SETTINGS.items())
+            for value in values[turn % len(values):] + values[:turn % len(values)]
+            for with_boxes in ((True, False) if key.startswith(BOXES_MATTER) else (True,))]
+
+
+def _moots(first: Value, second: Value) -> bool:
+    """True when `first`'s value leaves `second`'s without an effect (`MASKS`)."""
+    masked = MASKS.get((first.key, first.value), ())
+    return any(key in masked or (key, value) in masked for key, value in second.settings.items())
+
+
+def _settings(pack: list[Value]) -> dict:
+    """The pack's keys and companions, dotted below `online`."""
+    return {key: value for member in pack for key, value in member.settings.items()}
+
+
+def _fits(candidate: Value, pack: list[Value]) -> bool:
+    """True when the candidate sets no key of the pack otherwise and moots no member (nor is
+    mooted by one)."""
+    settings = _settings(pack)
+    return (all(settings.get(key, value) == value for key, value in candidate.settings.items())
+            and not any(_moots(candidate, member) or _moots(member, candidate)
+                        for member in pack))
+
+
+def _packs() -> list[list[Value]]:
+    """The values packed first fit, per group and box mode: the quick tier's values first, so
+    that every pack holding one of them is a quick pack and the magnitudes fill them."""
+    packs: list[list[Value]] = []
+    values = _values()
+    for value in [v for v in values if v.quick] + [v for v in values if not v.quick]:
+        pack = next((pack for pack in packs if pack[0].group == value.group
+                     and pack[0].with_boxes == value.with_boxes and _fits(value, pack)), None)
+        if pack is None:
+            packs.append([value])
+        else:
+            pack.append(value)
+    return packs
+
+
+def _pack_config(pack: list[Value]):
+    return _config({member.section for member in pack}, _settings(pack))
+
+
+def _pack_params():
+    for pack in _packs():
+        yield pytest.param(pack, marks=[] if any(member.quick for member in pack)
+                           else [pytest.mark.slow], id=",".join(map(str, pack)))
 
 
 @pytest.fixture(scope="module")
@@ -178,12 +269,40 @@ def _check(batch, config, with_boxes: bool) -> None:
         assert batch["matrix"].shape == (3, 3, 3)
 
 
-@pytest.mark.parametrize("config,with_boxes", list(_cases()))
-def test_every_documented_value_builds_and_reads(snapshot, config, with_boxes):
-    # A value equal to the default of its section gives a config an earlier case read already.
-    if (config.online, with_boxes) not in _READ:
+@pytest.mark.parametrize("pack", list(_pack_params()))
+def test_every_documented_value_builds_and_reads(snapshot, pack):
+    config, with_boxes = _pack_config(pack), pack[0].with_boxes
+    try:
         _check(_first_batch(snapshot, config, with_boxes), config, with_boxes)
-        _READ.add((config.online, with_boxes))
+    except Exception as error:
+        alone = []
+        for member in pack:
+            single = _config({member.section}, member.settings)
+            try:
+                _check(_first_batch(snapshot, single, with_boxes), single, with_boxes)
+            except Exception:  # each value's own failure is what is reported
+                alone.append(str(member))
+        reason = (f"read alone, these fail too: {alone}" if alone
+                  else "read alone, each value builds and reads: their combination fails")
+        raise AssertionError(f"the pack failed; {reason}") from error
+
+
+def test_every_value_is_in_one_pack_and_no_pack_moots_its_own():
+    packs = _packs()
+    assert sorted(map(str, _values())) == sorted(str(member) for pack in packs
+                                                 for member in pack)
+    for pack in packs:
+        assert len({member.group for member in pack}) == 1
+        assert len({member.with_boxes for member in pack}) == 1
+        for index, member in enumerate(pack):
+            assert _fits(member, pack[:index] + pack[index + 1:]), (member, pack)
+        online = _pack_config(pack).online
+        for member in pack:  # each value as the pack reads it: as given, or as read alone
+            for key, value in member.settings.items():
+                path = key.split(".")
+                read = functools.reduce(getattr, path, online)
+                assert read == value or read == functools.reduce(
+                    getattr, path, _config({member.section}, member.settings).online), key
 
 
 @pytest.mark.parametrize("preset", sorted(glob.glob(os.path.join(
