@@ -218,3 +218,31 @@ def test_in_lists_sends_a_bundles_elements_as_lists_and_a_combine_over_lists_see
     assert_that(empty | "Nothing" >> CombineToOne(over_lists(_SumAndCount())),
                 equal_to([{"sum": 0, "count": 0}]), label="OverNothing")
     pipeline.run().wait_until_finish()
+
+
+class _Batched(_SumAndCount):
+    """`_SumAndCount` that records its lifecycle and adds a list in one `add_inputs` call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def setup(self, *args, **kwargs):
+        self.calls.append("setup")
+
+    def add_inputs(self, accumulator, values):
+        self.calls.append(("add_inputs", list(values)))
+        return accumulator[0] + sum(values), accumulator[1] + len(values)
+
+    def teardown(self, *args, **kwargs):
+        self.calls.append("teardown")
+
+
+def test_a_combine_over_lists_forwards_setup_teardown_and_each_list_to_add_inputs():
+    inner = _Batched()
+    combine = over_lists(inner)
+    combine.setup()
+    accumulator = combine.add_input(combine.create_accumulator(), [1, 2])
+    accumulator = combine.add_input(accumulator, [3])
+    assert combine.extract_output(accumulator) == {"sum": 6, "count": 3}
+    combine.teardown()
+    assert inner.calls == ["setup", ("add_inputs", [1, 2]), ("add_inputs", [3]), "teardown"]

@@ -227,19 +227,20 @@ def InLists() -> beam.ParDo:  # noqa: N802 (a step, named as one)
 
 
 class _OverListsFn(beam.CombineFn):
-    """`combine_fn` over the items of lists (what `InLists` makes) instead of the items."""
+    """`combine_fn` over the items of lists (what `InLists` makes) instead of the items: a
+    list goes in through its `add_inputs` (Beam's item-by-item `add_input` unless it batches)."""
 
     def __init__(self, combine_fn: beam.CombineFn):
         self._fn = combine_fn
+
+    def setup(self, *args, **kwargs):
+        self._fn.setup(*args, **kwargs)
 
     def create_accumulator(self):
         return self._fn.create_accumulator()
 
     def add_input(self, accumulator, items):
-        add = self._fn.add_input
-        for item in items:
-            accumulator = add(accumulator, item)
-        return accumulator
+        return self._fn.add_inputs(accumulator, items)
 
     def merge_accumulators(self, accumulators):
         return self._fn.merge_accumulators(accumulators)
@@ -249,6 +250,9 @@ class _OverListsFn(beam.CombineFn):
 
     def extract_output(self, accumulator):
         return self._fn.extract_output(accumulator)
+
+    def teardown(self, *args, **kwargs):
+        self._fn.teardown(*args, **kwargs)
 
 
 def over_lists(combine_fn: beam.CombineFn) -> beam.CombineFn:
