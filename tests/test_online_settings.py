@@ -121,9 +121,8 @@ MASKS = {
 
 def _fields() -> set[str]:
     """Every key of the online dataclasses, dotted below `online` (sections excluded)."""
-    return {f"{section}.{field.name}" if section else field.name
-            for section, schema in SECTIONS.items() for field in dataclasses.fields(schema)
-            if not (section == "" and field.name in SECTIONS)}
+    top = {field.name for field in dataclasses.fields(SECTIONS[""])} - set(SECTIONS)
+    return top.union(*SECTION_KEYS.values())
 
 
 def _online(data: dict, key: str, value) -> None:
