@@ -366,3 +366,31 @@ def test_corpus_images_pass_quality_and_are_not_near_duplicates(corpus):
 def test_corpus_rejects_bad_arguments(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         demo_data.generate_corpus(str(tmp_path), **kwargs)
+
+
+def test_a_canvas_set_drawn_again_from_the_same_state_is_the_first_draw(monkeypatch):
+    """`photo_canvases` keeps a set per generator state: drawing it again returns the same
+    pixels, read-only, and leaves the generator where the first draw left it; a set drawn
+    with nothing kept (a fresh process) is the same too."""
+    monkeypatch.setattr(demo_data, "_CANVAS_SETS", {})
+    first_rng, again_rng = np.random.default_rng(5), np.random.default_rng(5)
+    first = demo_data.photo_canvases(first_rng, 2, 48)
+    again = demo_data.photo_canvases(again_rng, 2, 48)
+    assert len(demo_data._CANVAS_SETS) == 1
+    assert first_rng.bit_generator.state == again_rng.bit_generator.state
+    assert first_rng.random() == again_rng.random()
+    monkeypatch.setattr(demo_data, "_CANVAS_SETS", {})
+    fresh = demo_data.photo_canvases(np.random.default_rng(5), 2, 48)
+    for a, b, c in zip(first, again, fresh, strict=True):
+        assert a.shape == (48, 48, 3) and np.array_equal(a, b) and np.array_equal(a, c)
+        with pytest.raises(ValueError, match="read-only"):
+            b[0, 0, 0] = 0
+    other = demo_data.photo_canvases(np.random.default_rng(6), 2, 48)
+    assert not np.array_equal(other[0], first[0])
+
+
+def test_canvas_sets_kept_are_bounded(monkeypatch):
+    monkeypatch.setattr(demo_data, "_CANVAS_SETS", {})
+    for seed in range(demo_data._CANVAS_SETS_KEPT + 2):
+        demo_data.photo_canvases(np.random.default_rng(seed), 1, 16)
+    assert len(demo_data._CANVAS_SETS) == demo_data._CANVAS_SETS_KEPT

@@ -19,13 +19,6 @@ _CAMERA_SIZE = (3000, 4000)     # height, width: 12 MP
 _QUALITY = (75, 95)
 
 
-def _canvases(rng, count: int, size: int) -> list:
-    from runners.demo import data as demo_data
-    return [demo_data._photo_canvas(rng, size, np.concatenate(
-        [demo_data._class_colours(k), demo_data._class_colours(k + count)]))
-            for k in range(count)]
-
-
 def _write_labelled(directory: str, rows: list) -> None:
     from runners.demo import data as demo_data
     os.makedirs(directory, exist_ok=True)
@@ -41,7 +34,7 @@ def generate_thumbnails(directory: str, n_images: int, seed: int = 0) -> None:
     from runners.demo import data as demo_data
     rng = np.random.default_rng(seed)
     classes = demo_data.DEMO_CLASSES
-    bases = _canvases(rng, len(classes), 1280)
+    bases = demo_data.photo_canvases(rng, len(classes), 1280)
     rows = []
     for index in range(n_images):
         k = index % len(classes)
@@ -66,7 +59,7 @@ def generate_camera(directory: str, n_images: int, seed: int = 0) -> None:
     from runners.demo import data as demo_data
     rng = np.random.default_rng(seed)
     classes = demo_data.DEMO_CLASSES
-    tiles = _canvases(rng, 6, 1024)
+    tiles = demo_data.photo_canvases(rng, 6, 1024)
     height, width = _CAMERA_SIZE
     rows = []
     for index in range(n_images):

@@ -362,6 +362,33 @@ def _photo_canvas(rng: np.random.Generator, size: int, colours) -> np.ndarray:
     return np.clip(image + 0.5, 0, 255).astype(np.uint8)
 
 
+# Canvas sets drawn in this process: (generator state before, count, size) -> (the canvases,
+# read-only; the generator's state after). At most `_CANVAS_SETS_KEPT` (a 1280 px set: 20 MB).
+_CANVAS_SETS: dict = {}
+_CANVAS_SETS_KEPT = 4
+
+
+def photo_canvases(rng: np.random.Generator, count: int, size: int) -> list:
+    """`count` read-only `_photo_canvas`es of `size` px drawn from `rng`, canvas k coloured by
+    classes k and k + count. A set is ~1 s of CPU per canvas at 1280 px, and the bench's
+    corpora and the tests draw the same sets again from the same seed (the photo-like corpora,
+    the thumbnails): a set drawn from a generator state is kept, and drawing it again from
+    that state returns it and moves the generator on as the draw did, so every file written
+    stays byte-identical."""
+    key = (repr(rng.bit_generator.state), count, size)
+    if key not in _CANVAS_SETS:
+        canvases = [_photo_canvas(rng, size, np.concatenate(
+            [_class_colours(k), _class_colours(k + count)])) for k in range(count)]
+        for canvas in canvases:
+            canvas.setflags(write=False)  # shared by every later draw: cut from, never drawn on
+        if len(_CANVAS_SETS) >= _CANVAS_SETS_KEPT:
+            _CANVAS_SETS.pop(next(iter(_CANVAS_SETS)))
+        _CANVAS_SETS[key] = (canvases, rng.bit_generator.state)
+    canvases, state_after = _CANVAS_SETS[key]
+    rng.bit_generator.state = state_after
+    return list(canvases)
+
+
 def _paste_patches(rng: np.random.Generator, image: np.ndarray, bases: list) -> None:
     """Pastes two rectangles cut from random canvases into `image` (in place): cheap (copies
     only), and it moves the low frequencies enough that crops of one canvas hash apart."""
@@ -395,8 +422,7 @@ def generate_corpus(directory: str, n_images: int, seed: int = 0,
             f"png_fraction must be in [0, 1]. Received: png_fraction={png_fraction!r}")
     rng = np.random.default_rng(seed)
     classes = DEMO_CLASSES
-    bases = [_photo_canvas(rng, _CORPUS_BASE, np.concatenate(
-        [_class_colours(k), _class_colours(k + len(classes))])) for k in range(len(classes))]
+    bases = photo_canvases(rng, len(classes), _CORPUS_BASE)
     n_png = int(round(n_images * png_fraction))
     png_indices = set(rng.choice(n_images, size=n_png, replace=False).tolist()) if n_png else set()
     paths, rows = [], []
