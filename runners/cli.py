@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         return 0
     if command not in _GRAPH_COMMANDS:
         return _run(command, importlib.import_module(module_name), rest, verbose)
-    if command in _DECODING_COMMANDS and not any(
+    if command in _DECODING_COMMANDS and not wants_help(rest) and not any(
             arg.split("=", 1)[0] in _DECODERS_ELSEWHERE for arg in rest):
         _start_decoders_forkserver()
     from transforms.gc_policy import long_lived_imports, thawed_after

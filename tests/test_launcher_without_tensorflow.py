@@ -249,6 +249,8 @@ def test_a_default_job_imports_no_tensorflow_in_the_launcher(tmp_path):
     (["preprocess", "--data_root", "x", "--direct_running_mode=multi_processing"], False),
     (["nightly", "--data_root", "x"], False),  # may find nothing new, and decode nothing
     (["preprocess", "--help"], False),
+    (["demo", "--help"], False),  # help decodes nothing: no TensorFlow import behind it
+    (["demo", "-h", "--workdir", "x"], False),
 ])
 def test_the_cli_starts_the_decoders_forkserver_before_beams_import(monkeypatch, args, started):
     from runners import cli
