@@ -149,6 +149,23 @@ def run_job(*args, **kwargs):
     return run(*args, **kwargs)
 
 
+@pytest.fixture()
+def private_forkserver(monkeypatch):
+    """multiprocessing's forkserver, for one test, a fresh one of its own that preloads
+    nothing: a test that reaps the forkserver (`stop_signals.end_children`, as a command's exit
+    does) reaps that one, not the test process's, whose TensorFlow import (~3.5 s of CPU) the
+    next test that decodes in children would otherwise pay again."""
+    from multiprocessing import forkserver
+    server = forkserver.ForkServer()
+    server.set_forkserver_preload([])
+    monkeypatch.setattr(forkserver, "_forkserver", server)
+    for name in ("ensure_running", "get_inherited_fds", "connect_to_new_process",
+                 "set_forkserver_preload"):
+        monkeypatch.setattr(forkserver, name, getattr(server, name))
+    yield server
+    server._stop()
+
+
 # ---------------------------------------------------------------- image corpora
 
 FOLDER_IMAGES = {f"{'cat' if i % 2 else 'dog'}/{i}.jpg": 10 + i for i in range(6)}

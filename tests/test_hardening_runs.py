@@ -94,8 +94,8 @@ def test_a_usage_error_is_found_before_tensorflow_is_imported(tmp_path):
     assert done.stdout.strip() == "usage error; False"
 
 
-def test_a_failed_run_exits_1_with_the_error_and_without_interpreter_teardown(monkeypatch,
-                                                                             capsys):
+def test_a_failed_run_exits_1_with_the_error_and_without_interpreter_teardown(
+        monkeypatch, capsys, private_forkserver):  # the exit reaps the forkserver
     from runners import cli
 
     def failing_main(argv):

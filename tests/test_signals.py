@@ -93,7 +93,7 @@ def _square(x):
     return x * x
 
 
-def test_a_pool_started_after_end_children_gets_a_new_forkserver():
+def test_a_pool_started_after_end_children_gets_a_new_forkserver(private_forkserver):
     """`end_children` reaps the forkserver; a later pool in the same process (a library user,
     the next test) must start a new one, not wait on the reaped pid (ECHILD)."""
     import multiprocessing
@@ -102,9 +102,12 @@ def test_a_pool_started_after_end_children_gets_a_new_forkserver():
     context = multiprocessing.get_context("forkserver")
     with context.Pool(1) as pool:
         assert pool.map(_square, [2]) == [4]
+    first = private_forkserver._forkserver_pid
     stop_signals.end_children()
+    assert private_forkserver._forkserver_pid is None
     with context.Pool(1) as pool:
         assert pool.map(_square, [3]) == [9]
+    assert private_forkserver._forkserver_pid not in (None, first)
 
 
 def test_a_stop_that_python_dropped_still_stops_before_publishing():
