@@ -14,6 +14,7 @@ is `beam.GroupByKey` with each bundle's pairs shuffled together in a few lists (
 """
 from __future__ import annotations
 
+import itertools
 import pickle
 import typing
 import zlib
@@ -23,8 +24,9 @@ from apache_beam.transforms.window import GlobalWindows
 
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 
-__all__ = ["Gather", "CombineToOne", "combined", "JoinByKey", "GroupByKeyInLanes", "lane_of",
-           "InLists", "over_lists", "constant", "once", "merged", "packed", "unpacked"]
+__all__ = ["Gather", "CombineToOne", "CombineInBundles", "DistinctPerBundle", "combined",
+           "JoinByKey", "GroupByKeyInLanes", "lane_of", "InLists", "over_lists", "constant",
+           "once", "merged", "packed", "unpacked"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL  # what Beam's PickleCoder writes
 
@@ -120,6 +122,108 @@ class CombineToOne(beam.PTransform):
                                   combined(pcoll, self._combine_fn)))
 
 
+class _DistinctPerBundleFn(LeanDoFn):
+    """Elements -> each value `values_of` gives for a bundle's elements, once, at the bundle's
+    end (global window)."""
+
+    def __init__(self, values_of):
+        self._values_of = values_of
+
+    def start_bundle(self):
+        self._seen: set = set()
+
+    def process(self, element):
+        self._seen.update(self._values_of(element))
+
+    def finish_bundle(self):
+        seen, self._seen = self._seen, set()
+        for value in seen:
+            yield GlobalWindows.windowed_value(value)
+
+
+def DistinctPerBundle(values_of) -> beam.ParDo:  # noqa: N802 (a step, named as one)
+    """Elements -> the distinct values `values_of(element)` (an iterable) gives, once per bundle
+    (global window): with `beam.Distinct` after it, a PCollection's distinct values, each
+    element an element of this one step, where `FlatMap(values_of) | Distinct()` makes it
+    and each of its values elements of two (Beam's local runner spends a few us on each)."""
+    return beam.ParDo(_DistinctPerBundleFn(values_of)).with_output_types(typing.Any)
+
+
+class _AccumulateFn(LeanDoFn):
+    """Elements -> one `combine_fn` accumulator per bundle, compacted, at its end (global
+    window)."""
+
+    def __init__(self, combine_fn: beam.CombineFn):
+        self._fn = combine_fn
+
+    def setup(self):
+        self._fn.setup()
+
+    def start_bundle(self):
+        self._accumulator = None
+
+    def process(self, element):
+        if self._accumulator is None:
+            self._accumulator = self._fn.create_accumulator()
+        self._accumulator = self._fn.add_input(self._accumulator, element)
+
+    def finish_bundle(self):
+        accumulator, self._accumulator = self._accumulator, None
+        if accumulator is not None:
+            yield GlobalWindows.windowed_value(self._fn.compact(accumulator))
+
+    def teardown(self):
+        self._fn.teardown()
+
+
+class _MergedFn(beam.CombineFn):
+    """`combine_fn` over its own accumulators (what `_AccumulateFn` sends): merged, then its
+    output extracted."""
+
+    def __init__(self, combine_fn: beam.CombineFn):
+        self._fn = combine_fn
+
+    def setup(self, *args, **kwargs):
+        self._fn.setup(*args, **kwargs)
+
+    def create_accumulator(self):
+        return self._fn.create_accumulator()
+
+    def add_input(self, accumulator, other):
+        return self._fn.merge_accumulators([accumulator, other])
+
+    def merge_accumulators(self, accumulators):
+        return self._fn.merge_accumulators(accumulators)
+
+    def compact(self, accumulator):
+        return self._fn.compact(accumulator)
+
+    def extract_output(self, accumulator):
+        return self._fn.extract_output(accumulator)
+
+    def teardown(self, *args, **kwargs):
+        self._fn.teardown(*args, **kwargs)
+
+
+class CombineInBundles(beam.PTransform):
+    """PCollection -> a singleton PCollection holding `combine_fn`'s result over it, as
+    `CombineToOne` gives it (the result over nothing when it is empty), each bundle's elements
+    added by the step that receives them and one accumulator per bundle merged after: an
+    element is an element of that one step, where `CombineGlobally` keys it (a Map) and hands it
+    to Beam's precombine. Global window only; for a combine whose result does not depend on
+    how its inputs are split and merged."""
+
+    def __init__(self, combine_fn: beam.CombineFn):
+        super().__init__()
+        self._combine_fn = combine_fn
+
+    def expand(self, pcoll):
+        return (pcoll
+                | "PerBundle" >> beam.ParDo(_AccumulateFn(self._combine_fn)
+                                            ).with_output_types(typing.Any)
+                | "Merged" >> CombineToOne(_MergedFn(self._combine_fn)))
+
+
 _HELD = 4096
 """Elements a step holds before it sends them on as lists (`InLists`, a shuffle in lanes)."""
 
@@ -147,9 +251,10 @@ def _collect(item, tags, packed_tags):
     return key, grouped
 
 
-def _regrouped(item, tags, packed_tags):
+def _regrouped(item, tags, packed_tags, min_values: int = 1):
     """(lane, [(tag, [(key, value)])]) -> (key, {tag: [values]}) for each key of the lane, or
-    (key, [values]) when `tags` is None (values `unpacked` for the `packed_tags`)."""
+    (key, [values]) when `tags` is None (values `unpacked` for the `packed_tags`), the latter
+    only for keys with `min_values` values or more."""
     _lane, batches = item
     groups: dict = {}
     for tag, pairs in batches:
@@ -160,10 +265,12 @@ def _regrouped(item, tags, packed_tags):
                 grouped = groups[key] = [] if tags is None else {name: [] for name in tags}
             (grouped if tags is None else grouped[tag]).append(
                 unpacked(value) if load else value)
+    if min_values > 1:
+        return [(key, values) for key, values in groups.items() if len(values) >= min_values]
     return groups.items()
 
 
-def _through_lanes(in_lists, tags, packed_tags):
+def _through_lanes(in_lists, tags, packed_tags, min_values: int = 1):
     """The lists every `_IntoLanes` step made (`in_lists`), grouped by key (`_regrouped`)."""
     for pcoll in in_lists:
         if not isinstance(pcoll.windowing.windowfn, GlobalWindows):
@@ -173,18 +280,22 @@ def _through_lanes(in_lists, tags, packed_tags):
     merged_lists = in_lists[0] if len(in_lists) == 1 else in_lists | "Flatten" >> beam.Flatten()
     return (merged_lists
             | "GroupByLane" >> beam.GroupByKey()
-            | "Regroup" >> FlatMap(_regrouped, tags, packed_tags).with_output_types(
+            | "Regroup" >> FlatMap(_regrouped, tags, packed_tags, min_values).with_output_types(
                 typing.Any))
 
 
 class _InListsFn(LeanDoFn):
-    """Elements -> lists of them: a bundle's, `_HELD` at most each (global window)."""
+    """Elements -> lists of them (of `each(element)` with `each`): a bundle's, `_HELD` at most
+    each (global window)."""
+
+    def __init__(self, each=None):
+        self._each = each
 
     def start_bundle(self):
         self._held: list = []
 
     def process(self, element):
-        self._held.append(element)
+        self._held.append(element if self._each is None else self._each(element))
         if len(self._held) >= _HELD:
             yield from self._send()
 
@@ -203,27 +314,33 @@ class _InListsFn(LeanDoFn):
 class _IntoLanes(_InListsFn):
     """Elements -> (lane, (tag, [(key, value), ...])): the elements `_InListsFn` holds, each
     as its (key, value) (`key_value(element)`, or the element itself when None; the value
-    `packed` with `pack`), one list per lane (`lane_of` the key) of what was held."""
+    `packed` with `pack`), one list per lane (`lane_of` the key) of what was held. With
+    `many`, `key_value(element)` is an iterable of (key, value) pairs, each laned."""
 
-    def __init__(self, tag, key_value, pack: bool, lanes: int):
+    def __init__(self, tag, key_value, pack: bool, lanes: int, many: bool = False):
+        super().__init__()  # holds the elements themselves
         self._tag, self._key_value, self._pack, self._lanes = tag, key_value, pack, lanes
+        self._many = many
 
     def _outputs(self, held: list):
         key_value, pack, lanes = self._key_value, self._pack, self._lanes
+        pairs = (held if key_value is None
+                 else itertools.chain.from_iterable(map(key_value, held)) if self._many
+                 else map(key_value, held))
         by_lane: dict = {}
-        for element in held:
-            key, value = element if key_value is None else key_value(element)
+        for key, value in pairs:
             by_lane.setdefault(lane_of(key, lanes), []).append(
                 (key, packed(value) if pack else value))
         for lane, pairs in by_lane.items():
             yield GlobalWindows.windowed_value((lane, (self._tag, pairs)))
 
 
-def InLists() -> beam.ParDo:  # noqa: N802 (a step, named as one)
+def InLists(each=None) -> beam.ParDo:  # noqa: N802 (a step, named as one)
     """Elements -> lists of them (each bundle's, `_HELD` at most a list), in the global window:
     for elements Beam's local runner would keep one by one while a step waits, e.g. for a side
-    input (it encodes and decodes each element it keeps, a list's items only as data)."""
-    return beam.ParDo(_InListsFn()).with_output_types(typing.Any)
+    input (it encodes and decodes each element it keeps, a list's items only as data). With
+    `each`, the lists hold `each(element)`: a `Map(each)` before it, without its elements."""
+    return beam.ParDo(_InListsFn(each)).with_output_types(typing.Any)
 
 
 class _OverListsFn(beam.CombineFn):
@@ -263,6 +380,11 @@ def over_lists(combine_fn: beam.CombineFn) -> beam.CombineFn:
 class GroupByKeyInLanes(beam.PTransform):
     """(key, value) pairs -> (key, [values]) for every key, as `beam.GroupByKey` gives them in
     the global window (a key's values in no particular order; keys equal in Python are one).
+    With `pairs_of`, the input's elements are not pairs: each element's pairs are
+    `pairs_of(element)` (an iterable), laned as they are made, not sent on one by one (the
+    near-duplicate search's five bands an image: docs/benchmarks.md, forty-first round). Keys
+    with fewer than `min_values` values are left out (a band bucket of one hash, most of them,
+    has nothing to compare).
 
     With `lanes`, each bundle's pairs are shuffled as `lanes` lists at most (`lane_of` their
     key), which one step then groups by key. Beam's local runner works on every element it
@@ -273,16 +395,32 @@ class GroupByKeyInLanes(beam.PTransform):
     sets it on the local runner only (`runners.beam_runner.LOCAL_SHUFFLE_LANES`); None (any
     other runner) is `beam.GroupByKey` itself."""
 
-    def __init__(self, lanes: int | None = None):
+    def __init__(self, lanes: int | None = None, pairs_of=None, min_values: int = 1):
         super().__init__()
         self._lanes = lanes
+        self._pairs_of = pairs_of
+        self._min_values = min_values
 
-    def expand(self, pairs):
+    def expand(self, elements):
+        pairs_of, min_values = self._pairs_of, self._min_values
         if self._lanes is None:
-            return pairs | "GroupByKey" >> beam.GroupByKey()
-        in_lists = pairs | "IntoLanes" >> beam.ParDo(
-            _IntoLanes(None, None, False, self._lanes)).with_output_types(typing.Any)
-        return _through_lanes([in_lists], None, ())
+            pairs = elements if pairs_of is None else elements | "Pairs" >> FlatMap(pairs_of)
+            grouped = pairs | "GroupByKey" >> beam.GroupByKey()
+            if min_values <= 1:
+                return grouped
+            return grouped | "AtLeast" >> FlatMap(_with_at_least, min_values)
+        in_lists = elements | "IntoLanes" >> beam.ParDo(
+            _IntoLanes(None, pairs_of, False, self._lanes, many=pairs_of is not None)
+        ).with_output_types(typing.Any)
+        return _through_lanes([in_lists], None, (), min_values)
+
+
+def _with_at_least(group, min_values: int):
+    """A (key, values) group as (key, [values]) when it has `min_values` values or more."""
+    key, values = group
+    values = list(values)
+    if len(values) >= min_values:
+        yield key, values
 
 
 class JoinByKey(beam.PTransform):
