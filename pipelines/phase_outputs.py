@@ -45,7 +45,7 @@ class Inspected(NamedTuple):
     rejected: beam.PCollection          # records rejected so far, but by a quality rule
     row_rejects: beam.PCollection       # PlanImages' CSV row rejects
     skipped: beam.PCollection           # unchanged since the archive: not inspected again
-    matched: beam.PCollection           # (row kind, count) of CSV rows matched to a file
+    matched: beam.PCollection           # (row kind, count) of CSV rows matched, per bundle
     kept: beam.PCollection              # the archive's records that stay live
     retired: beam.PCollection           # retirement lines of the archive's records that do not
 

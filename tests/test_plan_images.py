@@ -46,14 +46,15 @@ def _prior(path: str, run_id: str, label_key: str, reason: str | None = None,
 
 def _plan(pipeline, refs, rejected, labels, boxes, priors, folder_labels=True,
           joined=True, lanes=None) -> dict:
-    """PlanImages' outputs by name: `images` and its tagged outputs."""
+    """PlanImages' outputs by name: `images` and its tagged outputs, the matched rows summed
+    per kind (the plan step sends a bundle's sums)."""
     inputs = {tag: pipeline | name >> beam.Create(values) for tag, name, values in (
         ("refs", "Refs", refs), ("rejected", "Rejected", rejected),
         ("labels", "Labels", labels), ("boxes", "Boxes", boxes), ("prior", "Priors", priors))}
     planned = inputs | PlanImages(CONFIG, folder_labels, joined=joined, lanes=lanes)
     return {"images": planned.images,
-            **{tag: planned[tag] for tag in (REJECTED, SKIPPED, ROW_REJECTS, MATCHED, KEPT,
-                                             RETIRED)}}
+            MATCHED: planned[MATCHED] | "MatchedPerKind" >> beam.CombinePerKey(sum),
+            **{tag: planned[tag] for tag in (REJECTED, SKIPPED, ROW_REJECTS, KEPT, RETIRED)}}
 
 
 def test_files_get_their_rows_and_a_label_key_from_the_csv_or_the_folder():
@@ -74,7 +75,7 @@ def test_files_get_their_rows_and_a_label_key_from_the_csv_or_the_folder():
             ImageRecord(uri="/data/dog/3.jpg", path="dog/3.jpg", file_bytes=10, mtime=1000.0,
                         label_key="canine"),  # the folder's name, renamed
             ImageRecord(uri="/data/loose.jpg", path="loose.jpg", file_bytes=10, mtime=1000.0),
-        ], MATCHED: [(LABEL_ROW, 1), (BOX_ROW, 1), (LABEL_ROW, 2)]})
+        ], MATCHED: [(LABEL_ROW, 3), (BOX_ROW, 1)]})
 
 
 def test_without_folder_labels_a_file_without_rows_has_an_empty_label_key():
@@ -141,7 +142,7 @@ def test_unchanged_files_are_skipped_and_changed_or_retried_ones_are_inspected_a
                         folder_labels=False, lanes=lanes)
         live = {p["path"]: p for p in priors[2:] if p["accepted"]}
         assert_outputs(planned, {
-            SKIPPED: [("same.jpg", "run2")], MATCHED: [(LABEL_ROW, 1)] * 5,
+            SKIPPED: [("same.jpg", "run2")], MATCHED: [(LABEL_ROW, 5)],
             # the unchanged file's latest record stays live; an older record of the same path
             # (an archive from before retirements) and the gone file's record are retired
             KEPT: [priors[1]],

@@ -121,8 +121,8 @@ def test_the_transform_is_written_only_from_totals(tmp_path):
 
 @pytest.mark.slow
 def test_the_records_reach_only_the_combine_and_tft_adds_no_beam_step(tmp_path):
-    """The records go to `TotalsFn` alone, and the transform is written by one step that reads
-    the totals and the class table: neither TFT's steps that encode and batch rows (about a
+    """The records go to `RecordTotalsFn` alone, and the transform is written by one step that
+    reads the totals and the class table: neither TFT's steps that encode and batch rows (about a
     second of every job's fixed cost with its analyzers) nor its `AnalyzeDataset` (~45 steps,
     a second SavedModel) come back."""
     import apache_beam as beam
@@ -135,7 +135,7 @@ def test_the_records_reach_only_the_combine_and_tft_adds_no_beam_step(tmp_path):
     leaves = [t for t in components.transforms.values() if not t.subtransforms]
     inside = sorted({t.unique_name.split("/")[1] for t in leaves
                      if t.unique_name.startswith("Analyze/")})
-    assert inside == ["RawFeatures", "Totals", "WriteTransform"]
+    assert inside == ["Totals", "WriteTransform"]
     made_by = {pid: t.unique_name.split("/")[0 if not t.unique_name.startswith("Analyze/")
                                              else 1]
                for t in leaves for pid in t.outputs.values()}
@@ -143,8 +143,7 @@ def test_the_records_reach_only_the_combine_and_tft_adds_no_beam_step(tmp_path):
                              if t.unique_name.startswith(f"Analyze/{name}")
                              for pid in t.inputs.values()} - {name})
                for name in inside}
-    assert readers == {"RawFeatures": ["Records"], "Totals": ["RawFeatures"],
-                       "WriteTransform": ["ClassTable", "Totals"]}
+    assert readers == {"Totals": ["Records"], "WriteTransform": ["ClassTable", "Totals"]}
 
 
 def test_with_beside_the_summary_waits_for_it_and_not_the_write():

@@ -24,9 +24,9 @@ from apache_beam.runners.worker.statecache import CacheAware
 
 from transforms import file_reads
 from transforms.file_reads import read_bytes
-from transforms.offline.beam_steps import FlatMap, LeanDoFn
+from transforms.offline.beam_steps import LeanDoFn
 from transforms.offline.class_names import class_name_problem
-from transforms.offline.gather import Gather
+from transforms.offline.gather import DistinctPerBundle, Gather
 from transforms.s3_storage import create_file
 
 __all__ = ["ClassTable", "ClassNames", "AssignClassIdFn", "record_labels", "parse_class_table",
@@ -143,7 +143,7 @@ class ClassTable(beam.PTransform):
     def expand(self, labelled):
         start_table, frozen = self._start_table, self._frozen
         return (labelled
-                | "LabelNames" >> FlatMap(record_labels)
+                | "LabelNames" >> DistinctPerBundle(record_labels)
                 | "DistinctLabels" >> beam.Distinct()
                 | "Extend" >> Gather(
                     lambda labels: ClassNames(extend_class_table(start_table, labels, frozen))))

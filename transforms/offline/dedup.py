@@ -19,6 +19,7 @@ docs/architecture.md ("Near-duplicate search").
 """
 from __future__ import annotations
 
+import functools
 import typing
 import zlib
 
@@ -140,8 +141,8 @@ class _BucketFn(LeanDoFn):
     """((band, value), members) -> (tonight's rel, best neighbour here), for the plain and the
     crop-tolerant search alike; a bucket with more than `hot_bucket_values` distinct values
     goes out tagged `hot` instead, each member once per sub-key (`_sub_keyed`) that holds its
-    part, to be searched in parts by more than one worker. A bucket of one member (most of
-    them: five per image) is skipped before any search set-up (~3 us each)."""
+    part, to be searched in parts by more than one worker. A bucket has two members or more:
+    `_BandSearch` leaves the others (most buckets) out before they are steps' elements."""
     COMPARED = HOT = ""   # counter names
 
     def __init__(self, max_hamming: int, hot_bucket_values: int | None):
@@ -153,8 +154,6 @@ class _BucketFn(LeanDoFn):
     def process(self, item):
         (band, value), members = item
         members = list(members)
-        if len(members) < 2:  # most buckets: a lone hash has nothing to be compared with
-            return
         parts = _hot_parts(members, self._hot_values)
         if parts > 1:
             self._hot.inc()
@@ -359,7 +358,9 @@ class _BandSearch(beam.PTransform):
     `max_hamming` bits: each bucket searched whole by a `bucket_fn` (a `_BucketFn` class), or,
     when it is hot, by a `parts_fn` (its parts DoFn class) in the sub-buckets the bucket step
     sends out tagged `hot`. The plain and the crop search differ only in those two steps.
-    `lanes`: the buckets' shuffle in lanes (`gather.GroupByKeyInLanes`; five pairs an image)."""
+    `lanes`: the buckets' shuffle in lanes (`gather.GroupByKeyInLanes`; five pairs an image,
+    laned as each member's bands are made). A bucket of one member has nothing to compare and
+    is left out there (about four of an image's five)."""
 
     def __init__(self, max_hamming: int, hot_bucket_values: int | None,
                  bucket_fn: type, parts_fn: type, lanes: int | None = None):
@@ -371,8 +372,9 @@ class _BandSearch(beam.PTransform):
 
     def expand(self, members):
         searched = (members
-                    | "HashBands" >> FlatMap(_band_keys, self._max_hamming)
-                    | "GroupByBand" >> GroupByKeyInLanes(self._lanes)
+                    | "GroupByBand" >> GroupByKeyInLanes(
+                        self._lanes, functools.partial(_band_keys, max_hamming=self._max_hamming),
+                        min_values=2)
                     | "SearchBuckets" >> beam.ParDo(self._bucket_fn).with_outputs(
                         _HOT, main="found"))
         in_parts = (searched[_HOT]

@@ -21,6 +21,7 @@ import posixpath
 import typing
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
 
 from configs.schema import Config, LabelsConfig
 from transforms.file_reads import open_file
@@ -236,6 +237,16 @@ class _PlanFn(LeanDoFn):
         self._folder_labels = folder_labels
         self._renames = dict(config.classes.renames)
 
+    def start_bundle(self):
+        self._matched: dict = {}  # row kind -> rows matched to a file in this bundle
+
+    def finish_bundle(self):
+        """The bundle's matched rows, one (row kind, count) per kind: the accounting sums
+        them, and a pair per planned file was an element of two more steps."""
+        matched, self._matched = self._matched, {}
+        for pair in matched.items():
+            yield beam.pvalue.TaggedOutput(MATCHED, GlobalWindows.windowed_value(pair))
+
     def process(self, item):
         """One `match_key` group: split into the exact paths it holds, each planned alone
         (rows to the path they name, see `assign_rows`)."""
@@ -277,10 +288,11 @@ class _PlanFn(LeanDoFn):
                 yield beam.pvalue.TaggedOutput(RETIRED, retirement(
                     row, "deleted", "the file is no longer under the data root"))
             return
+        matched = self._matched
         if label_rows:
-            yield beam.pvalue.TaggedOutput(MATCHED, (LABEL_ROW, len(label_rows)))
+            matched[LABEL_ROW] = matched.get(LABEL_ROW, 0) + len(label_rows)
         if box_rows:
-            yield beam.pvalue.TaggedOutput(MATCHED, (BOX_ROW, len(box_rows)))
+            matched[BOX_ROW] = matched.get(BOX_ROW, 0) + len(box_rows)
         for record in rejected:
             yield beam.pvalue.TaggedOutput(REJECTED, record)
             for row in live:
@@ -380,9 +392,9 @@ class PlanImages(beam.PTransform):
     Outputs: main, ImageRecords to inspect (carrying their rows, and the live records they
     will retire); `rejected`, discovery rejects; `skipped`, (path, run_id) of unchanged files
     already in a snapshot; `row_rejects`, rows naming no discovered file (`missing_file`);
-    `matched`, (kind, n); `kept`, the archive rows of records that stay live (unchanged
-    files); `retired`, retirement lines of records whose file is gone or now rejected at
-    discovery (`transforms.live_view`). An index row is live when it is its path's latest,
+    `matched`, (row kind, rows matched) summed per bundle; `kept`, the archive rows of records
+    that stay live (unchanged files); `retired`, retirement lines of records whose file is
+    gone or now rejected at discovery (`transforms.live_view`). An index row is live when it is its path's latest,
     accepted, and not `removed` (retired by a later snapshot or forgotten).
 
     Inputs: {"refs", "rejected", "labels", "boxes", "prior"}: PCollections, the last three

@@ -36,7 +36,7 @@ import numpy as np
 from transforms import codec
 from transforms.offline import progress
 from transforms.offline.beam_steps import Map
-from transforms.offline.gather import CombineToOne
+from transforms.offline.gather import CombineInBundles
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.tft_assets import CLASS_FREQUENCIES, CLASS_TABLE_ASSET, check_class_table
 from transforms.offline.tft_outputs import (
@@ -59,8 +59,8 @@ from transforms.offline.tft_totals import (
 __all__ = [
     "PIXEL_COUNT", "CHANNEL_SUM", "CHANNEL_SQSUM", "WIDTH", "HEIGHT", "ANALYSIS_FEATURES",
     "IMAGE", "LABEL", "STATS_PREFIX", "CLASS_TABLE_ASSET", "CLASS_FREQUENCIES",
-    "DEFAULT_SIZE_QUANTILES", "raw_features", "write_transform_isolated", "writer_started_ahead",
-    "start_transform_write", "finish_transform_write",
+    "DEFAULT_SIZE_QUANTILES", "raw_features", "RecordTotalsFn", "write_transform_isolated",
+    "writer_started_ahead", "start_transform_write", "finish_transform_write",
     "AnalyzeAndWriteTransform", "job_summary",
 ]
 
@@ -157,6 +157,14 @@ class TotalsFn(beam.CombineFn):
         return totals
 
 
+class RecordTotalsFn(TotalsFn):
+    """Accepted ImageRecords or index rows -> `Totals`: `TotalsFn` of their `raw_features`
+    (made where each is added, not as a step's elements of their own)."""
+
+    def add_input(self, totals: Totals, item) -> Totals:
+        return super().add_input(totals, raw_features(item))
+
+
 class AnalyzeAndWriteTransform(beam.PTransform):
     """Accepted images -> `output_dir/transform_fn/` + `output_dir/transformed_metadata/`.
 
@@ -189,9 +197,7 @@ class AnalyzeAndWriteTransform(beam.PTransform):
         self._beside = beside
 
     def expand(self, accepted):
-        totals = (accepted
-                  | "RawFeatures" >> Map(raw_features)
-                  | "Totals" >> CombineToOne(TotalsFn()))
+        totals = accepted | "Totals" >> CombineInBundles(RecordTotalsFn())
         class_table = self._class_table
         if isinstance(class_table, beam.PCollection):
             class_table = beam.pvalue.AsSingleton(class_table)

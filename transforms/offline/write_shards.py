@@ -23,6 +23,7 @@ from configs.schema import OutputConfig
 from transforms.offline import isolation, progress, splits
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.gather import Gather, GroupByKeyInLanes, InLists, once, packed
+from transforms.offline.outputs import count_keys
 from transforms.offline.shard_writing import (
     ShardFile,
     ShardWriter,
@@ -211,23 +212,23 @@ class AssignShards(beam.PTransform):
         self._in_lists = in_lists
 
     def expand(self, records):
-        counts = (records
-                  | "BytesPerSplit" >> Map(lambda r: (r.split, r.file_bytes))
+        counts = (records  # a bundle's bytes per split summed where its records pass
+                  | "BytesPerSplit" >> count_keys(lambda r: ((r.split, r.file_bytes),))
                   | "SumBytes" >> beam.CombinePerKey(sum)
                   | "ShardCounts" >> Gather(lambda sums, output: shard_counts(dict(sums), output),
                                             self._output))
         # The records wait for the counts (Beam's local runner keeps them meanwhile, encoded)
         # as tuples of strings and a pickle, which its coder writes and reads as they are: a
         # record is pickled once here, not pickled, loaded and pickled again (~8 us a record).
-        packed_records = records | "PackForShards" >> Map(_for_shards)
-        if self._in_lists:
-            keyed = (packed_records
-                     | "InLists" >> InLists()
+        if self._in_lists:  # packed as they go into the lists
+            keyed = (records
+                     | "PackForShards" >> InLists(_for_shards)
                      | "KeyByShard" >> FlatMap(_each_by_shard,
                                                beam.pvalue.AsSingleton(counts)))
         else:
-            keyed = packed_records | "KeyByShard" >> Map(_by_shard,
-                                                         beam.pvalue.AsSingleton(counts))
+            keyed = (records
+                     | "PackForShards" >> Map(_for_shards)
+                     | "KeyByShard" >> Map(_by_shard, beam.pvalue.AsSingleton(counts)))
         return keyed, counts
 
 
