@@ -176,9 +176,9 @@ class _AccumulateFn(LeanDoFn):
         self._fn.teardown()
 
 
-class _MergedFn(beam.CombineFn):
-    """`combine_fn` over its own accumulators (what `_AccumulateFn` sends): merged, then its
-    output extracted."""
+class _WrappedCombineFn(beam.CombineFn):
+    """`combine_fn`, its inputs taken otherwise by a subclass's `add_input`; everything else
+    (its lifecycle, accumulators, merging, output) is the wrapped combine's."""
 
     def __init__(self, combine_fn: beam.CombineFn):
         self._fn = combine_fn
@@ -189,8 +189,8 @@ class _MergedFn(beam.CombineFn):
     def create_accumulator(self):
         return self._fn.create_accumulator()
 
-    def add_input(self, accumulator, other):
-        return self._fn.merge_accumulators([accumulator, other])
+    def add_input(self, accumulator, element):
+        raise NotImplementedError
 
     def merge_accumulators(self, accumulators):
         return self._fn.merge_accumulators(accumulators)
@@ -203,6 +203,14 @@ class _MergedFn(beam.CombineFn):
 
     def teardown(self, *args, **kwargs):
         self._fn.teardown(*args, **kwargs)
+
+
+class _MergedFn(_WrappedCombineFn):
+    """`combine_fn` over its own accumulators (what `_AccumulateFn` sends): merged, then its
+    output extracted."""
+
+    def add_input(self, accumulator, other):
+        return self._fn.merge_accumulators([accumulator, other])
 
 
 class CombineInBundles(beam.PTransform):
@@ -343,33 +351,12 @@ def InLists(each=None) -> beam.ParDo:  # noqa: N802 (a step, named as one)
     return beam.ParDo(_InListsFn(each)).with_output_types(typing.Any)
 
 
-class _OverListsFn(beam.CombineFn):
+class _OverListsFn(_WrappedCombineFn):
     """`combine_fn` over the items of lists (what `InLists` makes) instead of the items: a
     list goes in through its `add_inputs` (Beam's item-by-item `add_input` unless it batches)."""
 
-    def __init__(self, combine_fn: beam.CombineFn):
-        self._fn = combine_fn
-
-    def setup(self, *args, **kwargs):
-        self._fn.setup(*args, **kwargs)
-
-    def create_accumulator(self):
-        return self._fn.create_accumulator()
-
     def add_input(self, accumulator, items):
         return self._fn.add_inputs(accumulator, items)
-
-    def merge_accumulators(self, accumulators):
-        return self._fn.merge_accumulators(accumulators)
-
-    def compact(self, accumulator):
-        return self._fn.compact(accumulator)
-
-    def extract_output(self, accumulator):
-        return self._fn.extract_output(accumulator)
-
-    def teardown(self, *args, **kwargs):
-        self._fn.teardown(*args, **kwargs)
 
 
 def over_lists(combine_fn: beam.CombineFn) -> beam.CombineFn:
