@@ -14,9 +14,7 @@ from apache_beam.transforms.window import FixedWindows
 
 from transforms.offline import gather
 from transforms.offline.gather import (
-    CombineInBundles,
     CombineToOne,
-    DistinctPerBundle,
     GroupByKeyInLanes,
     InLists,
     JoinByKey,
@@ -272,53 +270,6 @@ def test_group_by_key_in_lanes_makes_each_elements_pairs_and_keeps_groups_of_min
             lambda key, values: (key, sorted(values))), equal_to(expected),
             label=f"Check{label}")
     pipeline.run().wait_until_finish()
-
-
-def test_distinct_per_bundle_then_distinct_is_each_value_once():
-    pipeline = beam.Pipeline(runner=FnApiRunner())
-    words = pipeline | beam.Create(["ab", "bc", "", "cab"], reshuffle=False)
-    values = words | DistinctPerBundle(list)
-    assert_that(values, equal_to(["a", "b", "c"]), label="OncePerBundle")
-    assert_that(values | beam.Distinct(), equal_to(["a", "b", "c"]), label="Distinct")
-    empty = pipeline | "Empty" >> beam.Create([]) | "None" >> DistinctPerBundle(list)
-    assert_that(empty, equal_to([]), label="NothingFromNothing")
-    pipeline.run().wait_until_finish()
-
-
-class _Recorded(_SumAndCount):
-    """`_SumAndCount` with a `compact` of its own (the step compacts each bundle's sum)."""
-
-    def compact(self, accumulator):
-        return accumulator[0], accumulator[1]
-
-
-def test_combine_in_bundles_is_combine_to_one_also_over_nothing_and_over_bundles():
-    pipeline = beam.Pipeline(runner=FnApiRunner())
-    numbers = pipeline | beam.Create([1, 2, 3, 4, 5])  # reshuffled: bundles of its own
-    for label, pcoll, expected in (
-            ("Some", numbers, {"sum": 15, "count": 5}),
-            ("Nothing", pipeline | "Empty" >> beam.Create([]), {"sum": 0, "count": 0})):
-        ours = pcoll | label >> CombineInBundles(_Recorded())
-        theirs = pcoll | f"{label}ToOne" >> CombineToOne(_SumAndCount())
-        assert_that(ours, equal_to([expected]), label=f"Check{label}")
-        assert_that(theirs, equal_to([expected]), label=f"CheckToOne{label}")
-    pipeline.run().wait_until_finish()
-
-
-def test_combine_in_bundles_merges_one_accumulator_per_bundle():
-    fn = gather._AccumulateFn(_SumAndCount())
-    fn.setup()
-    fn.start_bundle()
-    for value in (4, 5, 6):
-        assert fn.process(value) is None  # nothing leaves before the bundle's end
-    [sent] = list(fn.finish_bundle())
-    assert sent.value == (15, 3)
-    fn.start_bundle()
-    assert list(fn.finish_bundle()) == []  # an empty bundle sends nothing
-    merged = gather._MergedFn(_SumAndCount())
-    total = merged.add_input(merged.create_accumulator(), sent.value)
-    total = merged.merge_accumulators([total, (1, 1)])
-    assert merged.extract_output(total) == {"sum": 16, "count": 4}
 
 
 def test_in_lists_with_each_holds_what_each_makes_of_the_elements():

@@ -26,7 +26,8 @@ from transforms import file_reads
 from transforms.file_reads import read_bytes
 from transforms.offline.beam_steps import LeanDoFn
 from transforms.offline.class_names import class_name_problem
-from transforms.offline.gather import DistinctPerBundle, Gather
+from transforms.offline.gather import Gather
+from transforms.offline.per_bundle import DistinctPerBundle
 from transforms.s3_storage import create_file
 
 __all__ = ["ClassTable", "ClassNames", "AssignClassIdFn", "record_labels", "parse_class_table",

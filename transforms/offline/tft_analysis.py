@@ -36,8 +36,8 @@ import numpy as np
 from transforms import codec
 from transforms.offline import progress
 from transforms.offline.beam_steps import Map
-from transforms.offline.gather import CombineInBundles
 from transforms.offline.image_record import ImageRecord
+from transforms.offline.per_bundle import CombineInBundles
 from transforms.offline.tft_assets import CLASS_FREQUENCIES, CLASS_TABLE_ASSET, check_class_table
 from transforms.offline.tft_outputs import (
     DEFAULT_SIZE_QUANTILES,
