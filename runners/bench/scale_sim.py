@@ -168,8 +168,15 @@ def step_plan(pipeline, corpus, _workdir):
     no_rejects = pipeline | "NoRejects" >> beam.Create([])
     planned = ({"refs": refs, "rejected": no_rejects, "labels": rows}
                | PlanImages(config, False))
-    for tag in ("images", REJECTED, SKIPPED, ROW_REJECTS, MATCHED):
+    for tag in ("images", REJECTED, SKIPPED, ROW_REJECTS):
         _count(planned[tag], tag)
+    planned[MATCHED] | "Countmatched" >> _RowsMatched()  # (kind, rows) summed per bundle
+
+
+@beam.ptransform_fn
+def _RowsMatched(pairs):  # noqa: N802 (a transform, named as one)
+    """(row kind, rows matched) pairs -> the rows matched in all."""
+    return pairs | "Rows" >> Map(lambda pair: pair[1]) | "Sum" >> beam.CombineGlobally(sum)
 
 
 def step_classes(pipeline, corpus, _workdir):
