@@ -26,7 +26,7 @@ from transforms import file_reads
 from transforms.file_reads import read_bytes
 from transforms.local_paths import is_local
 from transforms.offline import file_kinds, paths, progress
-from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
+from transforms.offline.beam_steps import LeanDoFn, Map
 from transforms.offline.gather import once
 from transforms.offline.image_record import ImageRecord
 
@@ -220,6 +220,21 @@ class _ClassifyFileFn(LeanDoFn):
             yield beam.pvalue.TaggedOutput(UNSAFE_TAG, found)
 
 
+class _ListAndClassifyFn(_ClassifyFileFn):
+    """Lists a root (`list_root`: Beam's match, and the links it drops) and classifies each
+    file it finds, in one step: a listed file is not first an element of a listing step's
+    output (Beam's local runner spends a few us on each element of each step)."""
+
+    def __init__(self, root: str, pattern: str, extensions: tuple,
+                 max_file_bytes: int | None, only_root: bool = False):
+        super().__init__(root, extensions, max_file_bytes, only_root)
+        self._pattern = pattern
+
+    def process(self, _):
+        for metadata in list_root(self._root, self._pattern):
+            yield from super().process(metadata)
+
+
 class Discovered(typing.NamedTuple):
     """DiscoverImages' outputs: `refs` (a FileRef per image file, grouped by path),
     `rejected` (an ImageRecord per file rejected unopened), `other_files` (the extension key
@@ -244,14 +259,13 @@ class DiscoverImages(beam.PTransform):
         only_root = len(self._roots) == 1
         for index, root in enumerate(self._roots):
             base, pattern = root_and_pattern(root)
-            # One step lists the root (no Flatten of Beam's match and the dropped links: it
-            # would copy every listed file once more on Beam's local runner).
+            # One step lists the root and classifies what it lists (no Flatten of Beam's match
+            # and the dropped links: it would copy every listed file once more on Beam's local
+            # runner; no listing step whose every file is an element).
             found = (once(pbegin.pipeline, f"Once{index}")
-                     | f"List{index}" >> FlatMap(
-                         lambda _, base, pattern: list_root(base, pattern), base, pattern)
                      | f"Classify{index}" >> beam.ParDo(
-                         _ClassifyFileFn(base, self._extensions, self._max_file_bytes,
-                                         only_root)
+                         _ListAndClassifyFn(base, pattern, self._extensions,
+                                            self._max_file_bytes, only_root)
                      ).with_outputs(UNSAFE_TAG, _OTHER_TAG, main="ok"))
             refs.append(found.ok)
             unsafe.append(found[UNSAFE_TAG])
