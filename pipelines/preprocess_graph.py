@@ -86,17 +86,17 @@ def _step_then_route(element, step, args, keep_quality):
 
 
 class _Route(beam.PTransform):
-    """Splits ImageRecords into (still candidates, rejected) (`_route`); with `step`, each
-    element is `step(element, *args)` (a record) first, in the same Beam step: a step fewer
-    per record and per job (each costs Beam per element, and to build and set up every run)."""
+    """Elements -> (still candidates, rejected): each element is `step(element, *args)` (a
+    record), split by `_route` in the same Beam step: a step fewer per record and per job
+    (each costs Beam per element, and to build and set up every run). The dedups split their
+    own outputs (`routed=True`)."""
 
-    def __init__(self, step=None, *args, keep_quality: bool = False):
+    def __init__(self, step, *args, keep_quality: bool = False):
         super().__init__()
         self._step, self._args, self._keep_quality = step, args, keep_quality
 
     def expand(self, records):
-        route = (FlatMap(_route, self._keep_quality) if self._step is None
-                 else FlatMap(_step_then_route, self._step, self._args, self._keep_quality))
+        route = FlatMap(_step_then_route, self._step, self._args, self._keep_quality)
         routed = records | "Route" >> route.with_outputs(REJECTED, main="ok")
         return routed.ok, routed[REJECTED]
 
@@ -239,10 +239,8 @@ class Dedup(beam.PTransform):
         archive_shas = None if not self._has_archive else (
             archive_accepted | "ArchiveShas" >> Map(
                 lambda r: (r["sha256"], (r["run_id"], r["path"]))))
-        unique, rejected_exact = (records
-                                  | "DropExactDuplicates" >> DropExactDuplicates(
-                                      archive_shas, class_table, self._lanes)
-                                  | "RouteExact" >> _Route())
+        unique, rejected_exact = records | "DropExactDuplicates" >> DropExactDuplicates(
+            archive_shas, class_table, self._lanes, routed=True)
         rejected = [rejected_exact]
         if self._config.dedup.near_duplicates:
             archive_hashes = None if not self._has_archive else (
@@ -257,14 +255,10 @@ class Dedup(beam.PTransform):
                                        lambda r: r.get("center_phash"))
                                    | "ArchiveCenters" >> Map(
                                        lambda r: (r["path"], r["center_phash"], r["run_id"])))
-            unique, rejected_near = (unique
-                                     | "DropNearDuplicates" >> DropNearDuplicates(
-                                         dedup.max_hamming, archive_hashes,
-                                         crop_max_hamming=dedup.crop_max_hamming
-                                         if dedup.crop_tolerant else None,
-                                         archive_centers=archive_centers,
-                                         lanes=self._lanes)
-                                     | "RouteNear" >> _Route())
+            unique, rejected_near = unique | "DropNearDuplicates" >> DropNearDuplicates(
+                dedup.max_hamming, archive_hashes,
+                crop_max_hamming=dedup.crop_max_hamming if dedup.crop_tolerant else None,
+                archive_centers=archive_centers, lanes=self._lanes, routed=True)
             rejected.append(rejected_near)
         return Deduped(unique=unique, rejected=tuple(rejected))
 

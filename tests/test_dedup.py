@@ -187,3 +187,43 @@ def test_merged_leaves_an_absent_side_out_and_flattens_several():
         archive = pipeline | "Archive" >> beam.Create([3])
         assert merged([tonight, None], "Alone") is tonight
         assert_that(merged([tonight, None, archive], "Both"), equal_to([1, 2, 3]))
+
+
+def _same_records(actual, expected, label: str):
+    """Asserts that two PCollections hold the same records, and at least one."""
+    def check(results):
+        [(count, same)] = results
+        assert count > 0 and same, (label, count, same)
+
+    compared = (actual.pipeline | f"{label}Once" >> beam.Create([None])
+                | f"{label}Compare" >> beam.Map(
+                    lambda _, got, want: (len(got), sorted(map(repr, got)) ==
+                                          sorted(map(repr, want))),
+                    beam.pvalue.AsList(actual), beam.pvalue.AsList(expected)))
+    assert_that(compared, check, label=f"{label}Check")
+
+
+def test_routed_dedups_split_their_output_by_reject_as_they_decide():
+    """`routed=True`: (records without a reject, records with one), the same records as the
+    unrouted step's output split, for both dedups, with the class table and without it."""
+    blurry = _labelled("e.jpg", "ee", "dog").rejected("blurry", "blur_laplacian_var=1.0 < 50")
+    records = [_labelled("a.jpg", "aa", "owl"), _labelled("b.jpg", "aa", "dog"), blurry,
+               _labelled("f.jpg", "ee", "cat"), _labelled("g.jpg", "gg", "cat")]
+    hashed = [_record("a.jpg", "1", "0000000000000000"), _record("b.jpg", "2", "0000000000000001"),
+              _record("c.jpg", "3", "ffffffffffffffff")]
+    with fn_api_pipeline() as pipeline:
+        tonight = pipeline | "Tonight" >> beam.Create(records)
+        hashes = pipeline | "Hashed" >> beam.Create(hashed)
+        classes = pipeline | "Table" >> beam.Create([["cat", "dog"]])
+        steps = {"ExactTable": (tonight, lambda routed: DropExactDuplicates(
+                     class_table=classes, lanes=3, routed=routed)),
+                 "Exact": (tonight, lambda routed: DropExactDuplicates(routed=routed)),
+                 "Near": (hashes, lambda routed: DropNearDuplicates(4, None, lanes=3,
+                                                                    routed=routed))}
+        for label, (inputs, step) in steps.items():
+            whole = inputs | f"{label}Whole" >> step(False)
+            kept, rejected = inputs | f"{label}Routed" >> step(True)
+            for part, pcoll, with_reject in (("Kept", kept, False), ("Rejected", rejected, True)):
+                expected = whole | f"{label}{part}Expected" >> beam.Filter(
+                    lambda r, want=with_reject: (r.reject is not None) == want)
+                _same_records(pcoll, expected, f"{label}{part}")

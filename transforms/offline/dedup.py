@@ -44,6 +44,20 @@ HOT_BUCKET_VALUES = 20_000
 _HOT = "hot"
 
 
+REJECTED = "rejected"  # the tag a `routed` dedup sends its rejected records out with
+
+
+def _routed(record):
+    """A record with a reject, tagged `rejected`; any other as it is."""
+    return record if record.reject is None else beam.pvalue.TaggedOutput(REJECTED, record)
+
+
+def _routed_from(item, step, *args):
+    """Each record `step(item, *args)` yields, `_routed`."""
+    for record in step(item, *args):
+        yield _routed(record)
+
+
 def _keep_lowest_path(item):
     progress.enter("dedup")
     _sha, grouped = item
@@ -67,10 +81,15 @@ class _ClassIdsThenKeepLowestPathFn(LeanDoFn):
     (`AssignClassIdFn`; a quality reject stays as it is): one rejected for its label comes
     out at once and takes no part in the keep rule."""
 
-    def __init__(self):
+    def __init__(self, routed: bool = False):
         self._assign = AssignClassIdFn()
+        self._routed = routed  # every record out `_routed`
 
     def process(self, item, table):
+        records = self._kept(item, table)
+        return map(_routed, records) if self._routed else records
+
+    def _kept(self, item, table):
         sha, grouped = item
         records = []
         for record in grouped["records"]:
@@ -93,13 +112,17 @@ class DropExactDuplicates(beam.PTransform):
     rejected for its label (`unknown_class`, `bad_box`) comes out rejected before the keep
     rule, as if classified before the dedup. Read before the shuffle, the table would make
     Beam's local runner keep every record once more until the table is known. `lanes`: the
-    shuffle in lanes (`gather.GroupByKeyInLanes`; None: key by key)."""
+    shuffle in lanes (`gather.GroupByKeyInLanes`; None: key by key). `routed`: the output is
+    (records without a reject, records with one), split by the step that decides, not by a
+    step after it."""
 
-    def __init__(self, archive=None, class_table=None, lanes: int | None = None):
+    def __init__(self, archive=None, class_table=None, lanes: int | None = None,
+                 routed: bool = False):
         super().__init__()
         self._archive = archive
         self._class_table = class_table
         self._lanes = lanes
+        self._routed = routed
 
     def expand(self, records):
         inputs = {"records": records}
@@ -109,9 +132,15 @@ class DropExactDuplicates(beam.PTransform):
                                                            packed=("records",),
                                                            lanes=self._lanes)
         if self._class_table is None:
-            return grouped | "KeepLowestPath" >> FlatMap(_keep_lowest_path)
-        return grouped | "KeepLowestPath" >> beam.ParDo(
-            _ClassIdsThenKeepLowestPathFn(), beam.pvalue.AsSingleton(self._class_table))
+            step = (FlatMap(_routed_from, _keep_lowest_path) if self._routed
+                    else FlatMap(_keep_lowest_path))
+        else:
+            step = beam.ParDo(_ClassIdsThenKeepLowestPathFn(self._routed),
+                              beam.pvalue.AsSingleton(self._class_table))
+        if not self._routed:
+            return grouped | "KeepLowestPath" >> step
+        kept = grouped | "KeepLowestPath" >> step.with_outputs(REJECTED, main="kept")
+        return kept.kept, kept[REJECTED]
 
 
 def _band_keys(member, max_hamming: int):
@@ -301,12 +330,12 @@ class DropNearDuplicates(beam.PTransform):
     this distance; None: off. `archive_centers`: PCollection of (rel, center_phash, run_id) of
     archived images indexed with a centre hash, for the crop search (None: none). `lanes`:
     the band search's and the join's shuffles in lanes (`gather.GroupByKeyInLanes`; None: key
-    by key)."""
+    by key). `routed`: as `DropExactDuplicates`'."""
 
     def __init__(self, max_hamming: int, archive,
                  hot_bucket_values: int | None = HOT_BUCKET_VALUES,
                  crop_max_hamming: int | None = None, archive_centers=None,
-                 lanes: int | None = None):
+                 lanes: int | None = None, routed: bool = False):
         super().__init__()
         if hot_bucket_values is not None and (isinstance(hot_bucket_values, bool)
                                               or not isinstance(hot_bucket_values, int)
@@ -319,6 +348,7 @@ class DropNearDuplicates(beam.PTransform):
         self._crop_max_hamming = crop_max_hamming
         self._archive_centers = archive_centers
         self._lanes = lanes
+        self._routed = routed
 
     def expand(self, records):
         max_hamming = self._max_hamming
@@ -333,10 +363,14 @@ class DropNearDuplicates(beam.PTransform):
                       | "ClosestNeighbour" >> beam.CombinePerKey(min))
         mark_args = (max_hamming,) if self._crop_max_hamming is None else (
             max_hamming, self._crop_max_hamming)
-        return ({"records": records, "neighbours": neighbours}
-                | "JoinNeighbours" >> JoinByKey({"records": lambda r: (r.path, r)},
-                                                packed=("records",), lanes=self._lanes)
-                | "MarkNearDuplicates" >> FlatMap(_mark, *mark_args))
+        joined = ({"records": records, "neighbours": neighbours}
+                  | "JoinNeighbours" >> JoinByKey({"records": lambda r: (r.path, r)},
+                                                  packed=("records",), lanes=self._lanes))
+        if not self._routed:
+            return joined | "MarkNearDuplicates" >> FlatMap(_mark, *mark_args)
+        marked = joined | "MarkNearDuplicates" >> FlatMap(
+            _routed_from, _mark, *mark_args).with_outputs(REJECTED, main="kept")
+        return marked.kept, marked[REJECTED]
 
     def _crop_search(self, records):
         """(rel, best crop neighbour) from the centre hashes against the full hashes."""
