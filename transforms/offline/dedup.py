@@ -143,8 +143,16 @@ class DropExactDuplicates(beam.PTransform):
         return kept.kept, kept[REJECTED]
 
 
-def _band_keys(member, max_hamming: int):
+def _band_keys(member, max_hamming: int, member_of=None):
+    """(band, member) pairs of a hash member (of `member_of(element)` with `member_of`)."""
+    if member_of is not None:
+        member = member_of(member)
     return [(band, member) for band in image_hash.hash_bands(member[1], max_hamming)]
+
+
+def _tonight_member(record) -> tuple:
+    """A record of tonight as a hash member of the band search: (rel, phash, no run_id)."""
+    return record.path, record.phash, ""
 
 
 def _sides(members):
@@ -352,10 +360,14 @@ class DropNearDuplicates(beam.PTransform):
 
     def expand(self, records):
         max_hamming = self._max_hamming
-        tonight = records | "TonightHashes" >> Map(lambda r: (r.path, r.phash, ""))
-        found = [merged([tonight, self._archive], "AllHashes")
-                 | "SearchBands" >> _BandSearch(max_hamming, self._hot_bucket_values,
-                                                _SearchBucketFn, _SearchPartsFn, self._lanes)]
+        search = (max_hamming, self._hot_bucket_values, _SearchBucketFn, _SearchPartsFn,
+                  self._lanes)
+        if self._archive is None:  # tonight's records go into the band search as they are
+            found = [records | "SearchBands" >> _BandSearch(*search, member_of=_tonight_member)]
+        else:
+            tonight = records | "TonightHashes" >> Map(_tonight_member)
+            found = [merged([tonight, self._archive], "AllHashes")
+                     | "SearchBands" >> _BandSearch(*search)]
         if self._crop_max_hamming is not None:
             found.append(self._crop_search(records))
         neighbours = (tuple(found)
@@ -394,12 +406,14 @@ class _BandSearch(beam.PTransform):
     sends out tagged `hot`. The plain and the crop search differ only in those two steps.
     `lanes`: the buckets' shuffle in lanes (`gather.GroupByKeyInLanes`; five pairs an image,
     laned as each member's bands are made). A bucket of one member has nothing to compare and
-    is left out there (about four of an image's five)."""
+    is left out there (about four of an image's five). `member_of`: the input's elements are
+    not members; each one's member is `member_of(element)`, made where its bands are."""
 
     def __init__(self, max_hamming: int, hot_bucket_values: int | None,
-                 bucket_fn: type, parts_fn: type, lanes: int | None = None):
+                 bucket_fn: type, parts_fn: type, lanes: int | None = None, member_of=None):
         super().__init__()
         self._lanes = lanes
+        self._member_of = member_of
         self._max_hamming = max_hamming
         self._bucket_fn = bucket_fn(max_hamming, hot_bucket_values)
         self._parts_fn = parts_fn(max_hamming)
@@ -407,7 +421,8 @@ class _BandSearch(beam.PTransform):
     def expand(self, members):
         searched = (members
                     | "GroupByBand" >> GroupByKeyInLanes(
-                        self._lanes, functools.partial(_band_keys, max_hamming=self._max_hamming),
+                        self._lanes, functools.partial(_band_keys, max_hamming=self._max_hamming,
+                                                       member_of=self._member_of),
                         min_values=2)
                     | "SearchBuckets" >> beam.ParDo(self._bucket_fn).with_outputs(
                         _HOT, main="found"))
