@@ -56,6 +56,7 @@ from transforms.offline.join_labels import (
     ReadLabelRows,
     resolve_labels,
     retire_inspected,
+    routed,
 )
 from transforms.offline.outputs import WriteRejectsLedger, count_into, count_keys, write_text
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, REASONS, Reject
@@ -71,18 +72,17 @@ _ROW_COUNT = {LABEL_ROW: LABEL_ROWS, BOX_ROW: BOX_ROWS}
 
 
 def _route(record: ImageRecord, keep_quality: bool = False):
-    """A rejected record goes out tagged `rejected`. With `keep_quality` a quality reject stays
-    with the candidates: exact dedup looks at it (a copy of a blurry image is a `duplicate`),
-    and through the candidates' own steps its join has one input on a full run."""
-    if record.reject is not None and not (keep_quality
-                                          and record.reject.reason in REASONS.quality):
-        yield beam.pvalue.TaggedOutput(REJECTED, record)
-    else:
-        yield record
+    """A rejected record goes out tagged `rejected` (`join_labels.routed`). With `keep_quality`
+    a quality reject stays with the candidates: exact dedup looks at it (a copy of a blurry
+    image is a `duplicate`), and through the candidates' own steps its join has one input on a
+    full run."""
+    if keep_quality and record.reject is not None and record.reject.reason in REASONS.quality:
+        return record
+    return routed(record)
 
 
 def _step_then_route(element, step, args, keep_quality):
-    yield from _route(step(element, *args), keep_quality)
+    yield _route(step(element, *args), keep_quality)
 
 
 class _Route(beam.PTransform):

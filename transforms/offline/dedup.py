@@ -31,6 +31,7 @@ from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.classes import AssignClassIdFn
 from transforms.offline.crop_search import CENTER, FULL, search_crop_bucket
 from transforms.offline.gather import GroupByKeyInLanes, JoinByKey, merged
+from transforms.offline.join_labels import REJECTED, routed
 from transforms.offline.near_search import search_bucket
 
 __all__ = ["DropExactDuplicates", "DropNearDuplicates", "HOT_BUCKET_VALUES"]
@@ -44,18 +45,9 @@ HOT_BUCKET_VALUES = 20_000
 _HOT = "hot"
 
 
-REJECTED = "rejected"  # the tag a `routed` dedup sends its rejected records out with
-
-
-def _routed(record):
-    """A record with a reject, tagged `rejected`; any other as it is."""
-    return record if record.reject is None else beam.pvalue.TaggedOutput(REJECTED, record)
-
-
 def _routed_from(item, step, *args):
-    """Each record `step(item, *args)` yields, `_routed`."""
-    for record in step(item, *args):
-        yield _routed(record)
+    """Each record `step(item, *args)` yields, `join_labels.routed`."""
+    return map(routed, step(item, *args))
 
 
 def _keep_lowest_path(item):
@@ -83,11 +75,11 @@ class _ClassIdsThenKeepLowestPathFn(LeanDoFn):
 
     def __init__(self, routed: bool = False):
         self._assign = AssignClassIdFn()
-        self._routed = routed  # every record out `_routed`
+        self._routed = routed  # every record out `join_labels.routed`
 
     def process(self, item, table):
         records = self._kept(item, table)
-        return map(_routed, records) if self._routed else records
+        return map(routed, records) if self._routed else records
 
     def _kept(self, item, table):
         sha, grouped = item

@@ -37,7 +37,7 @@ from transforms.offline.image_record import ImageRecord
 from transforms.offline.rejects import BOX_ROW, LABEL_ROW, REASONS, Reject
 
 __all__ = ["ReadLabelRows", "ReadBoxRows", "PlanImages", "resolve_labels", "label_key",
-           "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "KEPT",
+           "ROW_REJECTS", "MATCHED", "SKIPPED", "REJECTED", "routed", "KEPT",
            "RETIRED", "label_names", "retire_inspected", "live_prior",
            "read_csv_header", "read_label_csv", "read_box_csv", "unchanged_since",
            "missing_file_rejects", "assign_rows"]
@@ -48,6 +48,12 @@ SKIPPED = "skipped"
 REJECTED = "rejected"
 _KEY_SEPARATOR = "\x1f"
 _BOXES_MARK = "#boxes:"
+
+
+def routed(record: ImageRecord):
+    """A record as the job's steps send it on: tagged `rejected` when it has a reject (the
+    rejects ledger's side), as it is otherwise (still a candidate)."""
+    return record if record.reject is None else beam.pvalue.TaggedOutput(REJECTED, record)
 KEPT = "kept"
 RETIRED = "retired"
 # The index columns a retirement needs of a prior record (see `live_view.retirement`).
