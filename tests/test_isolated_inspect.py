@@ -1,6 +1,6 @@
 """IsolatedInspectFn's use of its child pool: the pool is polled once a batch of elements has
 been put, and whenever it is full, not after every element; every element's result leaves
-once, in its own window. A stand-in pool records the polls (the pool itself, with real
+once, in its own window, in bursts of `BURST` results and the rest at the bundle's end. A stand-in pool records the polls (the pool itself, with real
 children, is tests/test_isolation.py's)."""
 from __future__ import annotations
 
@@ -99,3 +99,17 @@ def test_the_childrens_three_steps_give_what_inspect_gives(tmp_path):
         reasons[name] = (result.reject and result.reject.reason, steps)
     assert reasons == {"photo.jpg": (None, 3), "blank.png": ("low_information", 3),
                        "corrupt.jpg": ("decode_error", 2), "missing.jpg": ("unreadable", 1)}
+
+
+def test_results_leave_in_bursts_and_the_rest_at_the_bundles_end(monkeypatch, inspect_fn):
+    """Bursts of 12, a pool that returns the oldest 8 a wait: the waits after the 32nd and
+    the 40th element hold 8 and 16 results, and those 16 leave at the 40th; the other 24 at
+    the bundle's end."""
+    monkeypatch.setattr(inspect_fn, "_burst", 12)
+    records = [ImageRecord(uri=f"/data/{i}.jpg", path=f"{i}.jpg", file_bytes=1)
+               for i in range(40)]
+    left = [len(list(inspect_fn.process(record, timestamp=number, window="w")))
+            for number, record in enumerate(records)]
+    at_end = [value.value.path for value in inspect_fn.finish_bundle()]
+    assert [(number + 1, count) for number, count in enumerate(left) if count] == [(40, 16)]
+    assert sorted(at_end) == sorted(f"{i}.jpg" for i in range(16, 40))

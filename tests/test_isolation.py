@@ -436,22 +436,42 @@ def test_a_batch_stops_before_the_item_that_passes_the_weight(tmp_path):
         pool.close()
 
 
-def test_a_min_batch_takes_heavy_items_together_until_the_queue_runs_short(tmp_path):
-    """`min_batch=2` with one child: items heavier than `batch_weight` go two to a message
-    while the queue holds two for each of the child's two messages (4), one at a time after."""
+def test_a_min_batch_takes_heavy_items_together_fewer_as_the_queue_runs_short(tmp_path):
+    """`min_batch=4` with one child: items heavier than `batch_weight` go a quarter of the
+    queue to a message, 4 at most and one at least: 16 queued -> 4, 8 -> 2, 7 -> 1."""
     pool = isolation.ChildPool(_Worker(str(tmp_path)), 1, 10.0, per_child=64, batch_weight=100,
-                               min_batch=2)
+                               min_batch=4)
     try:
-        for key in range(4):
+        for key in range(20):
             pool.put(key, key + 2, 150)
+        assert pool._batch_size() == 4
+        assert _finish(pool) == {key: (key + 2) ** 2 for key in range(20)}
+        sizes = []
+        for queued in (16, 8, 7, 4, 1):
+            for key in range(queued):
+                pool.put(key, key + 2, 150)
+            sizes.append(pool._batch_size())
+            assert _finish(pool) == {key: (key + 2) ** 2 for key in range(queued)}
+        assert sizes == [4, 2, 1, 1, 1]
+    finally:
+        pool.close()
+
+
+def test_heavy_items_of_a_min_batch_stop_at_64_mib_but_one_goes_alone(tmp_path):
+    """30 MiB items with `min_batch=4`: two to a message (a third would pass 64 MiB); a 100
+    MiB item still goes, alone."""
+    mib = 1 << 20
+    pool = isolation.ChildPool(_Worker(str(tmp_path)), 1, 10.0, per_child=64,
+                               batch_weight=4 * mib, min_batch=4)
+    try:
+        for key in range(16):
+            pool.put(key, key + 2, 30 * mib)
         assert pool._batch_size() == 2
-        pool.put(4, 6, 150)
-        assert pool._batch_size() == 2
-        assert _finish(pool) == {0: 4, 1: 9, 2: 16, 3: 25, 4: 36}
-        for key in range(3):
-            pool.put(key, key + 2, 150)
-        assert pool._batch_size() == 1  # 3 left: fewer than two messages of 2
-        assert _finish(pool) == {0: 4, 1: 9, 2: 16}
+        pool._queue.clear()
+        for key in range(16):
+            pool.put(key, key + 2, 100 * mib)
+        assert pool._batch_size() == 1
+        pool._queue.clear()
     finally:
         pool.close()
 

@@ -233,13 +233,14 @@ SMALL_FILE_BYTES = 64 << 10  # files whose string tensors a child makes a messag
 # as much work each at a run's end (39 photos are ~0.1 s of a child's work, 64 thumbnails
 # ~0.013 s). Camera photos (2-3 MB) would go one at a time, but a message that carries one costs
 # the launcher's main thread ~0.5 ms (a poll, a receive, the steps after it, on a cache the
-# decoders have just used), so a message takes at least 4 while the queue holds 4 for two
-# messages of every child, and one at a time again at the run's end, where the balance is
-# made. 200 camera photos: 179-181 -> 69 messages, 132-155 -> 92-95 ms in the inspect step's
-# end (docs/benchmarks.md, thirty-seventh round).
+# decoders have just used), so a message takes a quarter of each child's share of the queue,
+# up to 16 (`isolation.ChildPool`), fewer as the queue runs short and one at a time at the
+# run's end, where the balance is made. 200 camera photos: 179-181 -> 69 messages with 4 at
+# least (thirty-seventh round); 1,000: the launcher's CPU per photo 0.72-0.75 -> 0.56-0.57
+# ms with 16 and `IsolatedInspectFn`'s bursts (docs/benchmarks.md, forty-second round).
 HELD_PER_CHILD = 128
 BATCH_BYTES = 4 << 20
-MIN_BATCH = 4
+MIN_BATCH = 16
 
 
 def decoding_pool(inspector: ImageInspector, processes: int, timeout_s: float):

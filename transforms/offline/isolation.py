@@ -52,6 +52,7 @@ DECODER_PRELOAD = ("transforms.offline.decoder_imports",)
 QUEUED_PER_CHILD = 16
 _START_TIMEOUT_S = 300.0  # a child's setup (imports, first decode) on a very busy machine
 _SEND_WAIT_S = 1.0  # `send_queued`: how long one wait for a child to be ready lasts at most
+_MIN_BATCH_WEIGHT_CAP = 64 << 20  # what `min_batch` heavy items may weigh together, at most
 
 
 def _filesystem_options() -> bytes | None:
@@ -162,11 +163,12 @@ class ChildPool:
     `timeout_s` comes from in a timeout's detail (None: the limit in seconds). `per_child`:
     items a child holds at most, sent in batches of half as many (one at a time for 1: large
     items, such as a shard to write, spread over every child). `batch_weight`: a batch also
-    stops before the item that would take the `weight`s given to `put` above it (one item at
-    least, `min_batch` while the queue still holds `min_batch` items for two batches of every
-    child): many small items or a few large ones travel per message. A child holds two
-    batches at most, and the children get them in turn, so the last ones of a run leave every
-    child about as much work."""
+    stops before the item that would take the `weight`s given to `put` above it, but takes at
+    least a quarter of each child's share of the queue, `min_batch` at most (and 64 MiB, or
+    one item): many small items or a few large ones travel per message, fewer as the queue
+    runs short, so a message of heavy items is not one wake-up of the caller each (see
+    `poll`'s cost in `image_inspection`). A child holds two batches at most, and the children
+    get them in turn, so the last ones of a run leave every child about as much work."""
 
     def __init__(self, worker, processes: int, timeout_s: float, preload=(),
                  role: str = "decoding", per_child: int = QUEUED_PER_CHILD,
@@ -220,13 +222,15 @@ class ChildPool:
         count = min(self.batch, len(self._queue))
         if not self._batch_weight:
             return count
-        at_least = 1  # near the end of the queue, one heavy item to a message again
-        if len(self._queue) >= 2 * self._min_batch * len(self._children):
-            at_least = self._min_batch
+        # Heavy items: a quarter of each child's share of the queue, one at least and
+        # `min_batch` at most, so the batches shrink with the queue and the last are single.
+        share = len(self._queue) // (4 * len(self._children))
+        at_least = max(1, min(self._min_batch, share))
         total = 0.0
         for position in range(count):
             total += self._queue[position][2]
-            if total > self._batch_weight and position >= at_least:
+            if total > self._batch_weight and position >= (
+                    at_least if total <= _MIN_BATCH_WEIGHT_CAP else 1):
                 return position
         return count
 
