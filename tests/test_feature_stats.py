@@ -105,7 +105,7 @@ def test_statistics_do_not_depend_on_how_the_work_was_split():
 @pytest.mark.parametrize("batch", [1, 2, 5])
 def test_statistics_do_not_depend_on_how_distinct_values_are_batched(batch, monkeypatch):
     whole = _combine([range(7)]).SerializeToString(deterministic=True)
-    monkeypatch.setattr("transforms.reporting.feature_stats._KMV_BATCH", batch)
+    monkeypatch.setattr("transforms.reporting.feature_sketches._KMV_BATCH", batch)
     assert _combine([range(7)]).SerializeToString(deterministic=True) == whole
     assert _combine([range(3), range(3, 7)]).SerializeToString(deterministic=True) == whole
 
@@ -192,11 +192,11 @@ def _combine_logged(records, cuts, batch_sizes=None):
 def _log_small_sketches(monkeypatch, record_batch: int) -> None:
     """Logged sketches with small buffers, so that batches cut across flushes; records reach
     them `record_batch` at a time."""
-    monkeypatch.setattr("transforms.reporting.feature_stats.sketches", _LOGGED_SKETCHES)
-    monkeypatch.setattr("transforms.reporting.feature_stats.MisraGries", _LoggedMisraGries)
-    monkeypatch.setattr("transforms.reporting.feature_stats._FLUSH", 7)
-    monkeypatch.setattr("transforms.reporting.feature_stats._KMV_BATCH", 5)
-    monkeypatch.setattr("transforms.reporting.feature_stats._RECORD_BATCH", record_batch)
+    monkeypatch.setattr("transforms.reporting.feature_sketches.sketches", _LOGGED_SKETCHES)
+    monkeypatch.setattr("transforms.reporting.feature_sketches.MisraGries", _LoggedMisraGries)
+    monkeypatch.setattr("transforms.reporting.feature_sketches._FLUSH", 7)
+    monkeypatch.setattr("transforms.reporting.feature_sketches._KMV_BATCH", 5)
+    monkeypatch.setattr("transforms.reporting.feature_sketches._RECORD_BATCH", record_batch)
 
 
 @pytest.mark.parametrize("cuts", [(), (2, 3, 21, 40)])
@@ -209,7 +209,7 @@ def test_batched_records_pickled_and_merged_mid_batch_feed_the_sketches_as_one_b
     _log_small_sketches(monkeypatch, record_batch=1)
     one_by_one = _combine_logged(records, ())
     one_by_one_cut = _combine_logged(records, cuts)
-    monkeypatch.setattr("transforms.reporting.feature_stats._RECORD_BATCH", 8)
+    monkeypatch.setattr("transforms.reporting.feature_sketches._RECORD_BATCH", 8)
     batched = _combine_logged(records, cuts)
     assert batched[1] == one_by_one_cut[1]  # the same values, in the same calls, per sketch
     assert batched[0] == one_by_one[0]
@@ -286,6 +286,12 @@ def _many_distinct_shards(shards: int = 6, per_shard: int = 700) -> list:
             for shard in range(shards)]
 
 
+def _folded(records) -> bytes:
+    """A shard's records as the shard writer hands them over: folded alone, pickled."""
+    from transforms.reporting.feature_sketches import shard_accumulator
+    return pickle.dumps(shard_accumulator(records))
+
+
 def _written_in_order(shards, order, cut: int) -> bytes:
     """The two combines of `WriteFeatureStatistics` run the way a runner may: shards added in
     `order`, each block's accumulator cut in two parts at `cut`, pickled, merged; blocks
@@ -293,7 +299,7 @@ def _written_in_order(shards, order, cut: int) -> bytes:
     from transforms.reporting import feature_stats_files as fs
     by_block: dict = {}
     for index in order:
-        (_split, block), item = fs._by_block(("train", (index, shards[index])))
+        (_split, block), item = fs._by_block(("train", (index, _folded(shards[index]))))
         by_block.setdefault(block, []).append(item)
     per_block, per_split = fs._ShardsInOrder(), fs._BlocksInOrder()
     blocks = []
@@ -342,8 +348,8 @@ def test_a_shard_handed_over_twice_is_an_error():
     from transforms.reporting import feature_stats_files as fs
     per_block = fs._ShardsInOrder()
     (shard,) = _many_distinct_shards(shards=1, per_shard=3)
-    first = per_block.add_input(per_block.create_accumulator(), (0, shard))
-    again = per_block.add_input(per_block.create_accumulator(), (0, shard))
+    first = per_block.add_input(per_block.create_accumulator(), (0, _folded(shard)))
+    again = per_block.add_input(per_block.create_accumulator(), (0, _folded(shard)))
     with pytest.raises(ValueError, match="Statistics part 0 was handed over twice"):
         per_block.merge_accumulators([first, again])
 
@@ -354,8 +360,8 @@ def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path,
     from transforms.reporting import feature_stats_files as fs
     monkeypatch.setattr(fs, "_SHARDS_PER_BLOCK", 2)
     shards = _many_distinct_shards(shards=3, per_shard=40)
-    items = [("train", (index, shards[index])) for index in (2, 0, 1)] + [
-        ("test", (0, shards[0][:5]))]
+    items = [("train", (index, _folded(shards[index]))) for index in (2, 0, 1)] + [
+        ("test", (0, _folded(shards[0][:5])))]
     with beam.Pipeline() as pipeline:
         _ = (pipeline | beam.Create(items, reshuffle=False)
              | fs.WriteFeatureStatistics(str(tmp_path)))

@@ -37,7 +37,7 @@ __all__ = ["AssignShards", "WriteShards", "MetaColumns", "shard_counts", "frame_
            "ShardFile", "WrittenShards", "FILES", "FEATURES"]
 
 FILES = "files"
-FEATURES = "features"  # (split, (shard index, its feature_stats.record_features in order))
+FEATURES = "features"  # (split, (shard index, its pickled feature_sketches.shard_accumulator))
 
 
 def shard_counts(bytes_by_split: dict, output: OutputConfig) -> dict:
@@ -59,7 +59,8 @@ class MetaColumns(beam.PTransform):
 
 class WrittenShards(typing.NamedTuple):
     """What `WriteShards` gives: `index` rows of the written records, every ShardFile
-    (`files`), and (split, its records' features) per shard (`features`)."""
+    (`files`), and (split, (index, its records' statistics accumulator, pickled)) per shard
+    (`features`)."""
     index: beam.PCollection
     files: beam.PCollection
     features: beam.PCollection
@@ -71,8 +72,8 @@ _WRITE_TIMEOUT_S = 3600.0  # one shard (128 MB by default) written by a child, r
 class _WriteShardFn(LeanDoFn):
     """((split, shard index), `AssignShards`' (sha256, box class names, `packed` record)
     entries) -> the shard written (`shard_writing.write_packed_shard`); an index row per
-    record; (split, (shard index, the records' features)) tagged `features` and the ShardFile
-    tagged `files`.
+    record; (split, (shard index, the records' statistics accumulator, pickled)) tagged
+    `features` and the ShardFile tagged `files`.
 
     With `processes`, shards are written in that many child processes of the decoders'
     forkserver (`isolation.ChildPool`, one shard per child at a time): the worker then neither
@@ -149,17 +150,17 @@ class _WriteShardFn(LeanDoFn):
                 else:
                     yield WindowedValue(value, timestamp, [window])
 
-    def _outputs(self, split: str, index: int, rel_path: str, shard: ShardFile, summaries,
-                 rows):
-        """Each written record's index row, then (split, (index, the records' features)) and
-        the ShardFile."""
-        if not len(summaries) == len(rows) == shard.records:
-            raise AssertionError(f"{rel_path}: {len(summaries)} feature summaries and "
-                                 f"{len(rows)} index rows for {shard.records} records")
+    def _outputs(self, split: str, index: int, rel_path: str, shard: ShardFile,
+                 statistics: bytes, rows):
+        """Each written record's index row, then (split, (index, the shard's pickled
+        statistics accumulator)) and the ShardFile."""
+        if len(rows) != shard.records:
+            raise AssertionError(f"{rel_path}: {len(rows)} index rows for {shard.records} "
+                                 "records")
         self._written.inc(len(rows))  # once a shard: each inc finds the metrics container
         progress.add("written", len(rows))
         yield from rows
-        yield beam.pvalue.TaggedOutput(FEATURES, (split, (index, tuple(summaries))))
+        yield beam.pvalue.TaggedOutput(FEATURES, (split, (index, statistics)))
         yield beam.pvalue.TaggedOutput(FILES, shard)
 
 
@@ -234,8 +235,9 @@ class AssignShards(beam.PTransform):
 
 class WriteShards(beam.PTransform):
     """Accepted ImageRecords (with split and label_id) -> `WrittenShards`: index rows; `files`:
-    one ShardFile per shard, empty ones included; `features`: (split, the features of a shard's
-    records) per shard, for the TFDV-style statistics. `class_table` and `meta_columns`
+    one ShardFile per shard, empty ones included; `features`: (split, (index, the shard's
+    records folded into a statistics accumulator, pickled)) per shard, for the TFDV-style
+    statistics. `class_table` and `meta_columns`
     (`MetaColumns` of the records: every record gets these columns) are singleton side inputs
     (lists of names). `processes`: shards are written in that many child processes per worker
     (0: in the worker). `lanes`: the records wait for the shard counts in lists and are grouped

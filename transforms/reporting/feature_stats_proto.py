@@ -1,6 +1,6 @@
 """`feature_stats`' accumulated features -> TFDV's FeatureNameStatistics protos.
 
-`feature_proto` reads one feature's accumulator (see `feature_stats._Feature`: counts, exact
+`feature_proto` reads one feature's accumulator (see `feature_sketches._Feature`: counts, exact
 sums, extents and the tfx_bsl sketches) into the statistics TFDV's basic generator writes; the
 list of what each type gets is in `feature_stats`' docstring.
 """
