@@ -12,9 +12,8 @@ Apart from the Beam step (`write_shards`) because a shard is also written in a c
 (the statistics' sketches, tfx_bsl's, cost ~5 ms next to the TensorFlow the forkserver holds),
 so a child of the decoders' forkserver starts in milliseconds. The records come pickled and
 their index rows and statistics go back, so the worker neither loads, pickles again, folds nor
-turns into rows a record it writes: on 1,000 camera photos, 2,000 photos and 10,000 thumbnails
-the launcher's CPU per image fell by 14-25%, 6-18% and 5-11% when the folds moved here
-(docs/benchmarks.md, forty-second round).
+turns into rows a record it writes (what the fold here saves the launcher: docs/benchmarks.md,
+forty-second round).
 """
 from __future__ import annotations
 
