@@ -105,7 +105,7 @@ def test_results_leave_in_bursts_and_the_rest_at_the_bundles_end(monkeypatch, in
     """Bursts of 12, a pool that returns the oldest 8 a wait: the waits after the 32nd and
     the 40th element hold 8 and 16 results, and those 16 leave at the 40th; the other 24 at
     the bundle's end."""
-    monkeypatch.setattr(inspect_fn, "_burst", 12)
+    monkeypatch.setattr(inspect_image, "BURST", 12)
     records = [ImageRecord(uri=f"/data/{i}.jpg", path=f"{i}.jpg", file_bytes=1)
                for i in range(40)]
     left = [len(list(inspect_fn.process(record, timestamp=number, window="w")))

@@ -127,12 +127,11 @@ class IsolatedInspectFn(LeanDoFn):
         self._next_key = 0
         self._unpolled = 0  # elements put since the last poll
         self._done: list = []
-        self._burst = BURST
 
     def _emit(self, done, last: bool = False):
         """Holds `done` until `BURST` results (or the `last`) are held, then yields them all."""
         self._done += done
-        if len(self._done) < self._burst and not last:
+        if len(self._done) < BURST and not last:
             return
         done, self._done = self._done, []
         for key, result in done:

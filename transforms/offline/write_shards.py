@@ -237,11 +237,11 @@ class WriteShards(beam.PTransform):
     """Accepted ImageRecords (with split and label_id) -> `WrittenShards`: index rows; `files`:
     one ShardFile per shard, empty ones included; `features`: (split, (index, the shard's
     records folded into a statistics accumulator, pickled)) per shard, for the TFDV-style
-    statistics. `class_table` and `meta_columns`
-    (`MetaColumns` of the records: every record gets these columns) are singleton side inputs
-    (lists of names). `processes`: shards are written in that many child processes per worker
-    (0: in the worker). `lanes`: the records wait for the shard counts in lists and are grouped
-    by shard in lanes (`gather.GroupByKeyInLanes`); None: one by one, key by key."""
+    statistics. `class_table` and `meta_columns` (`MetaColumns` of the records: every record
+    gets these columns) are singleton side inputs (lists of names). `processes`: shards are
+    written in that many child processes per worker (0: in the worker). `lanes`: the records
+    wait for the shard counts in lists and are grouped by shard in lanes
+    (`gather.GroupByKeyInLanes`); None: one by one, key by key."""
 
     def __init__(self, staging_dir: str, output: OutputConfig, class_table, meta_columns,
                  processes: int = 0, lanes: int | None = None):

@@ -20,7 +20,7 @@ merges the work. Quantiles, unique counts and top values are exact on small data
 data they are within about 1% (the sketches' error) and depend on the order the values came
 in, which `feature_stats_files` fixes (shards merged in index order). The STANDARD histogram
 is read off a 1000-point quantile curve. Records are added a batch at a time, column by column
-(see `_RECORD_BATCH`).
+(see `feature_sketches._RECORD_BATCH`).
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class FeatureStatsFn(beam.CombineFn):
     per shard, not per record, as the launcher's cost per element is the job's bottleneck on
     small images) -> its `DatasetFeatureStatistics` (unnamed; `to_statistics_list` names it).
     How records are batched does not change the result: they wait in the accumulator and
-    reach the sketches `_RECORD_BATCH` at a time, as added one by one."""
+    reach the sketches `feature_sketches._RECORD_BATCH` at a time, as added one by one."""
 
     def create_accumulator(self) -> SplitAccumulator:
         return SplitAccumulator()

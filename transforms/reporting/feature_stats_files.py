@@ -50,15 +50,13 @@ class _InOrder(beam.CombineFn):
     def create_accumulator(self) -> dict:
         return {}
 
-    def _part(self, part):
-        return part
-
     def _whole(self, part):
+        """A part as it is merged (a subclass's parts may travel in another form)."""
         return part
 
     def add_input(self, parts: dict, item) -> dict:
         position, part = item
-        return self._put(parts, position, self._part(part))
+        return self._put(parts, position, part)
 
     @staticmethod
     def _put(parts: dict, position, part) -> dict:
