@@ -58,7 +58,7 @@ class Deduped(NamedTuple):
 
 class Counted(NamedTuple):
     """What Accounting counts, besides ReadInputs' and InspectAndLabel's outputs."""
-    accepted_rows: beam.PCollection   # index rows of the accepted records
+    accepted_parts: beam.PCollection  # IndexParts of the accepted records' index rows
     image_rejects: beam.PCollection   # the images' Rejects
     all_rejects: beam.PCollection     # every Reject (images and CSV rows)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -39,10 +40,10 @@ from transforms.offline import classes, splits
 from transforms.offline.beam_steps import Filter, FlatMap, Map
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
-from transforms.offline.gather import CombineToOne, Gather, InLists, constant, merged, over_lists
+from transforms.offline.gather import CombineToOne, Gather, InLists, constant, merged
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
-from transforms.offline.index_writer import WriteIndexTable
+from transforms.offline.index_writer import IndexParts, WriteIndexTable
 from transforms.offline.inspect_image import InspectImages
 from transforms.offline.join_labels import (
     KEPT,
@@ -63,7 +64,7 @@ from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, REASONS, Rejec
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
 from transforms.offline.write_shards import MetaColumns, WriteShards
 from transforms.reporting.feature_stats_files import WriteFeatureStatistics
-from transforms.reporting.stats import SummarizeIndexFn
+from transforms.reporting.stats import MergeIndexSummariesFn
 
 __all__ = ["PreprocessJob", "build_preprocess", "ReadInputs", "InspectAndLabel", "Dedup",
            "WriteSnapshot", "WriteLedgers", "Accounting"]
@@ -324,10 +325,10 @@ class WriteRetirements(beam.PTransform):
 
 
 class WriteLedgers(beam.PTransform):
-    """(index rows of accepted images, rejected ImageRecords, every Reject) -> rejects.jsonl,
-    index.parquet (one row per inspected image) and the index summary stats are made from.
-    `in_lists`: the rows meet in lists (`gather.InLists`; global window), where Beam's local
-    runner would copy each row into their Flatten."""
+    """(`IndexPart`s of the accepted images' index rows, rejected ImageRecords, every Reject) ->
+    rejects.jsonl, index.parquet (one row per inspected image) and the index summary stats are
+    made from. `in_lists`: the rejected images' rows meet in lists (`gather.InLists`; global
+    window), where Beam's local runner would keep each row."""
 
     def __init__(self, staging_dir: str, in_lists: bool = False):
         super().__init__()
@@ -335,21 +336,22 @@ class WriteLedgers(beam.PTransform):
         self._in_lists = in_lists
 
     def expand(self, inputs):
-        accepted_rows, rejected_images, all_rejects = inputs
+        accepted_parts, rejected_images, all_rejects = inputs
         staging = self._staging
         all_rejects | "WriteRejectsLedger" >> WriteRejectsLedger(
             FileSystems.join(staging, layout.REJECTS))
         rejected_rows = rejected_images | "RejectedIndexRows" >> Map(record_row)
-        summarize = SummarizeIndexFn()
         if self._in_lists:
-            summarize = over_lists(summarize)
-            accepted_rows = accepted_rows | "AcceptedRowLists" >> InLists()
             rejected_rows = rejected_rows | "RejectedRowLists" >> InLists()
-        index_rows = (accepted_rows, rejected_rows) | "AllIndexRows" >> beam.Flatten()
-        index_rows | "WriteIndex" >> WriteIndexTable(
-            FileSystems.join(staging, layout.INDEX), INDEX_SCHEMA, in_lists=self._in_lists)
-        return (index_rows
-                | "SummarizeIndex" >> CombineToOne(summarize)
+        rejected_parts = rejected_rows | "RejectedIndexParts" >> IndexParts(self._in_lists)
+        index_parts = (accepted_parts, rejected_parts) | "AllIndexParts" >> beam.Flatten()
+        (index_parts
+         | "IndexBatches" >> Map(operator.attrgetter("batch"))
+         | "WriteIndex" >> WriteIndexTable(FileSystems.join(staging, layout.INDEX),
+                                           INDEX_SCHEMA))
+        return (index_parts
+                | "IndexSummaries" >> Map(operator.attrgetter("summary"))
+                | "SummarizeIndex" >> CombineToOne(MergeIndexSummariesFn())
                 | "WriteIndexSummary" >> staged_run.write_index_summary(staging))
 
 
@@ -385,7 +387,8 @@ class Accounting(beam.PTransform):
             (inputs.refs, "CountDiscoveredOk", count_into(count_key(IMAGES, "discovered"))),
             (inputs.discovery_rejects, "CountDiscoveryRejects",
              count_into(count_key(IMAGES, "discovered"))),
-            (counted.accepted_rows, "CountAccepted", count_into(count_key(IMAGES, "accepted"))),
+            (counted.accepted_parts, "CountAccepted", count_keys(
+                lambda part: ((count_key(IMAGES, "accepted"), part.batch.num_rows),))),
             (counted.image_rejects, "CountImageRejects",
              count_into(count_key(IMAGES, "rejected"))),
             (inspected.skipped, "CountSkipped", count_into(count_key(IMAGES, "skipped"))),

@@ -8,11 +8,14 @@ from __future__ import annotations
 import pickle
 
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-__all__ = ["fn_api_pipeline", "assert_outputs", "merged_in_parts"]
+from transforms.offline.index_table import IndexPart
+
+__all__ = ["fn_api_pipeline", "assert_outputs", "merged_in_parts", "paths_part"]
 
 
 def fn_api_pipeline() -> test_pipeline.TestPipeline:
@@ -44,3 +47,8 @@ def merged_in_parts(fn: beam.CombineFn, items: list, cuts=()):
         parts.append(pickle.loads(pickle.dumps(accumulator)))
         start = end
     return fn.merge_accumulators(parts)
+
+
+def paths_part(*paths: str) -> IndexPart:
+    """An IndexPart of rows that hold a path alone: what a step that counts rows sees."""
+    return IndexPart(pa.RecordBatch.from_pylist([{"path": path} for path in paths]), b"")

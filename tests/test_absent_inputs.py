@@ -12,13 +12,14 @@ from configs.schema import load_config
 from pipelines.job import PreprocessJob
 from pipelines.phase_outputs import Counted, Inputs, Inspected
 from pipelines.preprocess_graph import Accounting, InspectAndLabel, ReadInputs
-from tests.beamutil import fn_api_pipeline
+from tests.beamutil import fn_api_pipeline, paths_part
 from transforms.offline.gather import JoinByKey
 
 JOB = PreprocessJob(data_roots=("/data",), label_csvs=(), box_csvs=(), class_table=(),
                     frozen_classes=False, staging_dir="/out/.staging/r", config=load_config())
 _CSV_AND_ARCHIVE_FIELDS = ("label_items", "label_rows", "label_rejects", "box_items",
                            "box_rows", "box_rejects", "archive_rows")
+
 
 
 def _read_inputs(job, inspect: bool = False) -> tuple[Inputs, list[str]]:
@@ -63,7 +64,7 @@ def test_accounting_counts_an_absent_input_as_nothing(tmp_path):
         def make(name, items):
             return pipeline | name >> beam.Create(items)
         empty = make("Empty", [])
-        present = {"refs": make("Refs", ["r1", "r2"]), "accepted_rows": make("Acc", ["a"])}
+        present = {"refs": make("Refs", ["r1", "r2"]), "accepted_parts": make("Acc", [paths_part("a")])}
         inputs = Inputs(**{name: None if name in _CSV_AND_ARCHIVE_FIELDS
                            else present.get(name, empty) for name in Inputs._fields})
         inspected = Inspected(**{name: empty for name in Inspected._fields})

@@ -7,7 +7,7 @@ import apache_beam as beam
 
 from pipelines.phase_outputs import Counted, Inputs, Inspected
 from pipelines.preprocess_graph import Accounting
-from tests.beamutil import fn_api_pipeline
+from tests.beamutil import fn_api_pipeline, paths_part
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
 
 
@@ -20,7 +20,7 @@ def test_counts_of_every_part_and_zeros_for_empty_ones(tmp_path):
             return pipeline | name >> beam.Create(items)
         parts = {
             "refs": make("Refs", ["r1", "r2", "r3"]), "discovery_rejects": make("Disc", ["d"]),
-            "accepted_rows": make("Acc", ["a1", "a2"]), "image_rejects": make("ImgRej", ["i1"]),
+            "accepted_parts": make("Acc", [paths_part("a1", "a2")]), "image_rejects": make("ImgRej", ["i1"]),
             "skipped": make("Skip", []), "label_items": make("Labels", ["l"] * 5),
             "box_items": make("Boxes", []), "all_rejects": make("All", rejects),
             "matched": make("Matched", [(LABEL_ROW, 3), (LABEL_ROW, 1)]),

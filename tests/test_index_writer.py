@@ -1,17 +1,21 @@
 """WriteIndexTable: index.parquet sorted by path, written in ranges and never gathered in one
-list; the same bytes whatever the range size, the input order and the bundles."""
+list; the same bytes whatever the range size, the input order, the bundles and the batches
+(`IndexParts` of rows, or a shard's rows in one part)."""
 from __future__ import annotations
 
 import os
+import pickle
 import random
 
 import apache_beam as beam
 import pyarrow.parquet as pq
 import pytest
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.offline import index_writer
-from transforms.offline.index_table import INDEX_SCHEMA, make_row
+from transforms.offline.index_table import INDEX_SCHEMA, index_part, make_row
+from transforms.reporting.index_summary import summary_of, summary_output
 
 
 def _rows(n: int, seed: int = 0) -> list[dict]:
@@ -28,16 +32,23 @@ def _rows(n: int, seed: int = 0) -> list[dict]:
     return rows
 
 
-def _write(tmp_path, rows, part_rows, name, bundles=1, in_lists=None) -> bytes:
-    """The index of `rows` (in lists of `in_lists` rows when given) as written."""
+def _write(tmp_path, rows, part_rows, name, bundles=1, in_lists=None, parts=None) -> bytes:
+    """The index of `rows` (in lists of `in_lists` rows when given; as `index_part`s of
+    `parts` rows each when given, as a shard's writer makes them) as written."""
     path = os.path.join(tmp_path, name, "index.parquet")
     pipeline = beam.Pipeline(runner=FnApiRunner())
-    if in_lists:
-        rows = [rows[i:i + in_lists] for i in range(0, len(rows), in_lists)]
+    if in_lists or parts:
+        rows = [rows[i:i + (in_lists or parts)]
+                for i in range(0, len(rows), in_lists or parts)]
+    if parts:
+        rows = [index_part(shard_rows) for shard_rows in rows]
     created = [pipeline | f"Create{i}" >> beam.Create(rows[i::bundles]) for i in range(bundles)]
-    (created | beam.Flatten()
-     | index_writer.WriteIndexTable(path, INDEX_SCHEMA, part_rows=part_rows,
-                                    in_lists=bool(in_lists)))
+    flat = created | beam.Flatten()
+    if not parts:
+        flat = flat | index_writer.IndexParts(in_lists=bool(in_lists))
+    (flat
+     | beam.Map(lambda part: part.batch)
+     | index_writer.WriteIndexTable(path, INDEX_SCHEMA, part_rows=part_rows))
     pipeline.run().wait_until_finish()
     assert os.listdir(os.path.dirname(path)) == ["index.parquet"]  # no range left behind
     with open(path, "rb") as handle:
@@ -54,6 +65,8 @@ def test_index_is_sorted_by_path_and_the_same_whatever_the_ranges(tmp_path, part
     assert _write(tmp_path, shuffled, part_rows, "again", bundles=3) == written
     # rows in lists (of 7: a batch of 16 takes parts of lists) give the same file
     assert _write(tmp_path, shuffled, part_rows, "lists", bundles=2, in_lists=7) == written
+    # a shard's rows in one part each, as the shard's writer sends them: the same file
+    assert _write(tmp_path, shuffled, part_rows, "shards", bundles=2, parts=70) == written
     table = pq.read_table(os.path.join(tmp_path, "out", "index.parquet"))
     assert table.schema == INDEX_SCHEMA
     assert table.to_pylist() == sorted(rows, key=lambda row: row["path"])
@@ -61,6 +74,17 @@ def test_index_is_sorted_by_path_and_the_same_whatever_the_ranges(tmp_path, part
                             ).metadata.num_row_groups
     # one row group per sorted range: with 9 rows a range, the rows were never in one list
     assert groups > 1 if part_rows < len(rows) else groups == 1
+
+
+def test_index_parts_hold_at_most_a_batch_of_rows_and_their_summary(monkeypatch):
+    monkeypatch.setattr(index_writer, "_BATCH_ROWS", 16)
+    rows = _rows(40)
+    with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+        parts = (pipeline | beam.Create([rows]) | index_writer.IndexParts(in_lists=True)
+                 | beam.Map(lambda part: (part.batch.to_pylist(),
+                                          summary_output(pickle.loads(part.summary)))))
+        assert_that(parts, equal_to([(batch, summary_output(summary_of(batch)))
+                                     for batch in (rows[:16], rows[16:32], rows[32:])]))
 
 def test_no_rows_is_an_index_with_the_schema_and_no_rows(tmp_path):
     _write(tmp_path, [], 9, "empty")

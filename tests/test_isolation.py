@@ -360,9 +360,9 @@ def test_the_decoding_children_import_no_beam(tmp_path):
 @pytest.mark.slow  # the forkserver imports TensorFlow
 def test_a_shard_writing_child_imports_no_beam_for_a_local_shard(tmp_path):
     """A child of the decoders' forkserver writes a local shard (file, DALI index, the
-    statistics accumulator of its records, pickled, index rows) of pickled records with no
-    Beam module mapped: Beam's import would cost each writing child more CPU than writing a
-    small shard."""
+    statistics accumulator of its records, pickled, its index rows and their summary) of
+    pickled records with no Beam module mapped: Beam's import would cost each writing child
+    more CPU than writing a small shard."""
     import hashlib
     import pickle
 
@@ -380,14 +380,16 @@ def test_a_shard_writing_child_imports_no_beam_for_a_local_shard(tmp_path):
     rel = "train/images-train.tfrecord-00000-of-00001"
     pool = isolation.ChildPool(ShardWriter(), 1, 120.0, preload=isolation.DECODER_PRELOAD,
                                role="shard writing", per_child=1, timeout_name=None)
-    [(_, (shard, statistics, [row]))], mapped = _run_one_and_read_maps(
+    [(_, (shard, statistics, part))], mapped = _run_one_and_read_maps(
         pool, (str(tmp_path / "staging"), OutputConfig(), rel, [packed(record)], {}, []))
     assert shard.records == 1 and shard.bytes == (tmp_path / "staging" / rel).stat().st_size
     assert (tmp_path / "staging" / "train" / "dali_index").is_dir()
     accumulator = pickle.loads(statistics)
     assert accumulator.examples == 1 and not accumulator.pending  # folded in the child
     assert accumulator.features["image/filename"].frequent().counts() == {b"a.png": 1}
-    assert row == record_row(record, rel)
+    assert part.batch.to_pylist() == [record_row(record, rel)]
+    summary = pickle.loads(part.summary)  # summarized in the child
+    assert (summary.discovered, summary.accepted, dict(summary.by_split)) == (1, 1, {"train": 1})
     assert "/apache_beam/" not in mapped
 
 

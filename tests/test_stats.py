@@ -1,5 +1,6 @@
 """transforms.reporting.stats: exact counts, exact weighted pixel stats, fixed-bin histograms,
-deterministic reject examples, order-independent combining, finalize_stats and the TFDV proto."""
+deterministic reject examples, order-independent combining (of rows, or of summaries made a
+part at a time), finalize_stats and the TFDV proto."""
 import json
 import math
 import pickle
@@ -14,7 +15,13 @@ from apache_beam.testing.util import BeamAssertException, assert_that
 from tests.beamutil import merged_in_parts
 from transforms.codec import QUALITY_METRICS
 from transforms.offline.index_table import make_row
-from transforms.reporting.stats import HISTOGRAM_EDGES, SummarizeIndexFn, finalize_stats
+from transforms.reporting.index_summary import packed_summary
+from transforms.reporting.stats import (
+    HISTOGRAM_EDGES,
+    MergeIndexSummariesFn,
+    SummarizeIndexFn,
+    finalize_stats,
+)
 from transforms.reporting.stats_proto import to_statistics_proto
 
 
@@ -287,6 +294,27 @@ def test_batched_rows_pickled_and_merged_mid_batch_give_the_one_by_one_result(cu
     batched = fn.extract_output(merged_in_parts(fn, rows, cuts))
     assert json.dumps(batched) == json.dumps(one_by_one)
     assert one_by_one["quality_all"][QUALITY_METRICS[0]]["non_finite"] > 0
+
+
+@pytest.mark.parametrize("cuts", [(), (1, 7, 8, 30)])
+def test_summaries_made_a_part_at_a_time_merge_into_the_one_by_one_result(cuts, monkeypatch):
+    # What the job does: each shard's writer summarizes its rows (`packed_summary`), the
+    # rejected rows are summarized a batch at a time, and the summaries are merged, in any
+    # order, with parts merged mid-way pickled as a runner ships them.
+    rows = _odd_rows(50)
+    monkeypatch.setattr("transforms.reporting.stats._ROW_BATCH", 1)
+    one_by_one = _combine(rows)
+    bounds = list(zip((0, *cuts), (*cuts, len(rows))))
+    packed = [packed_summary(rows[start:end]) for start, end in bounds][::-1]
+    fn = MergeIndexSummariesFn()
+    merged = fn.extract_output(merged_in_parts(fn, packed, (1,)))
+    assert json.dumps(merged) == json.dumps(one_by_one)
+    assert fn.extract_output(fn.create_accumulator()) == _combine([])
+
+
+def test_a_parts_summary_checks_its_rows():
+    with pytest.raises(ValueError, match="Unknown reject reason"):
+        packed_summary([ROWS[0], _rejected("x.jpg", "not_a_reason")])
 
 
 def test_exact_sum_makes_mean_correctly_rounded():

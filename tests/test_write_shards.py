@@ -1,10 +1,12 @@
-"""WriteShards as a Beam step: three records, their index rows, the shard files and their bytes."""
+"""WriteShards as a Beam step: three records, their index rows (summarized a shard at a time), the
+shard files and their bytes."""
 from __future__ import annotations
 
 import glob
 import gzip
 import hashlib
 import os
+import pickle
 
 import apache_beam as beam
 import pytest
@@ -24,6 +26,7 @@ from transforms.offline.write_shards import (
     WriteShards,
     shard_counts,
 )
+from transforms.reporting.index_summary import summary_of, summary_output
 from transforms.snapshot_layout import dali_index_name
 
 CLASSES = ["cat", "dog"]
@@ -82,8 +85,10 @@ def test_records_go_to_the_shard_of_their_hash_and_every_shard_is_written(tmp_pa
         written = (pipeline | "Records" >> beam.Create(records)
                    | WriteShards(str(staging), OutputConfig(num_shards=2),
                                  *_side_inputs(pipeline), lanes=3))  # in lanes (the job's)
-        assert_that(written.index,
-                    equal_to([record_row(r, shard_of[r.path]) for r in records]), label="Index")
+        # an IndexPart a written shard: its rows and their summary
+        assert_that(written.index | beam.Map(_part_contents),
+                    equal_to([_part_of([record_row(r, shard_of[r.path])]) for r in records]),
+                    label="Index")
         assert_that(written.files, _files_on_disk(staging, per_shard), label="Files")
     assert sorted(os.path.relpath(path, staging) for path in
                   glob.glob(os.path.join(staging, "*", "*.tfrecord-*"))) == every_shard
@@ -225,9 +230,19 @@ def test_a_file_that_changed_since_it_was_validated_fails_the_job(tmp_path):
                                *_side_inputs(pipeline)))
 
 
+def _part_contents(part) -> tuple:
+    """An IndexPart's rows and summary (`summary_output`), to compare."""
+    return part.batch.to_pylist(), summary_output(pickle.loads(part.summary))
+
+
+def _part_of(rows: list) -> tuple:
+    """`_part_contents` of the IndexPart of rows."""
+    return rows, summary_output(summary_of(rows))
+
+
 def _write(records, staging, output: OutputConfig, processes: int) -> dict:
-    """WriteShards of `records` into `staging` with `processes` writing children; (index rows,
-    features, files) as sorted lists, gathered into a file (a child pipeline's outputs)."""
+    """WriteShards of `records` into `staging` with `processes` writing children; (index parts'
+    contents, features, files) as sorted lists, gathered into a file (a child pipeline's outputs)."""
     import json
     out = os.path.join(str(staging), "outputs.json")
 
@@ -238,7 +253,8 @@ def _write(records, staging, output: OutputConfig, processes: int) -> dict:
     with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
         written = (pipeline | "Records" >> beam.Create(records)
                    | WriteShards(str(staging), output, *_side_inputs(pipeline), processes))
-        _ = ((written.index, written.features, written.files) | beam.Flatten()
+        _ = ((written.index | beam.Map(_part_contents), written.features, written.files)
+             | beam.Flatten()
              | beam.combiners.ToList() | beam.Map(dump))
     with open(out) as handle:
         outputs = json.load(handle)
@@ -274,10 +290,11 @@ def test_shards_written_in_children_equal_those_written_here(tmp_path, monkeypat
     monkeypatch.setattr(shard_writing, "read_bytes", not_here)
     in_children = _write(records, tmp_path / "children", output, processes=2)
     assert in_children == here
-    # an index row per record, then per shard its records' features (if any) and its file
+    # per shard with records its index part and its records' features, and per shard its file
     shards = [item for item in here if item.startswith("ShardFile(")]
     filled = [shard for shard in shards if "records=0)" not in shard]
-    assert len(shards) == 6 and len(here) == len(records) + len(filled) + 6
+    assert len(shards) == 6 and len(here) == 2 * len(filled) + 6
+    assert sum(item.count("'sha256':") for item in here) == len(records)
     assert _folder_bytes(tmp_path / "children") == _folder_bytes(tmp_path / "here")
 
 

@@ -27,6 +27,7 @@ import json
 import os
 
 import apache_beam as beam
+import pyarrow as pa
 
 from configs.schema import load_config
 from transforms import snapshot_layout as layout
@@ -35,7 +36,9 @@ from transforms.offline.beam_steps import Filter, FlatMap, Map
 from transforms.offline.classes import AssignClassIdFn, ClassTable
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import FileRef
+from transforms.offline.gather import InLists
 from transforms.offline.image_record import RECORD_METRICS, ImageRecord
+from transforms.offline.index_table import IndexPart
 from transforms.offline.join_labels import MATCHED, REJECTED, ROW_REJECTS, SKIPPED, PlanImages
 from transforms.offline.labels import LabelRow
 from transforms.offline.outputs import WriteRejectsLedger
@@ -228,6 +231,11 @@ def step_shards(pipeline, corpus, _workdir):
     _count(per_shard, "Shards")
 
 
+def _paths_part(records: list):
+    """An IndexPart of the records' paths alone: what Accounting counts of one."""
+    return IndexPart(pa.RecordBatch.from_pydict({"path": [r.path for r in records]}), b"")
+
+
 def step_accounting(pipeline, corpus, workdir):
     """Accounting: every count through combiners into counts.json."""
     from pipelines.phase_outputs import Counted, Inputs, Inspected
@@ -243,8 +251,11 @@ def step_accounting(pipeline, corpus, workdir):
                           row_rejects=empty, skipped=empty,
                           matched=records | Map(lambda r: (LABEL_ROW, 1)),
                           kept=empty, retired=empty)
-    counted = Counted(accepted_rows=records | Filter(lambda r: r.reject is None),
-                      image_rejects=rejects, all_rejects=rejects)
+    accepted_parts = (records
+                      | "Accepted" >> Filter(lambda r: r.reject is None)
+                      | "AcceptedLists" >> InLists()  # the job's: an IndexPart a shard
+                      | "AcceptedParts" >> Map(_paths_part))
+    counted = Counted(accepted_parts=accepted_parts, image_rejects=rejects, all_rejects=rejects)
     (inputs.pvalues(), inspected, counted) | Accounting(workdir)
 
 

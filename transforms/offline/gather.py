@@ -25,7 +25,7 @@ from apache_beam.transforms.window import GlobalWindows
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 
 __all__ = ["Gather", "CombineToOne", "combined", "JoinByKey", "GroupByKeyInLanes", "lane_of",
-           "InLists", "over_lists", "WrappedCombineFn", "constant", "once", "merged", "packed",
+           "InLists", "WrappedCombineFn", "constant", "once", "merged", "packed",
            "unpacked"]
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL  # what Beam's PickleCoder writes
@@ -269,18 +269,6 @@ class WrappedCombineFn(beam.CombineFn):
     def teardown(self, *args, **kwargs):
         self._fn.teardown(*args, **kwargs)
 
-
-class _OverListsFn(WrappedCombineFn):
-    """`combine_fn` over the items of lists (what `InLists` makes) instead of the items: a
-    list goes in through its `add_inputs` (Beam's item-by-item `add_input` unless it batches)."""
-
-    def add_input(self, accumulator, items):
-        return self._fn.add_inputs(accumulator, items)
-
-
-def over_lists(combine_fn: beam.CombineFn) -> beam.CombineFn:
-    """`combine_fn` over lists of its inputs (`InLists`): the same result as over the items."""
-    return _OverListsFn(combine_fn)
 
 
 class GroupByKeyInLanes(beam.PTransform):

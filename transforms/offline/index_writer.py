@@ -6,9 +6,10 @@ between runs of the same inputs). Built like the rejects ledger
 (`transforms.offline.outputs.WriteRejectsLedger`): never gathered in one list, the rows are
 range-partitioned on their path at boundaries cut from a fixed-size sample, each range is sorted
 and written on its own (an Arrow stream under `<path>.parts/`), and the ranges are appended in
-order, one row group each, to the one Parquet file. Rows travel as Arrow record batches of up
-to `_BATCH_ROWS`, not one Beam element per row: the launcher's per-image work is the job's
-bottleneck on small images (issue 22), and Beam's Parquet sink cost ~22 us per row there.
+order, one row group each, to the one Parquet file. Rows travel as Arrow record batches (a
+shard's, or up to `_BATCH_ROWS` made by `IndexParts`), not one Beam element per row: the
+launcher's per-image work is the job's bottleneck on small images (issue 22), and Beam's
+Parquet sink cost ~22 us per row there.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from apache_beam.transforms.window import GlobalWindows
 from transforms import file_reads
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.gather import Gather
+from transforms.offline.index_table import index_part
 from transforms.offline.outputs import (
     SampleAndCountFn,
     already_joined,
@@ -32,20 +34,19 @@ from transforms.offline.outputs import (
 )
 from transforms.s3_storage import create_file
 
-__all__ = ["WriteIndexTable", "INDEX_PART_ROWS"]
+__all__ = ["WriteIndexTable", "IndexParts", "INDEX_PART_ROWS"]
 
 INDEX_PART_ROWS = 200_000   # rows per sorted range (~60 MB of Arrow on one worker)
 _SAMPLE = 1024              # paths sampled to cut the ranges (at most this many ranges)
-_BATCH_ROWS = 4096          # rows per record batch between the steps
+_BATCH_ROWS = 4096          # rows per `IndexParts` part at most
 _SORT = [("path", "ascending"), ("sha256", "ascending")]
 
 
-class _RowBatchFn(LeanDoFn):
-    """Index rows (dicts with every column), or lists of them (`in_lists`) -> record batches
-    of up to `_BATCH_ROWS` rows."""
+class _IndexPartsFn(LeanDoFn):
+    """Index rows (dicts with every column), or lists of them (`in_lists`) -> `IndexPart`s of
+    up to `_BATCH_ROWS` rows."""
 
-    def __init__(self, schema: pa.Schema, in_lists: bool = False):
-        self._schema = schema
+    def __init__(self, in_lists: bool = False):
         self._in_lists = in_lists
 
     def start_bundle(self):
@@ -57,16 +58,20 @@ class _RowBatchFn(LeanDoFn):
         else:
             self._rows.append(rows)
         while len(self._rows) >= _BATCH_ROWS:
-            yield self._batch(self._rows[:_BATCH_ROWS])
+            yield index_part(self._rows[:_BATCH_ROWS])
             self._rows = self._rows[_BATCH_ROWS:]
 
     def finish_bundle(self):
         if self._rows:
             rows, self._rows = self._rows, []
-            yield GlobalWindows.windowed_value(self._batch(rows))
+            yield GlobalWindows.windowed_value(index_part(rows))
 
-    def _batch(self, rows: list) -> pa.RecordBatch:
-        return pa.RecordBatch.from_pylist(rows, schema=self._schema)
+
+def IndexParts(in_lists: bool = False) -> beam.ParDo:  # noqa: N802 (a step, named as one)
+    """Index rows (`index_table.make_row`'s; lists of them with `in_lists`) ->
+    `index_table.IndexPart`s (global window): what `WriteIndexTable` and the statistics take,
+    where the rows were not made a shard at a time by the process that wrote the shard."""
+    return beam.ParDo(_IndexPartsFn(in_lists))
 
 
 class _PathSampleFn(SampleAndCountFn):
@@ -135,22 +140,18 @@ def _join_parts(ranges, path: str, parts_dir: str, schema: pa.Schema) -> str:
 
 
 class WriteIndexTable(beam.PTransform):
-    """Index rows (dicts, every column of `schema`; lists of them with `in_lists`) -> the
-    Parquet file `path`, rows sorted by (path, sha256); outputs `path`. No rows: a file with
-    the schema and no rows."""
+    """Record batches of index rows (`schema`'s) -> the Parquet file `path`, rows sorted by
+    (path, sha256); outputs `path`. No rows: a file with the schema and no rows."""
 
-    def __init__(self, path: str, schema: pa.Schema, part_rows: int = INDEX_PART_ROWS,
-                 in_lists: bool = False):
+    def __init__(self, path: str, schema: pa.Schema, part_rows: int = INDEX_PART_ROWS):
         super().__init__()
         self._path = path
         self._schema = schema
         self._part_rows = part_rows
-        self._in_lists = in_lists
 
-    def expand(self, rows):
+    def expand(self, batches):
         path, schema, part_rows = self._path, self._schema, self._part_rows
         parts_dir = path + ".parts"
-        batches = rows | "RowBatches" >> beam.ParDo(_RowBatchFn(schema, self._in_lists))
         cuts = range_cuts(batches, _PathSampleFn(_SAMPLE), part_rows)
         return (batches
                 | "SplitByRange" >> FlatMap(_split_batch, cuts)

@@ -9,11 +9,11 @@ same bytes.
 
 Apart from the Beam step (`write_shards`) because a shard is also written in a child process
 (`ShardWriter`, run by `isolation.ChildPool`): this module imports neither Beam nor TensorFlow
-(the statistics' sketches, tfx_bsl's, cost ~5 ms next to the TensorFlow the forkserver holds),
+(the statistics' sketches, tfx_bsl's, and pyarrow are imported by the forkserver already),
 so a child of the decoders' forkserver starts in milliseconds. The records come pickled and
-their index rows and statistics go back, so the worker neither loads, pickles again, folds nor
-turns into rows a record it writes (what the fold here saves the launcher: docs/benchmarks.md,
-forty-second round).
+their index rows (an Arrow batch and their summary) and statistics go back, so the worker
+neither loads, pickles again, folds, turns into rows nor summarizes a record it writes (what
+this saves the launcher: docs/benchmarks.md, forty-second and forty-third rounds).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from transforms.file_reads import read_bytes
 from transforms.local_paths import is_local, join
 from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.index_rows import record_row
+from transforms.offline.index_table import IndexPart, index_part
 from transforms.offline.tfrecord_framing import framed_parts
 from transforms.reporting.feature_sketches import shard_accumulator
 from transforms.reporting.feature_values import summarize_features
@@ -118,18 +119,18 @@ def write_shard(staging_dir: str, output, rel_path: str, records, box_class_ids:
 
 
 def write_packed_shard(staging_dir: str, output, rel_path: str, packed_records,
-                       box_class_ids: dict, columns) -> tuple[ShardFile, bytes, list]:
+                       box_class_ids: dict, columns) -> tuple[ShardFile, bytes, IndexPart]:
     """`write_shard` of records given pickled (`gather.packed`), in that order, with its
     records' features folded into the shard's statistics accumulator
     (`feature_sketches.shard_accumulator`, pickled: it is loaded once, where the shards are
-    merged in order), and each record's index row (`index_rows.record_row`, naming the
-    shard): what the job's worker would otherwise load, pickle again for a child, fold and
-    turn into rows itself."""
+    merged in order), and its records' index rows (`index_rows.record_row`, naming the shard)
+    as one `index_table.IndexPart`: what the job's worker would otherwise load, pickle again
+    for a child, fold, turn into rows and summarize itself."""
     records = [pickle.loads(record) for record in packed_records]
     shard, summaries = write_shard(staging_dir, output, rel_path, records, box_class_ids,
                                    columns)
     statistics = pickle.dumps(shard_accumulator(summaries), pickle.HIGHEST_PROTOCOL)
-    return shard, statistics, [record_row(record, rel_path) for record in records]
+    return shard, statistics, index_part([record_row(record, rel_path) for record in records])
 
 
 class ShardWriter:
@@ -139,5 +140,5 @@ class ShardWriter:
     def setup(self) -> None:
         pass
 
-    def run(self, arguments: tuple) -> tuple[ShardFile, bytes, list]:
+    def run(self, arguments: tuple) -> tuple[ShardFile, bytes, IndexPart]:
         return write_packed_shard(*arguments)

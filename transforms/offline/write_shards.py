@@ -23,6 +23,7 @@ from configs.schema import OutputConfig
 from transforms.offline import isolation, progress, splits
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.gather import Gather, GroupByKeyInLanes, InLists, once, packed
+from transforms.offline.index_table import IndexPart
 from transforms.offline.outputs import count_keys
 from transforms.offline.shard_writing import (
     ShardFile,
@@ -58,9 +59,9 @@ class MetaColumns(beam.PTransform):
 
 
 class WrittenShards(typing.NamedTuple):
-    """What `WriteShards` gives: `index` rows of the written records, every ShardFile
-    (`files`), and (split, (index, its records' statistics accumulator, pickled)) per shard
-    (`features`)."""
+    """What `WriteShards` gives: the written records' index rows (`index`, an `IndexPart` a
+    shard), every ShardFile (`files`), and (split, (index, its records' statistics
+    accumulator, pickled)) per shard (`features`)."""
     index: beam.PCollection
     files: beam.PCollection
     features: beam.PCollection
@@ -71,15 +72,15 @@ _WRITE_TIMEOUT_S = 3600.0  # one shard (128 MB by default) written by a child, r
 
 class _WriteShardFn(LeanDoFn):
     """((split, shard index), `AssignShards`' (sha256, box class names, `packed` record)
-    entries) -> the shard written (`shard_writing.write_packed_shard`); an index row per
-    record; (split, (shard index, the records' statistics accumulator, pickled)) tagged
+    entries) -> the shard written (`shard_writing.write_packed_shard`); its records' index rows
+    as one `IndexPart`; (split, (shard index, the records' statistics accumulator, pickled)) tagged
     `features` and the ShardFile tagged `files`.
 
     With `processes`, shards are written in that many child processes of the decoders'
     forkserver (`isolation.ChildPool`, one shard per child at a time): the worker then neither
     reads, hashes nor encodes an image (on one core it was ~half the launcher's CPU per photo),
     and the shards of a bundle are written side by side; the records go to the child as they
-    came, pickled, and their index rows come back with the shard. Outputs leave in the order
+    came, pickled, and their index rows come back with the shard, summarized. Outputs leave in the order
     the shards came, as when they are written here, so the steps after see the same sequence.
     A child's failure fails the job with its cause, as the same error here would."""
 
@@ -151,15 +152,15 @@ class _WriteShardFn(LeanDoFn):
                     yield WindowedValue(value, timestamp, [window])
 
     def _outputs(self, split: str, index: int, rel_path: str, shard: ShardFile,
-                 statistics: bytes, rows):
-        """Each written record's index row, then (split, (index, the shard's pickled
-        statistics accumulator)) and the ShardFile."""
-        if len(rows) != shard.records:
-            raise AssertionError(f"{rel_path}: {len(rows)} index rows for {shard.records} "
-                                 "records")
-        self._written.inc(len(rows))  # once a shard: each inc finds the metrics container
-        progress.add("written", len(rows))
-        yield from rows
+                 statistics: bytes, part: IndexPart):
+        """The shard's `IndexPart` (its records' index rows), then (split, (index, the
+        shard's pickled statistics accumulator)) and the ShardFile."""
+        if part.batch.num_rows != shard.records:
+            raise AssertionError(f"{rel_path}: {part.batch.num_rows} index rows for "
+                                 f"{shard.records} records")
+        self._written.inc(shard.records)  # once a shard: each inc finds the metrics container
+        progress.add("written", shard.records)
+        yield part
         yield beam.pvalue.TaggedOutput(FEATURES, (split, (index, statistics)))
         yield beam.pvalue.TaggedOutput(FILES, shard)
 
@@ -234,8 +235,9 @@ class AssignShards(beam.PTransform):
 
 
 class WriteShards(beam.PTransform):
-    """Accepted ImageRecords (with split and label_id) -> `WrittenShards`: index rows; `files`:
-    one ShardFile per shard, empty ones included; `features`: (split, (index, the shard's
+    """Accepted ImageRecords (with split and label_id) -> `WrittenShards`: `index`, the
+    written records' index rows (an `IndexPart` a shard); `files`: one ShardFile per shard,
+    empty ones included; `features`: (split, (index, the shard's
     records folded into a statistics accumulator, pickled)) per shard, for the TFDV-style
     statistics. `class_table` and `meta_columns` (`MetaColumns` of the records: every record
     gets these columns) are singleton side inputs (lists of names). `processes`: shards are

@@ -1,7 +1,8 @@
 """What the dataset statistics (`stats.SummarizeIndexFn`) keep of index rows: an
 `IndexSummary` of counts, exact moments and fixed-bin histograms, and how rows are added to one
-and two are merged (`stats.py` says why the merge is exact, in any order). Beam-free and
-TensorFlow-free.
+and two are merged. Beam-free and TensorFlow-free, so a shard-writing child
+(`transforms.offline.shard_writing`) summarizes the rows of the shard it writes and the launcher
+only merges a summary a shard (`stats.py` says why the merge is exact, in any order).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import collections
 import fractions
 import math
 import operator
+import pickle
 import types
 from typing import Iterable, Mapping
 
@@ -22,7 +24,7 @@ from transforms.reporting.exact_sums import exponent_groups
 from transforms.reporting.moments import EXACT_INTEGERS, SCALE_BITS, Moments, exact_parts
 
 __all__ = ["HISTOGRAM_EDGES", "IndexSummary", "check_row", "add_rows", "merge_into",
-           "summary_output", "sorted_keys"]
+           "summary_of", "packed_summary", "summary_output", "sorted_keys"]
 
 # Fixed histogram edges per summarized value: the sizes here, the quality metrics from their
 # rule table. Bin i holds [edges[i], edges[i+1]); the last bin also holds its right edge.
@@ -187,6 +189,22 @@ def _weighted_scaled_sum(weights: list, values: list, numbers: np.ndarray) -> in
         group_weights = [weights[i] for i in positions.tolist()]
         total += sum(map(operator.mul, group_weights, numerators)) << (SCALE_BITS + exponent)
     return total
+
+
+def summary_of(rows: list) -> IndexSummary:
+    """The summary of index rows (each checked: `check_row`)."""
+    summary = IndexSummary()
+    for row in rows:
+        check_row(row)
+    if rows:
+        add_rows(summary, rows)
+    return summary
+
+
+def packed_summary(rows: list) -> bytes:
+    """`summary_of(rows)` pickled: what a shard-writing child hands back, loaded only where the
+    summaries are merged (a shuffle between moves its bytes as they are)."""
+    return pickle.dumps(summary_of(rows), pickle.HIGHEST_PROTOCOL)
 
 
 def merge_into(merged: IndexSummary, other: IndexSummary) -> IndexSummary:

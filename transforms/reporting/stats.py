@@ -15,11 +15,13 @@ The combine is deterministic regardless of how Beam splits and merges bundles:
 The accumulator (`index_summary.IndexSummary`) stays small: its size depends on the number of
 splits, classes and reasons, never on the number of images (plus the up to `_ROW_BATCH` rows
 that wait in it: rows are added a batch at a time, column by column, with NumPy and C-level
-exact sums, into the same accumulator as one by one).
+exact sums, into the same accumulator as one by one). The job's accepted rows come summarized
+a shard at a time, by the process that wrote the shard (`MergeIndexSummariesFn`).
 """
 from __future__ import annotations
 
 import copy
+import pickle
 from typing import Iterable, Mapping
 
 import apache_beam as beam
@@ -36,7 +38,7 @@ from transforms.reporting.index_summary import (
 )
 from transforms.reporting.moments import Moments
 
-__all__ = ["SummarizeIndexFn", "HISTOGRAM_EDGES", "empty_summary",
+__all__ = ["SummarizeIndexFn", "MergeIndexSummariesFn", "HISTOGRAM_EDGES", "empty_summary",
            "finalize_stats"]
 
 # Rows an accumulator holds before it adds them up a column at a time: a row's 33 columns one
@@ -92,6 +94,15 @@ class SummarizeIndexFn(beam.CombineFn):
 
     def extract_output(self, accumulator: IndexSummary) -> dict:
         return summary_output(self.compact(accumulator))
+
+
+class MergeIndexSummariesFn(SummarizeIndexFn):
+    """`SummarizeIndexFn` whose inputs are summaries of rows already made
+    (`index_summary.packed_summary`: a shard's, made where it was written), not rows: the same
+    output as of their rows."""
+
+    def add_input(self, accumulator: IndexSummary, packed: bytes) -> IndexSummary:
+        return merge_into(self.compact(accumulator), pickle.loads(packed))
 
 
 def finalize_stats(index_summary: dict, rejects_by_kind: dict, accounting: dict) -> dict:
