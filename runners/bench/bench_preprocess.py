@@ -89,10 +89,11 @@ def _parser() -> argparse.ArgumentParser:
                         help="thumbnail corpus, 64-128 px (0: skip; default 10000)")
     parser.add_argument("--camera", type=int, default=50,
                         help="camera corpus, 4000x3000 JPEGs (0: skip; default 50)")
-    parser.add_argument("--camera_launcher", type=int, default=200,
+    parser.add_argument("--camera_launcher", type=int, default=1000,
                         help="target 3's camera launcher figure from this many camera photos "
                              "against a tenth as many, once per repetition (0: from --camera's "
-                             "runs; default 200: 50 vs 5 leaves ~1 ms of noise)")
+                             "runs; default 1000: 200 vs 20 moved by ~1 ms between pairs, "
+                             "1000 vs 100 by ~0.2 ms)")
     parser.add_argument("--classes", type=int, default=21841,
                         help="the photo corpus labelled over this many classes, with --classes, "
                              "once per repetition right after the photo job (0: skip; default "
