@@ -50,21 +50,30 @@ class MisraGries:
         return {value: level - offset for value, level in self._stored.items()}
 
     def merge(self, other: "MisraGries") -> None:
-        """Adds `other`'s counters, then keeps those above the `num_buckets`-th largest."""
+        """Adds `other`'s counters, then keeps those above the `num_buckets`-th largest. Added
+        in place: the job merges a shard's sketch at a time into the split's, and rebuilding
+        the split's every time cost it O(values seen) a merge."""
         if other.num_buckets != self.num_buckets:
             raise ValueError(f"Both sketches must have the same number of buckets: "
                              f"{self.num_buckets} vs {other.num_buckets}")
-        counts = self.counts()
+        stored, levels, offset = self._stored, self._levels, self._offset
         for value, count in other.counts().items():
-            counts[value] = counts.get(value, 0) + count
+            level = stored.get(value)
+            if level is None:
+                level = offset
+            else:
+                levels[level].discard(value)
+            stored[value] = level + count
+            levels.setdefault(level + count, set()).add(value)
         self._delta += other._delta
-        if len(counts) > self.num_buckets:
+        if len(stored) > self.num_buckets:
+            counts = self.counts()
             cut = sorted(counts.values(), reverse=True)[self.num_buckets]
             counts = {value: count - cut for value, count in counts.items() if count > cut}
             self._delta += cut
-        self._offset, self._stored, self._levels = 0, counts, {}
-        for value, count in counts.items():
-            self._levels.setdefault(count, set()).add(value)
+            self._offset, self._stored, self._levels = 0, counts, {}
+            for value, count in counts.items():
+                self._levels.setdefault(count, set()).add(value)
 
     def estimate(self) -> list[tuple[bytes, float]]:
         """(value, upper bound of its count) pairs, highest first, then by value."""
