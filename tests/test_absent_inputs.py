@@ -64,7 +64,8 @@ def test_accounting_counts_an_absent_input_as_nothing(tmp_path):
         def make(name, items):
             return pipeline | name >> beam.Create(items)
         empty = make("Empty", [])
-        present = {"refs": make("Refs", ["r1", "r2"]), "accepted_parts": make("Acc", [paths_part("a")])}
+        present = {"refs": make("Refs", ["r1", "r2"]),
+                   "accepted_parts": make("Acc", [paths_part("a")])}
         inputs = Inputs(**{name: None if name in _CSV_AND_ARCHIVE_FIELDS
                            else present.get(name, empty) for name in Inputs._fields})
         inspected = Inspected(**{name: empty for name in Inspected._fields})

@@ -20,7 +20,8 @@ def test_counts_of_every_part_and_zeros_for_empty_ones(tmp_path):
             return pipeline | name >> beam.Create(items)
         parts = {
             "refs": make("Refs", ["r1", "r2", "r3"]), "discovery_rejects": make("Disc", ["d"]),
-            "accepted_parts": make("Acc", [paths_part("a1", "a2")]), "image_rejects": make("ImgRej", ["i1"]),
+            "accepted_parts": make("Acc", [paths_part("a1", "a2")]),
+            "image_rejects": make("ImgRej", ["i1"]),
             "skipped": make("Skip", []), "label_items": make("Labels", ["l"] * 5),
             "box_items": make("Boxes", []), "all_rejects": make("All", rejects),
             "matched": make("Matched", [(LABEL_ROW, 3), (LABEL_ROW, 1)]),

@@ -242,7 +242,8 @@ def _part_of(rows: list) -> tuple:
 
 def _write(records, staging, output: OutputConfig, processes: int) -> dict:
     """WriteShards of `records` into `staging` with `processes` writing children; (index parts'
-    contents, features, files) as sorted lists, gathered into a file (a child pipeline's outputs)."""
+    contents, features, files) as sorted lists, gathered into a file (a child pipeline's
+    outputs)."""
     import json
     out = os.path.join(str(staging), "outputs.json")
 

@@ -73,15 +73,16 @@ _WRITE_TIMEOUT_S = 3600.0  # one shard (128 MB by default) written by a child, r
 class _WriteShardFn(LeanDoFn):
     """((split, shard index), `AssignShards`' (sha256, box class names, `packed` record)
     entries) -> the shard written (`shard_writing.write_packed_shard`); its records' index rows
-    as one `IndexPart`; (split, (shard index, the records' statistics accumulator, pickled)) tagged
-    `features` and the ShardFile tagged `files`.
+    as one `IndexPart`; (split, (shard index, the records' statistics accumulator, pickled))
+    tagged `features` and the ShardFile tagged `files`.
 
     With `processes`, shards are written in that many child processes of the decoders'
     forkserver (`isolation.ChildPool`, one shard per child at a time): the worker then neither
     reads, hashes nor encodes an image (on one core it was ~half the launcher's CPU per photo),
     and the shards of a bundle are written side by side; the records go to the child as they
-    came, pickled, and their index rows come back with the shard, summarized. Outputs leave in the order
-    the shards came, as when they are written here, so the steps after see the same sequence.
+    came, pickled, and their index rows come back with the shard, summarized. Outputs leave in
+    the order the shards came, as when they are written here, so the steps after see the same
+    sequence.
     A child's failure fails the job with its cause, as the same error here would."""
 
     def __init__(self, staging_dir: str, output: OutputConfig, processes: int = 0):
