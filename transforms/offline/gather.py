@@ -9,13 +9,12 @@ whole PCollection goes to one place anyway (small lists: labels, shard files, ra
 combine whose partial results shrink the data (sums, sketches) stays a combine. `JoinByKey`
 is `beam.CoGroupByKey` with each input keyed and tagged in one step instead of two.
 `CombineToOne` is `beam.CombineGlobally` with its empty-input default in 2 transforms, not 4.
-`packed` / `unpacked` carry a shuffled value as its pickle (see `packed`). `GroupByKeyInLanes`
+`packed` / `unpacked` (from the Beam-free `packing`) carry a shuffled value as its pickle. `GroupByKeyInLanes`
 is `beam.GroupByKey` with each bundle's pairs shuffled together in a few lists (`lanes`).
 """
 from __future__ import annotations
 
 import itertools
-import pickle
 import typing
 import zlib
 
@@ -23,27 +22,11 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
+from transforms.offline.packing import packed, unpacked
 
 __all__ = ["Gather", "CombineToOne", "combined", "JoinByKey", "GroupByKeyInLanes", "lane_of",
            "InLists", "WrappedCombineFn", "constant", "once", "merged", "packed",
            "unpacked"]
-
-_PROTOCOL = pickle.HIGHEST_PROTOCOL  # what Beam's PickleCoder writes
-
-
-def packed(value) -> bytes:
-    """`value` pickled, to travel through a GroupByKey as bytes. Beam's local runner decodes
-    every element it groups and encodes the grouped values again: a value Beam pickles (a
-    record, a CSV row) makes two pickle round trips per shuffle, one in the runner; bytes it
-    only copies. So a record is pickled once where it is keyed and loaded once where its group
-    is read (`unpacked`): ~6 us less per record and shuffle there (docs/benchmarks.md), the
-    same bytes to shuffle on any other runner."""
-    return pickle.dumps(value, _PROTOCOL)
-
-
-unpacked = pickle.loads
-"""The value `packed` pickled (its pickle loaded, as Beam's coder would)."""
-
 
 def once(pipeline: beam.Pipeline, label: str) -> beam.PCollection:
     """A PCollection of exactly one element (`b""`): one transform where `beam.Create([x])`

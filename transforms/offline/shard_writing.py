@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import pickle
 import zlib
 
 from transforms import codec
@@ -29,6 +28,7 @@ from transforms.local_paths import is_local, join
 from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.index_rows import record_row
 from transforms.offline.index_table import IndexPart, index_part
+from transforms.offline.packing import packed, unpacked
 from transforms.offline.tfrecord_framing import framed_parts
 from transforms.reporting.feature_sketches import shard_accumulator
 from transforms.reporting.feature_values import summarize_features
@@ -120,16 +120,16 @@ def write_shard(staging_dir: str, output, rel_path: str, records, box_class_ids:
 
 def write_packed_shard(staging_dir: str, output, rel_path: str, packed_records,
                        box_class_ids: dict, columns) -> tuple[ShardFile, bytes, IndexPart]:
-    """`write_shard` of records given pickled (`gather.packed`), in that order, with its
+    """`write_shard` of records given pickled (`packing.packed`), in that order, with its
     records' features folded into the shard's statistics accumulator
     (`feature_sketches.shard_accumulator`, pickled: it is loaded once, where the shards are
     merged in order), and its records' index rows (`index_rows.record_row`, naming the shard)
     as one `index_table.IndexPart`: what the job's worker would otherwise load, pickle again
     for a child, fold, turn into rows and summarize itself."""
-    records = [pickle.loads(record) for record in packed_records]
+    records = [unpacked(record) for record in packed_records]
     shard, summaries = write_shard(staging_dir, output, rel_path, records, box_class_ids,
                                    columns)
-    statistics = pickle.dumps(shard_accumulator(summaries), pickle.HIGHEST_PROTOCOL)
+    statistics = packed(shard_accumulator(summaries))
     return shard, statistics, index_part([record_row(record, rel_path) for record in records])
 
 

@@ -68,7 +68,8 @@ class FeatureStatsFn(beam.CombineFn):
     def compact(self, accumulator: SplitAccumulator) -> SplitAccumulator:
         return accumulator.fold()
 
-    def extract_output(self, accumulator: SplitAccumulator) -> statistics_pb2.DatasetFeatureStatistics:
+    def extract_output(self, accumulator: SplitAccumulator
+                       ) -> statistics_pb2.DatasetFeatureStatistics:
         accumulator.fold()
         dataset = statistics_pb2.DatasetFeatureStatistics(num_examples=accumulator.examples)
         for key, feature in sorted(accumulator.features.items()):

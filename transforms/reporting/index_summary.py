@@ -10,7 +10,6 @@ import collections
 import fractions
 import math
 import operator
-import pickle
 import types
 from typing import Iterable, Mapping
 
@@ -19,6 +18,7 @@ import numpy as np
 from configs.schema import SPLITS
 from transforms.codec import QUALITY_METRICS
 from transforms.offline import quality_rules
+from transforms.offline.packing import packed
 from transforms.offline.rejects import REASONS
 from transforms.reporting.exact_sums import exponent_groups
 from transforms.reporting.moments import EXACT_INTEGERS, SCALE_BITS, Moments, exact_parts
@@ -204,7 +204,7 @@ def summary_of(rows: list) -> IndexSummary:
 def packed_summary(rows: list) -> bytes:
     """`summary_of(rows)` pickled: what a shard-writing child hands back, loaded only where the
     summaries are merged (a shuffle between moves its bytes as they are)."""
-    return pickle.dumps(summary_of(rows), pickle.HIGHEST_PROTOCOL)
+    return packed(summary_of(rows))
 
 
 def merge_into(merged: IndexSummary, other: IndexSummary) -> IndexSummary:

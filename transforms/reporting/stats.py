@@ -21,11 +21,11 @@ a shard at a time, by the process that wrote the shard (`MergeIndexSummariesFn`)
 from __future__ import annotations
 
 import copy
-import pickle
 from typing import Iterable, Mapping
 
 import apache_beam as beam
 
+from transforms.offline.packing import unpacked
 from transforms.offline.rejects import KINDS, REASONS
 from transforms.reporting.index_summary import (
     HISTOGRAM_EDGES,
@@ -102,7 +102,7 @@ class MergeIndexSummariesFn(SummarizeIndexFn):
     output as of their rows."""
 
     def add_input(self, accumulator: IndexSummary, packed: bytes) -> IndexSummary:
-        return merge_into(self.compact(accumulator), pickle.loads(packed))
+        return merge_into(self.compact(accumulator), unpacked(packed))
 
 
 def finalize_stats(index_summary: dict, rejects_by_kind: dict, accounting: dict) -> dict:
