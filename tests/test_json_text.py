@@ -20,6 +20,12 @@ VALUES = [
                  for i in range(50)],
      "by_split": {"train": {"class_00001": 2, "class_00000": 1}, "test": {}},
      "nested": [[1, [2, [3, [4, []]]]], {"k": ({"deep": (1, 2)},)}]},
+    # lists of flat dicts, made in one piece: separators inside strings, keys out of order,
+    # and the lists that must not be (an empty dict, a container inside, a non-dict item)
+    [{"b": "},\n    {", "a": "}, {"}, {"c": None, "1": 2.5}, {"": ""}, {3: None, 1: 2.5}],
+    {"k": [[{"z": 1}], ({"y": "x"}, {"x": "y"})]},
+    [{"a": 1}, {}], [{"a": 1}, {"b": [1]}], [{"a": {"b": 1}}, {"a": 2}], [{"a": 1}, [1]],
+    [{"a": 1}, 2],
 ]
 
 
