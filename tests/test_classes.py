@@ -157,3 +157,28 @@ def test_a_class_name_is_refused_for_exactly_the_forbidden_characters():
              if (class_name_problem(f"a{chr(point)}b") is None)
              == (unicodedata.category(chr(point)) in _FORBIDDEN_CATEGORIES)]
     assert wrong == []
+
+
+@pytest.mark.parametrize("bad", [None, 7, "", " cat", "cat\t", "ze\x1cbra", "a\u2028b",
+                                 "\ud800x", "new\nline"])
+def test_a_table_is_checked_at_once_with_what_the_name_by_name_check_says(bad):
+    from transforms.offline.class_names import class_name_problem, first_class_name_problem
+    # Not printable and allowed (a no-break space, a zero-width space, a soft hyphen): the
+    # table's quick pass falls back and still finds nothing.
+    good = ["cat", "dog", "no\u00a0break", "zero\u200bwidth", "soft\u00adhyphen", "é 漢字 😀"]
+    assert first_class_name_problem(good) is None
+    assert first_class_name_problem(tuple(good[:2])) is None
+    assert first_class_name_problem([]) is None
+    names = [*good[:3], bad, *good[3:], bad]
+    assert first_class_name_problem(names) == (3, class_name_problem(bad))
+    with pytest.raises(ValueError) as refused:
+        classes.class_table_bytes("t.txt", names)
+    assert str(refused.value) == f"Class table t.txt: id 3 {class_name_problem(bad)}"
+
+
+def test_the_table_file_is_each_name_then_a_newline_and_a_repeat_is_refused():
+    assert classes.class_table_bytes("t", ["cat", "no\u00a0break", "é"]) == (
+        "cat\nno\u00a0break\né\n".encode())
+    assert classes.class_table_bytes("t", []) == b""
+    with pytest.raises(ValueError, match="lists 'dog' twice"):
+        classes.class_table_bytes("t", ["dog", "cat", "dog", "cat"])

@@ -25,7 +25,7 @@ from apache_beam.runners.worker.statecache import CacheAware
 from transforms import file_reads
 from transforms.file_reads import read_bytes
 from transforms.offline.beam_steps import LeanDoFn
-from transforms.offline.class_names import class_name_problem
+from transforms.offline.class_names import first_class_name_problem
 from transforms.offline.gather import Gather
 from transforms.offline.per_bundle import DistinctPerBundle
 from transforms.s3_storage import create_file
@@ -38,12 +38,14 @@ __all__ = ["ClassTable", "ClassNames", "AssignClassIdFn", "record_labels", "pars
 def parse_class_table(text: str, source: str) -> list[str]:
     r"""Names, one per `\n`-terminated line (blank lines and surrounding whitespace, including a
     Windows `\r`, ignored); duplicates are an error because ids would be ambiguous."""
-    names = [line.strip() for line in text.split("\n") if line.strip()]
-    seen = set()
-    for name in names:
-        if name in seen:
-            raise ValueError(f"Class table {source} lists {name!r} twice; ids must be unique.")
-        seen.add(name)
+    names = [name for name in map(str.strip, text.split("\n")) if name]
+    if len(set(names)) < len(names):
+        seen = set()
+        for name in names:
+            if name in seen:
+                raise ValueError(
+                    f"Class table {source} lists {name!r} twice; ids must be unique.")
+            seen.add(name)
     return names
 
 
@@ -57,12 +59,13 @@ def read_class_table(path: str) -> list[str]:
 def class_table_bytes(path: str, names: Sequence[str]) -> bytes:
     """The file `write_class_table` writes, one name per line; refuses (ValueError, naming
     `path`) a name that would not read back as itself, or a repeated name."""
-    for class_id, name in enumerate(names):
-        problem = class_name_problem(name)
-        if problem:
-            raise ValueError(f"Class table {path}: id {class_id} {problem}")
-    parse_class_table("".join(f"{name}\n" for name in names), path)
-    return "".join(f"{name}\n" for name in names).encode("utf-8")
+    found = first_class_name_problem(names)
+    if found:
+        raise ValueError(f"Class table {path}: id {found[0]} {found[1]}")
+    text = "".join(name + "\n" for name in names)
+    if len(set(names)) < len(names):
+        parse_class_table(text, path)  # names the first repeated one
+    return text.encode("utf-8")
 
 
 def write_class_table(path: str, names: Sequence[str]) -> None:

@@ -15,7 +15,7 @@ import collections
 import os
 from typing import Mapping, Sequence
 
-from transforms.offline.class_names import class_name_problem
+from transforms.offline.class_names import first_class_name_problem
 
 __all__ = ["CLASS_TABLE_ASSET", "CLASS_FREQUENCIES", "NO_CLASS", "check_class_table",
            "class_frequencies_file", "write_assets"]
@@ -39,11 +39,11 @@ def check_class_table(names, source: str, allow_empty: bool = False) -> list[str
     names = list(names)
     if not names and not allow_empty:
         raise ValueError(f"{source} must name at least one class. Received: []")
-    for name in names:
-        problem = class_name_problem(name)
-        if problem:
-            raise ValueError(f"{source} entries must be valid class names: {problem}")
-    duplicates = sorted(name for name, n in collections.Counter(names).items() if n > 1)
+    found = first_class_name_problem(names)
+    if found:
+        raise ValueError(f"{source} entries must be valid class names: {found[1]}")
+    duplicates = len(set(names)) < len(names) and sorted(
+        name for name, n in collections.Counter(names).items() if n > 1)
     if duplicates:
         raise ValueError(f"{source} lists {duplicates} more than once; ids would be ambiguous.")
     return names
