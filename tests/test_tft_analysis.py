@@ -154,6 +154,18 @@ def test_class_frequencies_and_balanced_weights(analyzed):
     assert summary["labels_outside_table"] == {}
 
 
+def test_labels_outside_the_table_are_counted_apart_and_weigh_nothing():
+    from transforms.offline import tft_outputs as to
+    constants = {to.STATS_IMAGES: [5], to.STATS_MEASURED: [5], to.STATS_PIXELS: [50],
+                 to.STATS_PIXEL_MEAN: [0.5] * 3, to.STATS_PIXEL_STD: [0.25] * 3,
+                 to.STATS_WIDTH_QUANTILES: [4.0], to.STATS_HEIGHT_QUANTILES: [3.0]}
+    summary = to.summary_of(constants, ["cat", "dog", "cow"],
+                            {"zebra": 1, "dog": 2, "ant": 1, "cat": 1})
+    assert summary["labels_outside_table"] == {"ant": 1, "zebra": 1}
+    assert [(c["name"], c["count"], c["weight"]) for c in summary["classes"]] == [
+        ("cat", 1, 5 / 2), ("dog", 2, 5 / 4), ("cow", 0, None)]
+
+
 def test_class_frequencies_file_is_the_one_tft_vocabulary_writes(analyzed):
     """The frequencies asset is `tft.vocabulary(store_frequency=True)`'s file byte for byte:
     count descending, ties by label bytes descending, one dummy entry for no row."""

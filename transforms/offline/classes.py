@@ -62,7 +62,7 @@ def class_table_bytes(path: str, names: Sequence[str]) -> bytes:
     found = first_class_name_problem(names)
     if found:
         raise ValueError(f"Class table {path}: id {found[0]} {found[1]}")
-    text = "".join(name + "\n" for name in names)
+    text = "\n".join(names) + "\n" if names else ""
     if len(set(names)) < len(names):
         parse_class_table(text, path)  # names the first repeated one
     return text.encode("utf-8")

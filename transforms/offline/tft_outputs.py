@@ -64,6 +64,7 @@ def summary_of(constants: Mapping, table: list, counts: Mapping) -> dict:
     """stats.json's `transform` from the `stats/*` constants (Python numbers, as row 0 of
     the transform's outputs), the class table and the rows per label."""
     images = constants[STATS_IMAGES][0]
+    known = set(table)  # a label's lookup, not a walk of the table (21,841 names, ImageNet-21k)
     present = sum(1 for name in table if counts.get(name, 0) > 0)
     classes, weights_by_id = [], []
     for class_id, name in enumerate(table):
@@ -78,7 +79,7 @@ def summary_of(constants: Mapping, table: list, counts: Mapping) -> dict:
         "classes": classes,
         "class_weights_by_id": weights_by_id,
         "labels_outside_table": {name: n for name, n in sorted(counts.items())
-                                 if name not in table},
+                                 if name not in known},
         "pixel_stats": {
             "mean": constants[STATS_PIXEL_MEAN] if measured else None,
             "std": constants[STATS_PIXEL_STD] if measured else None,
