@@ -33,6 +33,7 @@ from pipelines import beam_files
 from transforms import codec, json_text
 from transforms import snapshot_layout as layout
 from transforms.live_view import LiveView, is_base, live_view, read_retirements
+from transforms.offline.class_names import table_text
 from transforms.offline.dali_index import IndexBuilder
 from transforms.offline.index_table import INDEX_SCHEMA, upgrade_row
 from transforms.offline.write_shards import frame_record
@@ -162,7 +163,7 @@ def compact(output_dir: str, run_id: str | None = None) -> Snapshot | None:
     stats = _compacted_stats(view, by_split, table)
     label_offset = manifests[newest.run_id].get("label_offset", 0)
     extra = {layout.INDEX: sink.getvalue().to_pybytes(), layout.STATS: json_text.pretty_file(stats),
-             layout.CLASSES: "".join(f"{n}\n" for n in table).encode("utf-8")}
+             layout.CLASSES: table_text(table).encode("utf-8")}
     if not any(p.endswith(".gz") for p in (e["path"] for e in shard_entries)):
         extra.update(tfds_files(name=name, run_id=run_id, shards=shard_entries,
                                 class_table=table, meta_columns=_meta_columns(newest),

@@ -12,7 +12,7 @@ import itertools
 import operator
 import unicodedata
 
-__all__ = ["class_name_problem", "first_class_name_problem"]
+__all__ = ["class_name_problem", "first_class_name_problem", "table_text"]
 
 # Unicode categories a class name must not contain: controls (Cc: NUL, \t, \v, \f, \x1c-\x1f,
 # U+0085, ...), line and paragraph separators (Zl, Zp) and surrogates (Cs: a name decoded with
@@ -50,3 +50,9 @@ def first_class_name_problem(names) -> tuple[int, str] | None:
         if problem:
             return index, problem
     return None
+
+
+def table_text(names) -> str:
+    r"""The text of a file of class names: each name followed by `\n` (none: empty), what
+    classes.txt, the transform's class-table asset and TFDS's label files hold."""
+    return "\n".join(names) + "\n" if names else ""

@@ -25,7 +25,7 @@ from apache_beam.runners.worker.statecache import CacheAware
 from transforms import file_reads
 from transforms.file_reads import read_bytes
 from transforms.offline.beam_steps import LeanDoFn
-from transforms.offline.class_names import first_class_name_problem
+from transforms.offline.class_names import first_class_name_problem, table_text
 from transforms.offline.gather import Gather
 from transforms.offline.per_bundle import DistinctPerBundle
 from transforms.s3_storage import create_file
@@ -62,7 +62,7 @@ def class_table_bytes(path: str, names: Sequence[str]) -> bytes:
     found = first_class_name_problem(names)
     if found:
         raise ValueError(f"Class table {path}: id {found[0]} {found[1]}")
-    text = "\n".join(names) + "\n" if names else ""
+    text = table_text(names)
     if len(set(names)) < len(names):
         parse_class_table(text, path)  # names the first repeated one
     return text.encode("utf-8")

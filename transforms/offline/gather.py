@@ -9,8 +9,9 @@ whole PCollection goes to one place anyway (small lists: labels, shard files, ra
 combine whose partial results shrink the data (sums, sketches) stays a combine. `JoinByKey`
 is `beam.CoGroupByKey` with each input keyed and tagged in one step instead of two.
 `CombineToOne` is `beam.CombineGlobally` with its empty-input default in 2 transforms, not 4.
-`packed` / `unpacked` (from the Beam-free `packing`) carry a shuffled value as its pickle. `GroupByKeyInLanes`
-is `beam.GroupByKey` with each bundle's pairs shuffled together in a few lists (`lanes`).
+`packed` / `unpacked` (from the Beam-free `packing`) carry a shuffled value as its pickle.
+`GroupByKeyInLanes` is `beam.GroupByKey` with each bundle's pairs shuffled together in a few
+lists (`lanes`).
 """
 from __future__ import annotations
 
@@ -251,7 +252,6 @@ class WrappedCombineFn(beam.CombineFn):
 
     def teardown(self, *args, **kwargs):
         self._fn.teardown(*args, **kwargs)
-
 
 
 class GroupByKeyInLanes(beam.PTransform):

@@ -15,7 +15,7 @@ import collections
 import os
 from typing import Mapping, Sequence
 
-from transforms.offline.class_names import first_class_name_problem
+from transforms.offline.class_names import first_class_name_problem, table_text
 
 __all__ = ["CLASS_TABLE_ASSET", "CLASS_FREQUENCIES", "NO_CLASS", "check_class_table",
            "class_frequencies_file", "write_assets"]
@@ -42,9 +42,8 @@ def check_class_table(names, source: str, allow_empty: bool = False) -> list[str
     found = first_class_name_problem(names)
     if found:
         raise ValueError(f"{source} entries must be valid class names: {found[1]}")
-    duplicates = len(set(names)) < len(names) and sorted(
-        name for name, n in collections.Counter(names).items() if n > 1)
-    if duplicates:
+    if len(set(names)) < len(names):
+        duplicates = sorted(name for name, n in collections.Counter(names).items() if n > 1)
         raise ValueError(f"{source} lists {duplicates} more than once; ids would be ambiguous.")
     return names
 
@@ -62,7 +61,7 @@ def write_assets(folder: str, names: Sequence[str], label_counts: Mapping[bytes,
     """(class-table path, frequencies path), both written into the local `folder` (TF reads
     the table while it traces the transform, and cannot open `s3://`). The SavedModel copies
     them into its `assets/` by file name."""
-    content = "".join(f"{name}\n" for name in names or [NO_CLASS]).encode("utf-8")
+    content = table_text(names or [NO_CLASS]).encode("utf-8")
     return (_write_asset(folder, CLASS_TABLE_ASSET, content),
             _write_asset(folder, CLASS_FREQUENCIES, class_frequencies_file(label_counts)))
 

@@ -26,6 +26,7 @@ from typing import Mapping, Sequence
 
 from configs.schema import SPLITS
 from transforms import codec
+from transforms.offline.class_names import table_text
 from transforms.snapshot_layout import shard_name
 
 __all__ = ["DATASET_INFO", "FEATURES", "LABELS_FILE", "BOX_LABELS_FILE", "VERSION",
@@ -134,7 +135,7 @@ def tfds_files(*, name: str, run_id: str, shards: Sequence[Mapping],
                label_offset: int) -> dict[str, bytes]:
     """The TFDS files of a snapshot: file name -> contents (written next to the manifest)."""
     names = label_names(class_table, label_offset)
-    text = ("\n".join(names) + "\n" if names else "").encode("utf-8")
+    text = table_text(names).encode("utf-8")
     info = dataset_info_json(name=name, run_id=run_id, shards=shards, label_offset=label_offset)
     return {
         DATASET_INFO: (json.dumps(info, indent=2, sort_keys=True) + "\n").encode("utf-8"),
