@@ -65,13 +65,18 @@ def read_json(path: str):
 
 
 def remove_tree(path: str) -> None:
-    """Deletes a folder and everything under it (on object stores: every object under it)."""
+    """Deletes a folder and everything under it (on object stores: every object under it); a
+    folder that is not there is nothing to do. A local folder goes in one `shutil.rmtree`
+    (Beam's match and delete before it took 1.7 instead of 0.6 ms for a folder of 20 files,
+    paid by every run's staging and every lock's clean-up)."""
+    if _is_local(path):
+        if os.path.isdir(path) and not os.path.islink(path):
+            import shutil
+            shutil.rmtree(path)
+        return
     matched = file_reads.match(FileSystems.join(path, "**"))
     if matched:
         file_changes.delete([m.path for m in matched])
-    if "://" not in path:
-        import shutil
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _is_local(path: str) -> bool:
