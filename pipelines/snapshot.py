@@ -14,6 +14,7 @@ through Beam's FileSystems, the file systems it writes with.
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -136,6 +137,13 @@ def _tensorflow_version() -> str:
 
 
 def _versions() -> dict:
+    """The manifest's package versions: a new dict each call, looked up once a process (the
+    metadata lookups cost ~0.8 ms a publish)."""
+    return dict(_installed_versions())
+
+
+@functools.cache
+def _installed_versions() -> dict:
     import apache_beam
     import pyarrow
     versions = {"python": platform.python_version(), "apache_beam": apache_beam.__version__,
