@@ -530,18 +530,18 @@ def test_an_exception_in_a_second_step_is_that_items_failure(tmp_path):
 
 
 def test_a_two_step_items_timeout_counts_both_its_steps_and_not_its_groups(tmp_path):
-    """Four items of 0.3 s a step in one batch (2.4 s in all; groups of three) finish under a
-    2.0 s timeout; one item of 1.2 s a step (2.4 s) times out in its second step."""
-    pool = _two_step_pool(tmp_path, timeout_s=2.0)
+    """Four items of 0.15 s a step in one batch (1.2 s in all; groups of three) finish under a
+    1.0 s timeout; one item of 0.6 s a step (1.2 s) times out in its second step."""
+    pool = _two_step_pool(tmp_path, timeout_s=1.0)
     try:
-        quick = [("slow", 0.3, n) for n in range(4)] + ["done"]
+        quick = [("slow", 0.15, n) for n in range(4)] + ["done"]
         assert _run_all(pool, quick) == {**{item: item[2] for item in quick[:4]}, "done": "done"}
-        slow = ("slow", 1.2, 7)
+        slow = ("slow", 0.6, 7)
         failure = _run_all(pool, [slow])[slow]
     finally:
         pool.close()
     assert failure.kind == "timeout"
-    assert "second ('slow', 1.2, 7)" in (tmp_path / "log").read_text()
+    assert "second ('slow', 0.6, 7)" in (tmp_path / "log").read_text()
 
 
 class _ThreeSteps(_TwoSteps):
