@@ -7,6 +7,8 @@ at all: readable, small, UTF-8, YAML, a mapping, and an `extends:` chain without
 """
 from __future__ import annotations
 
+import copy
+import functools
 import os
 from typing import Mapping
 
@@ -72,6 +74,14 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             self._check_unique(value_node, path + (str(key),))
 
 
+@functools.lru_cache(maxsize=16)
+def _parsed(text: str):
+    """`text` parsed, remembered by the text itself (so an edited file is parsed anew): a
+    config is parsed ~8 ms in pure Python, and a process that loads one config many times
+    (a test suite, a notebook, a bench) parses it once. Callers get a deep copy to change."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+
+
 def _load_mapping(path: str) -> dict:
     """One YAML file -> its mapping. Errors name the file and where it went wrong, never its
     contents: an `extends:` may point anywhere, and its text must not end up in a log."""
@@ -85,7 +95,7 @@ def _load_mapping(path: str) -> dict:
         raise ConfigError(f"Config file {path} is larger than {MAX_CONFIG_BYTES} bytes; "
                           "it is not a pixelmill config")
     try:
-        data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 - safe
+        data = copy.deepcopy(_parsed(raw.decode("utf-8")))
     except _DuplicateKey as exc:
         raise ConfigError(f"Config file {path}: duplicate key {exc.key!r} at line {exc.second} "
                           f"(first at line {exc.first}); a key may appear once per section, "

@@ -151,6 +151,22 @@ def test_extends_chain_of_presets_still_merges(tmp_path):
     assert config.online == OnlineConfig()
 
 
+def test_a_config_edited_between_loads_is_read_anew_and_a_loaded_one_is_the_callers(tmp_path):
+    """Parses are remembered by the file's text (`yaml_files._parsed`): the same-size edit of a
+    file gives its new values, and what one load returns is a copy nobody else sees."""
+    path = _write(tmp_path / "a.yaml", f"extends: {os.path.abspath('configs/base.yaml')}\n"
+                                       "dedup: {max_hamming: 2}\n")
+    first = yaml_files.read_yaml(path)
+    assert first["dedup"]["max_hamming"] == 2
+    first["dedup"]["max_hamming"] = 9
+    first["quality"].clear()
+    again = yaml_files.read_yaml(path)
+    assert again["dedup"]["max_hamming"] == 2 and again["quality"]
+    assert again == yaml_files.read_yaml(path) and again is not yaml_files.read_yaml(path)
+    _write(path, open(path).read().replace("max_hamming: 2", "max_hamming: 3"))
+    assert load_config(path).dedup.max_hamming == 3
+
+
 @pytest.mark.parametrize("content", [
     "root:x:0:0:SECRET-LINE:/root:/bin/bash\ndaemon:x:1:1:SECRET-LINE:/usr/sbin\n",  # a scalar
     "SECRET-LINE: [unclosed\n  - SECRET-LINE\n",                                   # bad YAML
