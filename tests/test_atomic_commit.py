@@ -6,8 +6,9 @@ failed one did not. Also: the committed rule itself (a manifest that does not pa
 its files does not commit), and the atomic write helper.
 
 The job is staged once (`staged`); each fault point replays only `publish_snapshot` on a copy
-of the staging folder and the previous output. A kill is `os._exit` in a forked child, so the
-replay costs no fresh interpreter and leaves what a killed process leaves (temporaries too).
+of the staging folder and the previous output. A kill is `os._exit` in a forked child (forked
+by one small helper process for all the cases), so a replay costs no fresh interpreter and
+leaves what a killed process leaves (temporaries too).
 """
 from __future__ import annotations
 
@@ -17,8 +18,11 @@ import gc
 import json
 import logging
 import os
+import pickle
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import types
 
@@ -237,15 +241,47 @@ def _killed_child(staged, attempt, at: int) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
+_KILL_HELPER = ("import sys; from tests.test_atomic_commit import _kill_each; "
+                "sys.exit(_kill_each())")
+
+
+def _killed_children(staged, attempts, tmp_path) -> list[int]:
+    """`_killed_child` for each attempt at its own operation (the i-th at operation i), forked
+    by one small helper process rather than by this one: a fork copies the forking process's
+    page tables, ~45 ms a GB, and a test process late in the suite holds ~2 GB (TensorFlow
+    and what earlier tests left), so ~80 forks cost it ~7 s; the helper (no TensorFlow, ~0.2
+    GB) forks in ~7 ms. The helper first publishes one attempt whole, as `_count_ops` did
+    here, so that its children find the publish's modules imported. The statuses, in order."""
+    warm = _attempt(staged, tmp_path / "warm")
+    payload = pickle.dumps((staged.inputs, (warm.out, warm.job),
+                            [(attempt.out, attempt.job) for attempt in attempts]))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", _KILL_HELPER], input=payload, cwd=root,
+                          capture_output=True, timeout=900)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-3000:]
+    return json.loads(done.stdout.decode().splitlines()[-1])
+
+
+def _kill_each() -> int:
+    """The helper of `_killed_children`: the cases pickled on stdin, the statuses as one JSON
+    line on stdout."""
+    inputs, (warm_out, warm_job), cases = pickle.loads(sys.stdin.buffer.read())
+    staged = types.SimpleNamespace(inputs=inputs)
+    _publish(staged, types.SimpleNamespace(out=warm_out, job=warm_job))
+    codes = [_killed_child(staged, types.SimpleNamespace(out=out, job=job), at)
+             for at, (out, job) in enumerate(cases)]
+    print(json.dumps(codes), flush=True)
+    return 0
+
+
 def test_a_kill_at_each_step_of_the_publish(staged, tmp_path, monkeypatch):
     total = _count_ops(staged, tmp_path, monkeypatch)
+    attempts = [_attempt(staged, tmp_path / f"k{at}") for at in range(total)]
+    assert _killed_children(staged, attempts, tmp_path) == [17] * total
     outcomes = set()
-    for at in range(total):
-        case = tmp_path / f"k{at}"
-        attempt = _attempt(staged, case)
-        assert _killed_child(staged, attempt, at) == 17, at
+    for at, attempt in enumerate(attempts):
         outcomes.add(_check_after_failure(staged, attempt.out))
-        _next_run_publishes(staged, case, attempt.out)
+        _next_run_publishes(staged, tmp_path / f"k{at}", attempt.out)
     assert outcomes == {False, True}
 
 
