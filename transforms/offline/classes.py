@@ -39,14 +39,20 @@ def parse_class_table(text: str, source: str) -> list[str]:
     r"""Names, one per `\n`-terminated line (blank lines and surrounding whitespace, including a
     Windows `\r`, ignored); duplicates are an error because ids would be ambiguous."""
     names = [name for name in map(str.strip, text.split("\n")) if name]
-    if len(set(names)) < len(names):
-        seen = set()
-        for name in names:
-            if name in seen:
-                raise ValueError(
-                    f"Class table {source} lists {name!r} twice; ids must be unique.")
-            seen.add(name)
+    _refuse_repeats(names, source)
     return names
+
+
+def _refuse_repeats(names: Sequence[str], source: str) -> None:
+    """ValueError naming the first name of `names` that repeats an earlier one (one set when
+    there is none, the usual case)."""
+    if len(set(names)) == len(names):
+        return
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"Class table {source} lists {name!r} twice; ids must be unique.")
+        seen.add(name)
 
 
 def read_class_table(path: str) -> list[str]:
@@ -62,10 +68,8 @@ def class_table_bytes(path: str, names: Sequence[str]) -> bytes:
     found = first_class_name_problem(names)
     if found:
         raise ValueError(f"Class table {path}: id {found[0]} {found[1]}")
-    text = table_text(names)
-    if len(set(names)) < len(names):
-        parse_class_table(text, path)  # names the first repeated one
-    return text.encode("utf-8")
+    _refuse_repeats(names, path)
+    return table_text(names).encode("utf-8")
 
 
 def write_class_table(path: str, names: Sequence[str]) -> None:
