@@ -62,7 +62,8 @@ class _TwoSteps:
     """A two-step worker: `first` logs "first n" and leaves the square to `second` (which logs
     "second n"), with a weight of 1 against `group_weight` 3; "done" needs no second step;
     "crash_second" and "raise_second" misbehave in their second step; ("slow", s, n) sleeps s
-    seconds in each step. The log and the attempts are files under `folder`."""
+    seconds in each step, ("slow", s, n, f) f seconds in its first. The log and the attempts
+    are files under `folder`."""
 
     group_weight = 3
 
@@ -83,7 +84,7 @@ class _TwoSteps:
         if item == "done":
             return "done"
         if isinstance(item, tuple):
-            time.sleep(item[1])
+            time.sleep(item[3] if len(item) > 3 else item[1])
         self._log(f"first {item}")
         return isolation.Later(item, 1)
 
@@ -619,16 +620,18 @@ def test_a_crash_in_a_prepare_blames_that_item_alone(tmp_path):
 
 def test_a_three_step_items_timeout_counts_all_its_steps_and_not_its_batchs(tmp_path):
     """Four items of 0.15 s a step in one batch (1.8 s in all) finish under a 1.5 s timeout;
-    one item of 0.8 s a step times out in its first step (its prepare's 0.8 s count)."""
+    one item with a 0.8 s prepare and a 1.4 s first step times out in that step (its prepare's
+    0.8 s count; the step alone is under the timeout), 0.7 s before the step would end and log:
+    the kill has that much slack on a busy machine, not the 0.1 s of 0.8 s a step."""
     pool = _three_step_pool(tmp_path, timeout_s=1.5)
     try:
         quick = [("slow", 0.15, n) for n in range(4)]
         assert _run_all(pool, quick) == {item: item[2] for item in quick}
-        slow = ("slow", 0.8, 7)
+        slow = ("slow", 0.8, 7, 1.4)
         failure = _run_all(pool, [slow])[slow]
     finally:
         pool.close()
     assert failure.kind == "timeout"
     lines = (tmp_path / "log").read_text().split("\n")
-    assert lines.count("prepare ('slow', 0.8, 7)") == 1
-    assert "first ('slow', 0.8, 7)" not in lines and "second ('slow', 0.8, 7)" not in lines
+    assert lines.count(f"prepare {slow}") == 1
+    assert f"first {slow}" not in lines and f"second {slow}" not in lines
