@@ -62,7 +62,7 @@ from transforms.offline.join_labels import (
 from transforms.offline.outputs import WriteRejectsLedger, count_into, count_keys, write_text
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, REASONS, Reject
 from transforms.offline.tft_analysis import AnalyzeAndWriteTransform
-from transforms.offline.write_shards import MetaColumns, WriteShards
+from transforms.offline.write_shards import WriteShards
 from transforms.reporting.feature_stats_files import WriteFeatureStatistics
 from transforms.reporting.stats import MergeIndexSummariesFn
 
@@ -276,15 +276,15 @@ class WriteSnapshot(beam.PTransform):
     def expand(self, inputs):
         accepted, archive_accepted, class_table = inputs
         config, staging = self._job.config, self._job.staging_dir
-        # Every record gets every meta column of the run; TFDS's features.json lists them.
-        meta_columns = accepted | "MetaColumns" >> MetaColumns()
-        meta_columns | "WriteMetaColumns" >> staged_run.write_meta_columns(staging)
         # Shards are written in child processes when the images were decoded in them.
         writers = (max(1, config.decode.processes)
                    if config.decode.isolation == "subprocess" else 0)
         written = accepted | "WriteShards" >> WriteShards(staging, config.output, class_table,
-                                                          meta_columns, writers,
-                                                          self._job.shuffle_lanes)
+                                                          writers, self._job.shuffle_lanes)
+        # Every record gets every meta column of the run; TFDS's features.json lists them.
+        (written.plan
+         | "MetaColumns" >> Map(operator.attrgetter("meta_columns"))
+         | "WriteMetaColumns" >> staged_run.write_meta_columns(staging))
         # The TFT transform covers everything committed so far plus tonight: normalization and
         # class weights describe the whole training set. A full run has no archive, and no
         # Flatten: Beam's local runner copies every element of one once more. It is written
@@ -299,8 +299,7 @@ class WriteSnapshot(beam.PTransform):
              | "WriteTransformSummary" >> staged_run.write_transform_summary(staging))
         written.features | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging)
         (written.files
-         | "SortedShardFiles" >> Gather(lambda files: sorted(
-             (dataclasses.asdict(f) for f in files), key=lambda f: f["path"]))
+         | "ShardFileDicts" >> Map(lambda files: [dataclasses.asdict(f) for f in files])
          | "WriteShardList" >> staged_run.write_shard_list(staging))
         class_table | "WriteClassTable" >> Map(
             lambda names: classes.write_class_table(FileSystems.join(staging, layout.CLASSES),

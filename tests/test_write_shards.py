@@ -23,8 +23,10 @@ from transforms.offline.index_table import record_row
 from transforms.offline.write_shards import (
     AssignShards,
     ShardFile,
+    ShardPlan,
     WriteShards,
     shard_counts,
+    shard_plan,
 )
 from transforms.reporting.index_summary import summary_of, summary_output
 from transforms.snapshot_layout import dali_index_name
@@ -44,9 +46,8 @@ def _record(folder, name: str, data: bytes, split: str, label: str, boxes=()) ->
 
 
 def _side_inputs(pipeline):
-    """WriteShards' singleton side inputs: the class table and the run's meta columns."""
-    return (pipeline | "ClassTable" >> beam.Create([CLASSES]),
-            pipeline | "MetaColumns" >> beam.Create([["source"]]))
+    """WriteShards' singleton side input: the class table."""
+    return (pipeline | "ClassTable" >> beam.Create([CLASSES]),)
 
 
 def _shard(split: str, index: int, count: int) -> str:
@@ -54,9 +55,11 @@ def _shard(split: str, index: int, count: int) -> str:
 
 
 def _files_on_disk(staging, expected_records: dict):
-    """A matcher for the `files` output: one ShardFile per shard in `expected_records`
-    (rel -> record count), its size and sha256 those of the file written."""
-    def check(files):
+    """A matcher for the `files` output: one list, sorted by path, of a ShardFile per shard in
+    `expected_records` (rel -> record count), its size and sha256 those of the file written."""
+    def check(lists):
+        [files] = lists  # one list, sorted by path
+        assert files == sorted(files, key=lambda shard: shard.path)
         expected = []
         for rel, count in expected_records.items():
             with open(os.path.join(str(staging), rel), "rb") as handle:
@@ -201,14 +204,14 @@ def test_assign_shards_keys_each_record_by_the_shard_of_its_hash(in_lists):
     expected = [(("train", train_shards[i]), f"{i}.jpg") for i in range(7)]
     expected += [(("test", 0), "7.jpg"), (("test", 0), "8.jpg")]
     with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
-        keyed, shard_numbers = (pipeline | beam.Create(records)
-                                | AssignShards(output, in_lists=in_lists))
+        keyed, plan = (pipeline | beam.Create(records)
+                       | AssignShards(output, in_lists=in_lists))
         assert_that(keyed | beam.MapTuple(lambda key, entry: (key, unpacked(entry[2]).path)),
                     equal_to(expected), label="Keys")
         assert_that(keyed | beam.MapTuple(lambda _, entry: entry[:2] == (
                         unpacked(entry[2]).sha256, ())),
                     equal_to([True] * 9), label="ShaAndBoxClasses")
-        assert_that(shard_numbers, equal_to([counts]), label="Counts")
+        assert_that(plan, equal_to([ShardPlan(counts, [])]), label="Plan")
 
 
 def _changed_since_validated(tmp_path):
@@ -254,7 +257,8 @@ def _write(records, staging, output: OutputConfig, processes: int) -> dict:
     with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
         written = (pipeline | "Records" >> beam.Create(records)
                    | WriteShards(str(staging), output, *_side_inputs(pipeline), processes))
-        _ = ((written.index | beam.Map(_part_contents), written.features, written.files)
+        _ = ((written.index | beam.Map(_part_contents), written.features,
+              written.files | beam.FlatMap(lambda files: files))
              | beam.Flatten()
              | beam.combiners.ToList() | beam.Map(dump))
     with open(out) as handle:
@@ -310,3 +314,12 @@ def test_a_file_that_changed_fails_the_job_from_a_writing_child_with_its_cause(t
             _ = (pipeline | "Records" >> beam.Create([record])
                  | WriteShards(str(tmp_path / "staging"), OutputConfig(num_shards=1),
                                *_side_inputs(pipeline), processes=1))
+
+
+def test_the_shard_plan_sums_each_bundles_bytes_and_unites_their_meta_columns():
+    output = OutputConfig(target_shard_mb=1.0)
+    parts = [({"train": 700 * 1024, "test": 10}, ["camera", "source"]),
+             ({"train": 700 * 1024}, ["author"]), ({"validation": 1}, [])]
+    assert shard_plan(parts, output) == ShardPlan(
+        {"train": 2, "test": 1, "validation": 1}, ["author", "camera", "source"])
+    assert shard_plan([], output) == ShardPlan({}, [])

@@ -17,6 +17,7 @@ import typing
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
 from configs.schema import OutputConfig
@@ -24,7 +25,6 @@ from transforms.offline import isolation, progress, splits
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.gather import Gather, GroupByKeyInLanes, InLists, once, packed
 from transforms.offline.index_table import IndexPart
-from transforms.offline.outputs import count_keys
 from transforms.offline.shard_writing import (
     ShardFile,
     ShardWriter,
@@ -34,8 +34,8 @@ from transforms.offline.shard_writing import (
 from transforms.offline.tfrecord_framing import frame_record
 from transforms.snapshot_layout import shard_name
 
-__all__ = ["AssignShards", "WriteShards", "MetaColumns", "shard_counts", "frame_record",
-           "ShardFile", "WrittenShards", "FILES", "FEATURES"]
+__all__ = ["AssignShards", "WriteShards", "ShardPlan", "shard_plan", "shard_counts",
+           "frame_record", "ShardFile", "WrittenShards", "FILES", "FEATURES"]
 
 FILES = "files"
 FEATURES = "features"  # (split, (shard index, its pickled feature_sketches.shard_accumulator))
@@ -48,23 +48,54 @@ def shard_counts(bytes_by_split: dict, output: OutputConfig) -> dict:
             for split, total in bytes_by_split.items()}
 
 
-class MetaColumns(beam.PTransform):
-    """ImageRecords -> a singleton: the sorted names of their `meta/` columns."""
+class ShardPlan(typing.NamedTuple):
+    """What writing any shard needs of every record first: the number of shards of each split
+    (`counts`, `shard_counts`) and the sorted names of the records' `meta/` columns (every
+    record is written with all of them)."""
+    counts: dict
+    meta_columns: list
 
-    def expand(self, records):
-        return (records
-                | "ColumnNames" >> FlatMap(lambda r: [column for column, _ in r.meta])
-                | "Distinct" >> beam.Distinct()
-                | "Sorted" >> Gather(sorted))
+
+class _PlanPartsFn(LeanDoFn):
+    """Accepted records -> one ({split: file bytes}, [meta column names]) a bundle, at its end
+    (global window): a bundle's part of the `ShardPlan`, summed where its records pass."""
+
+    def start_bundle(self):
+        self._bytes: dict = {}
+        self._columns: set = set()
+
+    def process(self, record):
+        self._bytes[record.split] = self._bytes.get(record.split, 0) + record.file_bytes
+        if record.meta:
+            self._columns.update(column for column, _ in record.meta)
+
+    def finish_bundle(self):
+        if self._bytes:
+            part = (self._bytes, sorted(self._columns))
+            self._bytes, self._columns = {}, set()
+            yield GlobalWindows.windowed_value(part)
+
+
+def shard_plan(parts, output: OutputConfig) -> ShardPlan:
+    """The `ShardPlan` of the records whose bundles' parts (`_PlanPartsFn`) are `parts`."""
+    bytes_by_split: dict = {}
+    columns: set = set()
+    for sums, names in parts:
+        for split, total in sums.items():
+            bytes_by_split[split] = bytes_by_split.get(split, 0) + total
+        columns.update(names)
+    return ShardPlan(shard_counts(bytes_by_split, output), sorted(columns))
 
 
 class WrittenShards(typing.NamedTuple):
     """What `WriteShards` gives: the written records' index rows (`index`, an `IndexPart` a
-    shard), every ShardFile (`files`), and (split, (index, its records' statistics
-    accumulator, pickled)) per shard (`features`)."""
+    shard), a singleton list of every ShardFile sorted by path (`files`), (split, (index, its
+    records' statistics accumulator, pickled)) per shard (`features`), and the singleton
+    `ShardPlan` they were written by (`plan`: its meta columns are the run's)."""
     index: beam.PCollection
     files: beam.PCollection
     features: beam.PCollection
+    plan: beam.PCollection
 
 
 _WRITE_TIMEOUT_S = 3600.0  # one shard (128 MB by default) written by a child, remote included
@@ -72,7 +103,7 @@ _WRITE_TIMEOUT_S = 3600.0  # one shard (128 MB by default) written by a child, r
 
 class _WriteShardFn(LeanDoFn):
     """((split, shard index), `AssignShards`' (sha256, box class names, `packed` record)
-    entries) -> the shard written (`shard_writing.write_packed_shard`); its records' index rows
+    entries), the `ShardPlan` and the class table -> the shard written (`shard_writing.write_packed_shard`); its records' index rows
     as one `IndexPart`; (split, (shard index, the records' statistics accumulator, pickled))
     tagged `features` and the ShardFile tagged `files`.
 
@@ -98,9 +129,10 @@ class _WriteShardFn(LeanDoFn):
         self._next_key = 0
         self._table, self._class_ids = None, {}  # the class table seen last, its names' ids
 
-    def process(self, item, counts, class_table, columns, timestamp=beam.DoFn.TimestampParam,
+    def process(self, item, plan, class_table, timestamp=beam.DoFn.TimestampParam,
                 window=beam.DoFn.WindowParam):
         (split, index), entries = item
+        counts, columns = plan
         progress.enter("writing")
         output = self._output
         rel_path = shard_name(output.name, split, index, counts[split], output.compression)
@@ -166,16 +198,19 @@ class _WriteShardFn(LeanDoFn):
         yield beam.pvalue.TaggedOutput(FILES, shard)
 
 
-def _every_shard_file(_, written, counts, staging_dir: str, output: OutputConfig):
-    """Every ShardFile of the run: the `written` ones and, for each shard the hash sent no
-    record (names must not have gaps), an empty shard written here."""
-    present = {shard.path for shard in written}
-    yield from written
+def _every_shard_file(_, written, plan: ShardPlan, staging_dir: str, output: OutputConfig
+                      ) -> list:
+    """Every ShardFile of the run, sorted by path: the `written` ones and, for each shard the
+    hash sent no record (names must not have gaps), an empty shard written here."""
+    counts = plan.counts
+    files = list(written)
+    present = {shard.path for shard in files}
     for split in sorted(counts):
         for index in range(counts[split]):
             rel_path = shard_name(output.name, split, index, counts[split], output.compression)
             if rel_path not in present:
-                yield _empty_shard(staging_dir, output, rel_path)
+                files.append(_empty_shard(staging_dir, output, rel_path))
+    return sorted(files, key=lambda shard: shard.path)
 
 
 def _empty_shard(staging_dir: str, output: OutputConfig, rel_path: str) -> ShardFile:
@@ -190,24 +225,27 @@ def _for_shards(record) -> tuple:
     return record.split, (record.sha256, tuple(box[4] for box in record.boxes), packed(record))
 
 
-def _by_shard(packed_record: tuple, counts: dict) -> tuple:
+def _by_shard(packed_record: tuple, plan: ShardPlan) -> tuple:
     """(split, entry) of `_for_shards` -> ((split, shard index), entry)."""
     split, entry = packed_record
-    return (split, splits.shard_index(entry[0], counts[split])), entry
+    return (split, splits.shard_index(entry[0], plan.counts[split])), entry
 
 
-def _each_by_shard(packed_records: list, counts: dict) -> list:
+def _each_by_shard(packed_records: list, plan: ShardPlan) -> list:
     """`_by_shard` of each of a list of `_for_shards` tuples."""
-    return [_by_shard(packed_record, counts) for packed_record in packed_records]
+    return [_by_shard(packed_record, plan) for packed_record in packed_records]
 
 
 class AssignShards(beam.PTransform):
     """Accepted ImageRecords (with split) -> ((split, shard index), (sha256, box class names,
-    `packed` record)) pairs (`_for_shards`), a singleton {split: number of shards}. The number
-    of shards of a split comes from its total file bytes (`shard_counts`), a record's shard
-    from its sha256 (`splits.shard_index`), so the assignment is the same on every runner and
-    worker count. `in_lists`: the records wait for the counts in lists (`gather.InLists`; the
-    global window only), where Beam's local runner would keep them one by one."""
+    `packed` record)) pairs (`_for_shards`), a singleton `ShardPlan`. The number of shards of
+    a split comes from its total file bytes (`shard_counts`), a record's shard from its sha256
+    (`splits.shard_index`), so the assignment is the same on every runner and worker count.
+    The plan's two aggregates (bytes per split, meta column names) are made in one pass and
+    one gathering step: each of them alone was two more Beam stages of every run (a shuffle
+    and a gathering, ~8 ms each). `in_lists`: the records wait for the plan in lists
+    (`gather.InLists`; the global window only), where Beam's local runner would keep them one
+    by one."""
 
     def __init__(self, output: OutputConfig, in_lists: bool = False):
         super().__init__()
@@ -215,64 +253,61 @@ class AssignShards(beam.PTransform):
         self._in_lists = in_lists
 
     def expand(self, records):
-        counts = (records  # a bundle's bytes per split summed where its records pass
-                  | "BytesPerSplit" >> count_keys(lambda r: ((r.split, r.file_bytes),))
-                  | "SumBytes" >> beam.CombinePerKey(sum)
-                  | "ShardCounts" >> Gather(lambda sums, output: shard_counts(dict(sums), output),
-                                            self._output))
-        # The records wait for the counts (Beam's local runner keeps them meanwhile, encoded)
+        plan = (records
+                | "PlanParts" >> beam.ParDo(_PlanPartsFn()).with_output_types(typing.Any)
+                | "ShardPlan" >> Gather(shard_plan, self._output))
+        # The records wait for the plan (Beam's local runner keeps them meanwhile, encoded)
         # as tuples of strings and a pickle, which its coder writes and reads as they are: a
         # record is pickled once here, not pickled, loaded and pickled again (~8 us a record).
         if self._in_lists:  # packed as they go into the lists
             keyed = (records
                      | "PackForShards" >> InLists(_for_shards)
                      | "KeyByShard" >> FlatMap(_each_by_shard,
-                                               beam.pvalue.AsSingleton(counts)))
+                                               beam.pvalue.AsSingleton(plan)))
         else:
             keyed = (records
                      | "PackForShards" >> Map(_for_shards)
-                     | "KeyByShard" >> Map(_by_shard, beam.pvalue.AsSingleton(counts)))
-        return keyed, counts
+                     | "KeyByShard" >> Map(_by_shard, beam.pvalue.AsSingleton(plan)))
+        return keyed, plan
 
 
 class WriteShards(beam.PTransform):
     """Accepted ImageRecords (with split and label_id) -> `WrittenShards`: `index`, the
-    written records' index rows (an `IndexPart` a shard); `files`: one ShardFile per shard,
-    empty ones included; `features`: (split, (index, the shard's
+    written records' index rows (an `IndexPart` a shard); `files`: a singleton list of one
+    ShardFile per shard, empty ones included, sorted by path; `features`: (split, (index, the shard's
     records folded into a statistics accumulator, pickled)) per shard, for the TFDV-style
-    statistics. `class_table` and `meta_columns` (`MetaColumns` of the records: every record
-    gets these columns) are singleton side inputs (lists of names). `processes`: shards are
+    statistics; `plan`, the `ShardPlan` (every record gets its meta columns). `class_table`
+    is a singleton side input (a list of names). `processes`: shards are
     written in that many child processes per worker (0: in the worker). `lanes`: the records
     wait for the shard counts in lists and are grouped by shard in lanes
     (`gather.GroupByKeyInLanes`); None: one by one, key by key."""
 
-    def __init__(self, staging_dir: str, output: OutputConfig, class_table, meta_columns,
+    def __init__(self, staging_dir: str, output: OutputConfig, class_table,
                  processes: int = 0, lanes: int | None = None):
         super().__init__()
         self._staging_dir = staging_dir
         self._output = output
         self._class_table = class_table
-        self._meta_columns = meta_columns
         self._processes = processes
         self._lanes = lanes
 
     def expand(self, records):
         output = self._output
-        keyed, shard_counts_per_split = records | "AssignShards" >> AssignShards(
+        keyed, plan = records | "AssignShards" >> AssignShards(
             output, in_lists=self._lanes is not None)
-        counts = beam.pvalue.AsSingleton(shard_counts_per_split)
+        plan_side = beam.pvalue.AsSingleton(plan)
         written = (keyed
                    | "GroupByShard" >> GroupByKeyInLanes(self._lanes)
                    | "WriteShard" >> beam.ParDo(
-                       _WriteShardFn(self._staging_dir, output, self._processes), counts,
-                       beam.pvalue.AsSingleton(self._class_table),
-                       beam.pvalue.AsSingleton(self._meta_columns)
+                       _WriteShardFn(self._staging_dir, output, self._processes), plan_side,
+                       beam.pvalue.AsSingleton(self._class_table)
                    ).with_outputs(FILES, FEATURES, main="index"))
         # Shards the hash sent no record are written after the others, from the list of
         # written ones: flattening an empty marker per shard into the records instead cost
         # Beam's local runner one more copy of every record (docs/benchmarks.md, ninth round).
         files = (once(records.pipeline, "Once")
-                 | "EveryShardFile" >> FlatMap(
-                     _every_shard_file, beam.pvalue.AsList(written[FILES]), counts,
+                 | "EveryShardFile" >> Map(
+                     _every_shard_file, beam.pvalue.AsList(written[FILES]), plan_side,
                      self._staging_dir, output))
-        return WrittenShards(index=written.index, files=files, features=written[FEATURES])
+        return WrittenShards(index=written.index, files=files, features=written[FEATURES],
+                             plan=plan)
