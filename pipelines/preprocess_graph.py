@@ -40,7 +40,7 @@ from transforms.offline import classes, splits
 from transforms.offline.beam_steps import Filter, FlatMap, Map
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.discover import DiscoverImages
-from transforms.offline.gather import CombineToOne, Gather, InLists, constant, merged
+from transforms.offline.gather import FoldToOne, Gather, InLists, constant, merged
 from transforms.offline.image_record import ImageRecord
 from transforms.offline.index_table import INDEX_SCHEMA, record_row, upgrade_row
 from transforms.offline.index_writer import IndexParts, WriteIndexTable
@@ -350,14 +350,17 @@ class WriteLedgers(beam.PTransform):
                                            INDEX_SCHEMA))
         return (index_parts
                 | "IndexSummaries" >> Map(operator.attrgetter("summary"))
-                | "SummarizeIndex" >> CombineToOne(MergeIndexSummariesFn())
+                | "SummarizeIndex" >> FoldToOne(MergeIndexSummariesFn())
                 | "WriteIndexSummary" >> staged_run.write_index_summary(staging))
 
 
 def _seeded_counts(sums) -> dict:
-    """{count key: count} from the (key, sum) pairs, every seeded key there (nothing counted
-    is 0)."""
-    return {**dict.fromkeys(staged_run.SEEDED_COUNTS, 0), **dict(sums)}
+    """{count key: count} from the (key, partial sum) pairs, summed per key, every seeded key
+    there (nothing counted is 0)."""
+    counts = dict.fromkeys(staged_run.SEEDED_COUNTS, 0)
+    for key, count in sums:
+        counts[key] = counts.get(key, 0) + count
+    return counts
 
 
 def _reject_counts(reject: Reject) -> tuple:
@@ -409,7 +412,6 @@ class Accounting(beam.PTransform):
         counts = [pcoll | label >> step for pcoll, label, step in steps if pcoll is not None]
         return (counts
                 | "AllCounts" >> beam.Flatten()
-                | "SumPerKey" >> beam.CombinePerKey(sum)
                 | "CountsDict" >> Gather(_seeded_counts)
                 | "WriteCounts" >> staged_run.write_counts(self._staging))
 

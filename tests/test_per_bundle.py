@@ -7,7 +7,7 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
 from transforms.offline import per_bundle
-from transforms.offline.gather import CombineToOne
+from transforms.offline.gather import FoldToOne
 from transforms.offline.per_bundle import CombineInBundles, DistinctPerBundle
 
 
@@ -30,13 +30,13 @@ class _Counted(beam.combiners.CountCombineFn):
         return int(accumulator)
 
 
-def test_combine_in_bundles_is_combine_to_one_also_over_nothing_and_over_bundles():
+def test_combine_in_bundles_is_fold_to_one_also_over_nothing_and_over_bundles():
     pipeline = beam.Pipeline(runner=FnApiRunner())
     numbers = pipeline | beam.Create([1, 2, 3, 4, 5])  # reshuffled: bundles of its own
     for label, pcoll, expected in (
             ("Some", numbers, 5), ("Nothing", pipeline | "Empty" >> beam.Create([]), 0)):
         ours = pcoll | label >> CombineInBundles(_Counted())
-        theirs = pcoll | f"{label}ToOne" >> CombineToOne(beam.combiners.CountCombineFn())
+        theirs = pcoll | f"{label}ToOne" >> FoldToOne(beam.combiners.CountCombineFn())
         assert_that(ours, equal_to([expected]), label=f"Check{label}")
         assert_that(theirs, equal_to([expected]), label=f"CheckToOne{label}")
     pipeline.run().wait_until_finish()

@@ -13,7 +13,7 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms.offline.beam_steps import LeanDoFn
-from transforms.offline.gather import CombineToOne, WrappedCombineFn
+from transforms.offline.gather import FoldToOne, WrappedCombineFn
 
 __all__ = ["DistinctPerBundle", "CombineInBundles"]
 
@@ -82,7 +82,7 @@ class _MergedFn(WrappedCombineFn):
 
 class CombineInBundles(beam.PTransform):
     """PCollection -> a singleton PCollection holding `combine_fn`'s result over it, as
-    `CombineToOne` gives it (the result over nothing when it is empty), each bundle's elements
+    `FoldToOne` gives it (the result over nothing when it is empty), each bundle's elements
     added by the step that receives them and one accumulator per bundle merged after: an
     element is an element of that one step, where `CombineGlobally` keys it (a Map) and hands it
     to Beam's precombine. Global window only; for a combine whose result does not depend on
@@ -96,4 +96,4 @@ class CombineInBundles(beam.PTransform):
         return (pcoll
                 | "PerBundle" >> beam.ParDo(_AccumulateFn(self._combine_fn)
                                             ).with_output_types(typing.Any)
-                | "Merged" >> CombineToOne(_MergedFn(self._combine_fn)))
+                | "Merged" >> FoldToOne(_MergedFn(self._combine_fn)))
