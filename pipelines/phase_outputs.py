@@ -42,7 +42,8 @@ class Inspected(NamedTuple):
     labelled: beam.PCollection          # inspected records with their label and boxes, and
     #                                     those a quality rule rejected (exact dedup still looks
     #                                     at them; they pass class assignment as they are)
-    rejected: beam.PCollection          # records rejected so far, but by a quality rule
+    rejected: tuple                     # PCollections of the records rejected so far, but by
+    #                                     a quality rule (flattened once, with dedup's)
     row_rejects: beam.PCollection       # PlanImages' CSV row rejects
     skipped: beam.PCollection           # unchanged since the archive: not inspected again
     matched: beam.PCollection           # (row kind, count) of CSV rows matched, per bundle

@@ -247,7 +247,7 @@ def step_accounting(pipeline, corpus, workdir):
                     label_items=records, label_rows=empty, label_rejects=empty,
                     box_items=None, box_rows=None, box_rejects=None,
                     archive_rows=None)  # a full run: no boxes; no archive, no live set
-    inspected = Inspected(labelled=empty, rejected=empty,
+    inspected = Inspected(labelled=empty, rejected=(empty,),
                           row_rejects=empty, skipped=empty,
                           matched=records | Map(lambda r: (LABEL_ROW, 1)),
                           kept=empty, retired=empty)
