@@ -423,10 +423,14 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     inputs = pipeline | "ReadInputs" >> ReadInputs(job)
     inspected = inputs.pvalues() | "InspectAndLabel" >> InspectAndLabel(job)
     archive_accepted = inspected.kept  # the archive's records that stay live tonight
-    inspected.retired | "WriteRetirements" >> WriteRetirements(
-        FileSystems.join(job.staging_dir, layout.RETIRED))
     class_table = inspected.labelled | "ClassTable" >> classes.ClassTable(job.class_table,
                                                                  job.frozen_classes)
+    retired_ledger = FileSystems.join(job.staging_dir, layout.RETIRED)
+    if job.archive:
+        inspected.retired | "WriteRetirements" >> WriteRetirements(retired_ledger)
+    else:  # only an archived record retires: a full run's ledger is empty, written in the
+        # class table's stage rather than a stage of its own (~10 ms of every run)
+        class_table | "WriteEmptyRetirements" >> Map(lambda _: write_text(retired_ledger, ""))
     deduped = (DedupInputs(inspected.labelled, archive_accepted, class_table)
                | "Dedup" >> Dedup(config, has_archive=bool(job.archive),
                                 lanes=job.shuffle_lanes))

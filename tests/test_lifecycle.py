@@ -102,6 +102,8 @@ def two_nights(tmp_path_factory):
 def test_night_one_is_a_base_and_reads_everything(two_nights):
     world, first, _, before = two_nights
     assert first.snapshot.manifest["base"] is True
+    with open(os.path.join(first.snapshot.path, layout.RETIRED), "rb") as handle:
+        assert handle.read() == b""  # a base retires nothing: its ledger is there, empty
     assert sorted(before) == sorted([f"cat/{i}.jpg" for i in range(4)]
                                     + [f"dog/{i}.jpg" for i in range(4)] + ["owl/0.jpg"])
 
