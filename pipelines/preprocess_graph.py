@@ -423,8 +423,8 @@ def build_preprocess(pipeline: beam.Pipeline, job: PreprocessJob) -> None:
     inputs = pipeline | "ReadInputs" >> ReadInputs(job)
     inspected = inputs.pvalues() | "InspectAndLabel" >> InspectAndLabel(job)
     archive_accepted = inspected.kept  # the archive's records that stay live tonight
-    class_table = inspected.labelled | "ClassTable" >> classes.ClassTable(job.class_table,
-                                                                 job.frozen_classes)
+    class_table = inspected.labelled | "ClassTable" >> classes.ClassTable(
+        job.class_table, job.frozen_classes, few_bundles=job.shuffle_lanes is not None)
     retired_ledger = FileSystems.join(job.staging_dir, layout.RETIRED)
     if job.archive:
         inspected.retired | "WriteRetirements" >> WriteRetirements(retired_ledger)

@@ -142,6 +142,23 @@ def test_the_table_side_input_is_sized_for_beams_cache_without_walking_its_names
         assert_that(labelled | classes.ClassTable([], frozen=False), is_class_names)
 
 
+@pytest.mark.parametrize("few_bundles", [False, True])
+def test_the_table_extends_with_the_sorted_new_names_once_each(few_bundles):
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that
+
+    def is_extended(tables):
+        assert tables == [["c", "a", "b"]]
+
+    with beam.Pipeline() as pipeline:
+        labelled = (pipeline
+                    | beam.Create([_labelled("b"), _labelled("c"), _labelled("a"),
+                                   _labelled("b")])
+                    | beam.Reshuffle())  # bundles of their own, as after the job's shuffles
+        assert_that(labelled | classes.ClassTable(["c"], frozen=False, few_bundles=few_bundles),
+                    is_extended)
+
+
 def _labelled(label: str):
     from transforms.offline.image_record import ImageRecord
     return ImageRecord(uri="u", path=f"{label}.jpg", file_bytes=1, label=label)

@@ -141,20 +141,24 @@ class ClassTable(beam.PTransform):
     their ids from it with `AssignClassIdFn`, which the job runs in the exact dedup's groups
     (`dedup.DropExactDuplicates`): the table is made from these very records, so a step that
     reads it before a shuffle would make Beam's local runner keep every record once more
-    until the table is known."""
+    until the table is known. `few_bundles`: each bundle's distinct names go straight to the
+    one step that extends the table (Beam's local runner, whose workers' bundles are few: a
+    shuffle to make them distinct first was one more stage, ~8 ms of every run); otherwise
+    (any runner) they are made distinct by a shuffle first."""
 
-    def __init__(self, start_table: Sequence[str], frozen: bool):
+    def __init__(self, start_table: Sequence[str], frozen: bool, few_bundles: bool = False):
         super().__init__()
         self._start_table = list(start_table)
         self._frozen = frozen
+        self._few_bundles = few_bundles
 
     def expand(self, labelled):
         start_table, frozen = self._start_table, self._frozen
-        return (labelled
-                | "LabelNames" >> DistinctPerBundle(record_labels)
-                | "DistinctLabels" >> beam.Distinct()
-                | "Extend" >> Gather(
-                    lambda labels: ClassNames(extend_class_table(start_table, labels, frozen))))
+        names = labelled | "LabelNames" >> DistinctPerBundle(record_labels)
+        if not self._few_bundles:
+            names = names | "DistinctLabels" >> beam.Distinct()
+        return names | "Extend" >> Gather(
+            lambda labels: ClassNames(extend_class_table(start_table, labels, frozen)))
 
 
 @beam.typehints.with_output_types(typing.Any)  # as Beam infers it: no disassembly at build
