@@ -17,6 +17,7 @@ from transforms.offline import image_header
 from transforms.offline.image_header import jpeg_scans
 from transforms.offline.image_inspection import ImageInspector
 from transforms.offline.image_record import ImageRecord
+from transforms.offline.inspect_image import InspectImageFn
 
 
 def _jpeg(progressive: bool, size=(96, 64), exif: bytes = b"") -> bytes:
@@ -120,3 +121,28 @@ def test_report_thumbnails_per_reason_is_checked_at_load():
     with pytest.raises(ConfigError, match=r"report\.thumbnails_per_reason.*-1"):
         load_config(None, ["report.thumbnails_per_reason=-1"])
     assert load_config(None, ()).report.thumbnails_per_reason == 4
+
+
+class _RaisingInspector(ImageInspector):
+    """An inspection whose decode raises (a decoder bug, not a bad file)."""
+
+    def decode_read(self, read):
+        raise ValueError("bad Huffman table")
+
+
+def test_an_error_in_an_inline_inspection_rejects_its_file_as_a_decoder_crash(tmp_path):
+    good, bad = tmp_path / "good.jpg", tmp_path / "bad.jpg"
+    good.write_bytes(_jpeg(progressive=False))
+    bad.write_bytes(_jpeg(progressive=False))
+    config = load_config(None, ())
+    step = InspectImageFn(ImageInspector(config))
+    step.setup()
+    [accepted] = step.process(ImageRecord(uri=str(good), path="good.jpg",
+                                          file_bytes=os.path.getsize(good)))
+    step = InspectImageFn(_RaisingInspector(config))
+    step.setup()
+    [crashed] = step.process(ImageRecord(uri=str(bad), path="bad.jpg",
+                                         file_bytes=os.path.getsize(bad)))
+    assert accepted.reject is None and accepted.metrics
+    assert (crashed.path, crashed.reject.reason, crashed.reject.detail) == (
+        "bad.jpg", "decoder_crash", "ValueError: ValueError('bad Huffman table')")
