@@ -355,13 +355,14 @@ class DropNearDuplicates(beam.PTransform):
         search = (max_hamming, self._hot_bucket_values, _SearchBucketFn, _SearchPartsFn,
                   self._lanes)
         if self._archive is None:  # tonight's records go into the band search as they are
-            found = [records | "SearchBands" >> _BandSearch(*search, member_of=_tonight_member)]
+            found = list(records
+                         | "SearchBands" >> _BandSearch(*search, member_of=_tonight_member))
         else:
             tonight = records | "TonightHashes" >> Map(_tonight_member)
-            found = [merged([tonight, self._archive], "AllHashes")
-                     | "SearchBands" >> _BandSearch(*search)]
+            found = list(merged([tonight, self._archive], "AllHashes")
+                         | "SearchBands" >> _BandSearch(*search))
         if self._crop_max_hamming is not None:
-            found.append(self._crop_search(records))
+            found.extend(self._crop_search(records))
         neighbours = (tuple(found)
                       | "AllFound" >> beam.Flatten()
                       | "ClosestNeighbour" >> beam.CombinePerKey(min))
@@ -376,8 +377,9 @@ class DropNearDuplicates(beam.PTransform):
             _routed_from, _mark, *mark_args).with_outputs(REJECTED, main="kept")
         return marked.kept, marked[REJECTED]
 
-    def _crop_search(self, records):
-        """(rel, best crop neighbour) from the centre hashes against the full hashes."""
+    def _crop_search(self, records) -> tuple:
+        """(rel, best crop neighbour) from the centre hashes against the full hashes: the
+        PCollections `_BandSearch` gives."""
         crop_max = self._crop_max_hamming
         members = [records | "CropHashes" >> FlatMap(_crop_members)]
         if self._archive is not None:
@@ -393,7 +395,9 @@ class DropNearDuplicates(beam.PTransform):
 
 class _BandSearch(beam.PTransform):
     """Hash members -> band buckets (`_band_keys`) -> (rel, best neighbour) within
-    `max_hamming` bits: each bucket searched whole by a `bucket_fn` (a `_BucketFn` class), or,
+    `max_hamming` bits, as two PCollections (the whole buckets', the hot ones'; flattened once
+    with the other searches' by the caller: a Flatten of a Flatten is one more stage of Beam's
+    local runner): each bucket searched whole by a `bucket_fn` (a `_BucketFn` class), or,
     when it is hot, by a `parts_fn` (its parts DoFn class) in the sub-buckets the bucket step
     sends out tagged `hot`. The plain and the crop search differ only in those two steps.
     `lanes`: the buckets' shuffle in lanes (`gather.GroupByKeyInLanes`; five pairs an image,
@@ -421,4 +425,4 @@ class _BandSearch(beam.PTransform):
         in_parts = (searched[_HOT]
                     | "GroupHotParts" >> beam.GroupByKey()
                     | "SearchHotParts" >> beam.ParDo(self._parts_fn))
-        return (searched.found, in_parts) | "Found" >> beam.Flatten()
+        return searched.found, in_parts
