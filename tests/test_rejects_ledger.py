@@ -1,5 +1,6 @@
-"""WriteRejectsLedger: one sorted rejects.jsonl written in ranges, never gathered in one list;
-the file is the same whatever the range size."""
+"""WriteRejectsLedger: one sorted rejects.jsonl merged from sorted runs, never gathered in one
+list; the file is the same whatever the run size. The range sample the index's writer cuts its
+rows with (`SampleAndCountFn`, `range_cuts`)."""
 from __future__ import annotations
 
 import os
@@ -38,7 +39,7 @@ def _write(tmp_path, rejects, part_lines, name) -> str:
 
 
 @pytest.mark.parametrize("part_lines", [7, 100_000])
-def test_ledger_is_sorted_and_the_same_whatever_the_range_size(tmp_path, part_lines):
+def test_ledger_is_sorted_and_the_same_whatever_the_run_size(tmp_path, part_lines):
     rejects = _rejects(300)
     expected = "".join(r.to_json() + "\n" for r in sorted(
         rejects, key=lambda r: ((r.kind, r.path, r.reason, r.detail), r.to_json())))
@@ -117,3 +118,24 @@ def test_a_retried_join_finds_the_ledger_whole_and_removes_the_parts_left(tmp_pa
     assert outputs.already_joined(parts, ledger, str(parts_dir))
     assert sorted(looked_up) == sorted([ledger, *parts, str(parts_dir)])
     assert not parts_dir.exists() and os.path.exists(ledger)
+
+
+def test_a_failed_bundles_run_is_not_merged_and_goes_with_the_folder(tmp_path):
+    """The join merges only the runs of committed bundles (a retried bundle's first run is in
+    no output) and leaves no run behind."""
+    from transforms.offline import outputs
+    runs_dir = tmp_path / "rejects.jsonl.parts"
+    runs_dir.mkdir()
+    rejects = sorted(_rejects(40), key=lambda r: ((r.kind, r.path, r.reason, r.detail),
+                                                  r.to_json()))
+    runs = []
+    for number, part in enumerate((rejects[1::2], rejects[0::2], rejects[:5])):
+        run = str(runs_dir / f"run-{number}")
+        with open(run, "w", encoding="utf-8") as handle:
+            handle.write("".join(r.to_json() + "\n" for r in part))
+        runs.append(run)
+    ledger = str(tmp_path / "rejects.jsonl")
+    assert outputs._join_runs(runs[:2], ledger, str(runs_dir)) == ledger  # runs[2]: failed
+    with open(ledger, encoding="utf-8") as handle:
+        assert handle.read() == "".join(r.to_json() + "\n" for r in rejects)
+    assert os.listdir(tmp_path) == ["rejects.jsonl"]

@@ -2,11 +2,12 @@
 
 Sorted, so the file is the same on every runner, worker count and rerun (Beam's
 `WriteToParquet` wrote rows in the order bundles finished, which moved the rejected rows
-between runs of the same inputs). Built like the rejects ledger
-(`transforms.offline.outputs.WriteRejectsLedger`): never gathered in one list, the rows are
-range-partitioned on their path at boundaries cut from a fixed-size sample, each range is sorted
-and written on its own (an Arrow stream under `<path>.parts/`), and the ranges are appended in
-order, one row group each, to the one Parquet file. Rows travel as Arrow record batches (a
+between runs of the same inputs). Never gathered in one list: the rows are range-partitioned
+on their path at boundaries cut from a fixed-size sample (`outputs.range_cuts`), each range is
+sorted and written on its own (an Arrow stream under `<path>.parts/`), and the ranges are
+appended in order, one row group each, to the one Parquet file: the last step copies, where
+merging sorted runs (as the rejects ledger does, `outputs.WriteRejectsLedger`) would compare
+every row of the index in one place. Rows travel as Arrow record batches (a
 shard's, or up to `_BATCH_ROWS` made by `IndexParts`), not one Beam element per row: the
 launcher's per-image work is the job's bottleneck on small images (issue 22), and Beam's
 Parquet sink cost ~22 us per row there.
