@@ -15,7 +15,7 @@
     dali_index     the DALI index lines (tfrecord2idx format) of a shard being written
     index_table    index.parquet rows
     index_writer   index.parquet, sorted by path, written in ranges
-    outputs        rejects.jsonl and small JSON outputs
+    outputs        rejects.jsonl (merged from sorted runs) and small JSON outputs
     tft_analysis   AnalyzeAndWriteTransform (tft_totals: its one combine; tft_outputs: output
                    names, summary); tft_graph, tft_assets, tft_write: the transform traced and
                    written outside Beam (in a child when the launcher has no TensorFlow)
