@@ -1,6 +1,6 @@
-"""WriteIndexTable: index.parquet sorted by path, written in ranges and never gathered in one
-list; the same bytes whatever the range size, the input order, the bundles and the batches
-(`IndexParts` of rows, or a shard's rows in one part)."""
+"""WriteIndexTable: index.parquet sorted by path, merged from sorted runs and never gathered in
+one list; the same bytes whatever the input order, the bundles and the batches (`IndexParts`
+of rows, or a shard's rows in one part), in row groups of the run size."""
 from __future__ import annotations
 
 import os
@@ -56,7 +56,7 @@ def _write(tmp_path, rows, part_rows, name, bundles=1, in_lists=None, parts=None
 
 
 @pytest.mark.parametrize("part_rows", [9, 100_000])
-def test_index_is_sorted_by_path_and_the_same_whatever_the_ranges(tmp_path, part_rows,
+def test_index_is_sorted_by_path_and_the_same_whatever_the_runs(tmp_path, part_rows,
                                                                     monkeypatch):
     monkeypatch.setattr(index_writer, "_BATCH_ROWS", 16)  # several batches per range
     rows = _rows(200)
@@ -70,10 +70,29 @@ def test_index_is_sorted_by_path_and_the_same_whatever_the_ranges(tmp_path, part
     table = pq.read_table(os.path.join(tmp_path, "out", "index.parquet"))
     assert table.schema == INDEX_SCHEMA
     assert table.to_pylist() == sorted(rows, key=lambda row: row["path"])
-    groups = pq.ParquetFile(os.path.join(tmp_path, "out", "index.parquet")
-                            ).metadata.num_row_groups
-    # one row group per sorted range: with 9 rows a range, the rows were never in one list
-    assert groups > 1 if part_rows < len(rows) else groups == 1
+    metadata = pq.ParquetFile(os.path.join(tmp_path, "out", "index.parquet")).metadata
+    # row groups of part_rows rows, the last fewer: with 9, the rows were never in one list
+    sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    assert sizes == [9] * 22 + [2] if part_rows == 9 else sizes == [200]
+
+
+def test_a_failed_bundles_run_is_not_merged_and_goes_with_the_folder(tmp_path):
+    """The merge reads only the runs of committed bundles (a retried bundle's first run is
+    in no output) and leaves no run behind."""
+    import pyarrow as pa
+    rows = _rows(60)
+    runs_dir = str(tmp_path / "index.parquet.parts")
+    runs = []
+    for part in (rows[1::2], rows[0::2], rows[:5]):
+        step = index_writer._SortedRunsFn(runs_dir, INDEX_SCHEMA, 100)
+        step.start_bundle()
+        assert list(step.process(pa.RecordBatch.from_pylist(part, INDEX_SCHEMA))) == []
+        [run] = [value.value for value in step.finish_bundle()]
+        runs.append(run)
+    path = str(tmp_path / "index.parquet")
+    assert index_writer._join_runs(runs[:2], path, runs_dir, INDEX_SCHEMA, 25) == path
+    assert pq.read_table(path).to_pylist() == sorted(rows, key=lambda row: row["path"])
+    assert os.listdir(tmp_path) == ["index.parquet"]
 
 
 def test_index_parts_hold_at_most_a_batch_of_rows_and_their_summary(monkeypatch):

@@ -1,6 +1,5 @@
 """WriteRejectsLedger: one sorted rejects.jsonl merged from sorted runs, never gathered in one
-list; the file is the same whatever the run size. The range sample the index's writer cuts its
-rows with (`SampleAndCountFn`, `range_cuts`)."""
+list; the file is the same whatever the run size."""
 from __future__ import annotations
 
 import os
@@ -48,52 +47,6 @@ def test_ledger_is_sorted_and_the_same_whatever_the_run_size(tmp_path, part_line
 
 def test_no_rejects_is_an_empty_ledger(tmp_path):
     assert _write(tmp_path, [], 7, "empty") == ""
-
-
-def test_range_sample_is_the_bottom_k_by_hash_however_the_lines_are_split():
-    """The ranges are cut from a sample that is the same on every runner: the keys of the
-    `size` lines with the lowest CRC-32, whatever bundles the lines arrive in."""
-    import zlib
-
-    from transforms.offline.outputs import SampleAndCountFn
-    lines = [((f"k{i:04d}",), f"line {i}\n") for i in range(500)]
-    expected = [key for _h, key in sorted((zlib.crc32(line.encode()), key)
-                                          for key, line in lines)[:16]]
-    fn = SampleAndCountFn(16)
-
-    def accumulate(items):
-        accumulator = fn.create_accumulator()
-        for item in items:
-            accumulator = fn.add_input(accumulator, item)
-        return accumulator
-
-    whole = fn.extract_output(accumulate(lines))
-    parts = fn.extract_output(fn.merge_accumulators(
-        [accumulate(lines[i::3]) for i in range(3)] + [fn.create_accumulator()]))
-    assert whole == parts == (expected, 500)
-    assert fn.extract_output(fn.create_accumulator()) == ([], 0)
-
-
-def test_the_sample_is_combined_without_beams_default_and_no_sample_means_no_cuts(tmp_path):
-    """The writer's sample skips the default a global combine injects (4 transforms: an
-    impulse, 3 ParDos); the side input's own default is what that would have given:
-    `range_bounds` of an empty sample."""
-    from transforms.offline.outputs import SampleAndCountFn, range_bounds, range_cuts
-    fn = SampleAndCountFn(16)
-    pipeline = beam.Pipeline(runner=FnApiRunner())
-    lines = pipeline | beam.Create([(("k",), "line\n")])
-    assert range_cuts(lines, fn, 7).default_value == range_bounds(
-        fn.extract_output(fn.create_accumulator()), 7) == []
-    labels = []
-
-    class Labels(beam.pipeline.PipelineVisitor):
-        def visit_transform(self, node):
-            labels.append(node.full_label)
-
-    written = beam.Pipeline(runner=FnApiRunner())
-    (written | beam.Create(_rejects(3)) | WriteRejectsLedger(str(tmp_path / "r.jsonl")))
-    written.visit(Labels())
-    assert not [label for label in labels if "InjectDefault" in label or "DoOnce" in label]
 
 
 def test_a_retried_join_finds_the_ledger_whole_and_removes_the_parts_left(tmp_path, monkeypatch):

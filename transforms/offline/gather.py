@@ -26,7 +26,7 @@ from apache_beam.transforms.window import GlobalWindows
 from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
 from transforms.offline.packing import packed, unpacked
 
-__all__ = ["Gather", "FoldToOne", "combined", "JoinByKey", "GroupByKeyInLanes", "lane_of",
+__all__ = ["Gather", "FoldToOne", "JoinByKey", "GroupByKeyInLanes", "lane_of",
            "InLists", "WrappedCombineFn", "constant", "once", "merged", "packed",
            "unpacked"]
 
@@ -74,21 +74,6 @@ class Gather(beam.PTransform):
         return (once(pcoll.pipeline, "Once")
                 | "All" >> Map(lambda _, items: finish(list(items), *args),
                                beam.pvalue.AsList(pcoll)))
-
-
-def combined(pcoll, combine_fn: beam.CombineFn, label: str = "Combine", finish=None,
-             finish_label: str = "Finish", finish_args: tuple = ()) -> beam.pvalue.AsSingleton:
-    """`combine_fn`'s result over `pcoll` (then `finish(result, *finish_args)`, a step named
-    `finish_label`) as a singleton side input, which is what that gives over nothing when
-    `pcoll` is empty. The combine is `without_defaults()`: Beam's own default for an empty
-    input is 4 more transforms (an impulse and 3 ParDos, ~5 ms of every run each); the side
-    input's default is computed once, when the graph is built, from an empty accumulator."""
-    empty = combine_fn.extract_output(combine_fn.create_accumulator())
-    result = pcoll | label >> beam.CombineGlobally(combine_fn).without_defaults()
-    if finish is not None:
-        empty = finish(empty, *finish_args)
-        result = result | finish_label >> Map(finish, *finish_args)
-    return beam.pvalue.AsSingleton(result, default_value=empty)
 
 
 def _folded(_, items, combine_fn: beam.CombineFn):

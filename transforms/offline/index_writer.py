@@ -1,21 +1,20 @@
-"""`index.parquet`: the index rows, written sorted by path in one Parquet file.
+"""`index.parquet`: the index rows, written sorted by (path, sha256) in one Parquet file.
 
 Sorted, so the file is the same on every runner, worker count and rerun (Beam's
 `WriteToParquet` wrote rows in the order bundles finished, which moved the rejected rows
-between runs of the same inputs). Never gathered in one list: the rows are range-partitioned
-on their path at boundaries cut from a fixed-size sample (`outputs.range_cuts`), each range is
-sorted and written on its own (an Arrow stream under `<path>.parts/`), and the ranges are
-appended in order, one row group each, to the one Parquet file: the last step copies, where
-merging sorted runs (as the rejects ledger does, `outputs.WriteRejectsLedger`) would compare
-every row of the index in one place. Rows travel as Arrow record batches (a
-shard's, or up to `_BATCH_ROWS` made by `IndexParts`), not one Beam element per row: the
-launcher's per-image work is the job's bottleneck on small images (issue 22), and Beam's
-Parquet sink cost ~22 us per row there.
+between runs of the same inputs). Never gathered in one list: the step that receives the rows
+sorts a bundle's and writes them as runs (an Arrow stream under `<path>.parts/`, `part_rows`
+rows at most a run), and one step merges the runs into the file a bounded slice at a time,
+in row groups of exactly `part_rows` rows (the last fewer), so the file does not depend on how
+the rows fell into bundles. Rows travel as Arrow record batches (a shard's, or up to
+`_BATCH_ROWS` made by `IndexParts`), not one Beam element per row: the launcher's per-image
+work is the job's bottleneck on small images (issue 22), and Beam's Parquet sink cost ~22 us
+per row there.
 """
 from __future__ import annotations
 
 import bisect
-import zlib
+import uuid
 
 import apache_beam as beam
 import pyarrow as pa
@@ -24,22 +23,16 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms import file_reads
-from transforms.offline.beam_steps import FlatMap, LeanDoFn, Map
+from transforms.offline.beam_steps import LeanDoFn
 from transforms.offline.gather import Gather
 from transforms.offline.index_table import index_part
-from transforms.offline.outputs import (
-    SampleAndCountFn,
-    already_joined,
-    range_cuts,
-    remove_parts,
-)
+from transforms.offline.outputs import already_joined, remove_runs
 from transforms.s3_storage import create_file
 
 __all__ = ["WriteIndexTable", "IndexParts", "INDEX_PART_ROWS"]
 
-INDEX_PART_ROWS = 200_000   # rows per sorted range (~60 MB of Arrow on one worker)
-_SAMPLE = 1024              # paths sampled to cut the ranges (at most this many ranges)
-_BATCH_ROWS = 4096          # rows per `IndexParts` part at most
+INDEX_PART_ROWS = 200_000   # rows per run and per row group (~60 MB of Arrow on one worker)
+_BATCH_ROWS = 4096          # rows per `IndexParts` part, and per batch of a run, at most
 _SORT = [("path", "ascending"), ("sha256", "ascending")]
 
 
@@ -75,24 +68,6 @@ def IndexParts(in_lists: bool = False) -> beam.ParDo:  # noqa: N802 (a step, nam
     return beam.ParDo(_IndexPartsFn(in_lists))
 
 
-class _PathSampleFn(SampleAndCountFn):
-    """Record batches -> (sample of at most `size` paths, number of rows): the ledger's
-    bottom-k sample, on the CRC-32 of each path."""
-
-    def add_input(self, accumulator, batch):
-        return self.add_hashed(accumulator, [(zlib.crc32(path.encode("utf-8")), path)
-                                             for path in batch.column("path").to_pylist()])
-
-
-def _split_batch(batch: pa.RecordBatch, cuts: list):
-    """(range index, the batch's rows in that range) for every range the batch reaches."""
-    rows_by_range: dict = {}
-    for row, path in enumerate(batch.column("path").to_pylist()):
-        rows_by_range.setdefault(bisect.bisect_right(cuts, path), []).append(row)
-    for index, rows in rows_by_range.items():
-        yield index, batch.take(pa.array(rows, pa.int64()))
-
-
 class _Sink:
     """What pyarrow needs of a file it writes to, over a `create_file` handle (an object
     store's writer has no `closed` or `tell`); closing it leaves the handle to its owner."""
@@ -115,34 +90,126 @@ class _Sink:
         self.closed = True
 
 
-def _write_part(item, parts_dir: str, schema: pa.Schema) -> tuple:
-    index, batches = item
-    path = FileSystems.join(parts_dir, f"part-{index:05d}.arrows")
-    table = pa.Table.from_batches(list(batches), schema=schema).sort_by(_SORT)
-    with create_file(path) as handle, pa.ipc.new_stream(pa.PythonFile(_Sink(handle), mode="w"),
-                                                         schema) as stream:
-        stream.write_table(table)
-    return index, path
+class _SortedRunsFn(LeanDoFn):
+    """Record batches -> the paths of sorted runs under `runs_dir`: a bundle's rows, about
+    `run_rows` at most a run, sorted by (path, sha256) and written by this step as an Arrow
+    stream of `_BATCH_ROWS`-row batches (the merge reads a batch of each run at a time), in
+    the global window. A run a failed bundle wrote is in no committed output: the merge removes
+    it with the folder."""
 
+    def __init__(self, runs_dir: str, schema: pa.Schema, run_rows: int):
+        self._runs_dir = runs_dir
+        self._schema = schema
+        self._run_rows = run_rows
 
-def _join_parts(ranges, path: str, parts_dir: str, schema: pa.Schema) -> str:
-    """Appends the sorted ranges in order to the Parquet file `path`, then removes them. A
-    retried bundle may find the parts removed: then `path` is already complete."""
-    parts = [part for _index, part in ranges]
-    if already_joined(parts, path, parts_dir):
+    def start_bundle(self):
+        self._held: list = []
+        self._rows = 0
+
+    def process(self, batch: pa.RecordBatch):
+        self._held.append(batch)
+        self._rows += batch.num_rows
+        if self._rows >= self._run_rows:
+            yield self._write_run()
+
+    def finish_bundle(self):
+        if self._rows:
+            yield GlobalWindows.windowed_value(self._write_run())
+
+    def _write_run(self) -> str:
+        held, self._held, self._rows = self._held, [], 0
+        table = pa.Table.from_batches(held, schema=self._schema).sort_by(_SORT)
+        path = FileSystems.join(self._runs_dir, f"run-{uuid.uuid4().hex}.arrows")
+        with create_file(path) as handle, pa.ipc.new_stream(
+                pa.PythonFile(_Sink(handle), mode="w"), self._schema) as stream:
+            stream.write_table(table, max_chunksize=_BATCH_ROWS)
         return path
-    with create_file(path) as out, pq.ParquetWriter(
-            pa.PythonFile(_Sink(out), mode="w"), schema, compression="none") as writer:
-        for _index, part in sorted(ranges):
-            with file_reads.open_file(part) as handle:
-                writer.write_table(pa.ipc.open_stream(pa.py_buffer(handle.read())).read_all())
-    remove_parts(parts, parts_dir)
+
+
+class _Run:
+    """A sorted run read a batch at a time: the current batch, its rows' (path, sha256) keys
+    and the first row not merged yet (`batch` None: the run is done)."""
+
+    def __init__(self, handle):
+        self._reader = pa.ipc.open_stream(pa.PythonFile(handle, mode="r"))
+        self.next_batch()
+
+    def next_batch(self) -> None:
+        self.batch, self.keys, self.start = None, [], 0
+        for batch in iter(self._read, None):
+            if batch.num_rows:
+                self.batch = batch
+                self.keys = list(zip(batch.column("path").to_pylist(),
+                                     batch.column("sha256").to_pylist()))
+                return
+
+    def _read(self):
+        try:
+            return self._reader.read_next_batch()
+        except StopIteration:
+            return None
+
+    def take_through(self, bound) -> pa.RecordBatch | None:
+        """The rows of the current batch not merged yet whose key is <= `bound`; the next
+        batch is read when this one is done."""
+        end = bisect.bisect_right(self.keys, bound, self.start)
+        taken = self.batch.slice(self.start, end - self.start) if end > self.start else None
+        self.start = end
+        if end == len(self.keys):
+            self.next_batch()
+        return taken
+
+
+def _merged_groups(handles: list, schema: pa.Schema, group_rows: int):
+    """The rows of the sorted runs open in `handles`, merged in (path, sha256) order, as
+    one-chunk tables of `group_rows` rows (the last fewer). Each round takes, from every run,
+    its rows up to the smallest last key of the runs' current batches: no row after it can be
+    smaller, so the rounds' sorted rows follow one another in order; each round ends at least
+    one batch. What is held: a batch of each run and less than a group."""
+    runs = [run for run in map(_Run, handles) if run.batch is not None]
+    pending, held = [], 0
+    while runs:
+        bound = min(run.keys[-1] for run in runs)
+        taken = [batch for batch in (run.take_through(bound) for run in runs)
+                 if batch is not None]
+        runs = [run for run in runs if run.batch is not None]
+        merged = pa.Table.from_batches(taken, schema=schema).sort_by(_SORT)
+        pending.append(merged)
+        held += merged.num_rows
+        while held >= group_rows:
+            table = pa.concat_tables(pending)
+            yield table.slice(0, group_rows).combine_chunks()
+            pending, held = [table.slice(group_rows)], held - group_rows
+    if held:
+        yield pa.concat_tables(pending).combine_chunks()
+
+
+def _join_runs(runs: list, path: str, runs_dir: str, schema: pa.Schema,
+               group_rows: int) -> str:
+    """Merges the sorted runs into the Parquet file `path` (`_merged_groups`, a row group
+    each), then removes them and their folder. A retried bundle may find runs removed: then
+    `path` is already complete."""
+    if already_joined(runs, path, runs_dir):
+        return path
+    handles = [file_reads.open_file(run) for run in sorted(runs)]
+    try:
+        with create_file(path) as out, pq.ParquetWriter(
+                pa.PythonFile(_Sink(out), mode="w"), schema, compression="none") as writer:
+            for table in _merged_groups(handles, schema, group_rows):
+                writer.write_table(table)
+    finally:
+        for handle in handles:
+            handle.close()
+    remove_runs(runs, runs_dir)
     return path
 
 
 class WriteIndexTable(beam.PTransform):
     """Record batches of index rows (`schema`'s) -> the Parquet file `path`, rows sorted by
-    (path, sha256); outputs `path`. No rows: a file with the schema and no rows."""
+    (path, sha256) in row groups of `part_rows` rows; outputs `path`. No rows: a file with
+    the schema and no rows. Two stages of Beam's local runner, where ranges cut from a sample
+    were five (the sample's shuffle, the rows waiting for its cuts, the ranges' shuffle, their
+    join; ~10 ms of every run each)."""
 
     def __init__(self, path: str, schema: pa.Schema, part_rows: int = INDEX_PART_ROWS):
         super().__init__()
@@ -152,10 +219,7 @@ class WriteIndexTable(beam.PTransform):
 
     def expand(self, batches):
         path, schema, part_rows = self._path, self._schema, self._part_rows
-        parts_dir = path + ".parts"
-        cuts = range_cuts(batches, _PathSampleFn(_SAMPLE), part_rows)
+        runs_dir = path + ".parts"
         return (batches
-                | "SplitByRange" >> FlatMap(_split_batch, cuts)
-                | "GroupByRange" >> beam.GroupByKey()
-                | "WriteRange" >> Map(_write_part, parts_dir, schema)
-                | "JoinRanges" >> Gather(_join_parts, path, parts_dir, schema))
+                | "SortedRuns" >> beam.ParDo(_SortedRunsFn(runs_dir, schema, part_rows))
+                | "JoinRuns" >> Gather(_join_runs, path, runs_dir, schema, part_rows))

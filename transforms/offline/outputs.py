@@ -2,18 +2,15 @@
 
 The JSON summaries are small (one combined element each). The rejects ledger grows with the
 data, so it is never gathered into one list: each bundle's lines are written as sorted runs
-where they are made, and the runs are then merged into the one file. It is sorted, so the
-file is identical across runners and reruns. The index's writer
-(`transforms.offline.index_writer`) cuts its rows into ranges instead, with the sample and
-range helpers here.
+where they are made, and the runs are then merged into the one file (the index's writer,
+`transforms.offline.index_writer`, does the same with its rows). It is sorted, so the file is
+identical across runners and reruns.
 """
 from __future__ import annotations
 
 import heapq
 import json
-import math
 import uuid
-import zlib
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -21,12 +18,11 @@ from apache_beam.transforms.window import GlobalWindows
 
 from transforms import file_changes, file_reads
 from transforms.offline.beam_steps import LeanDoFn, Map
-from transforms.offline.gather import Gather, combined
+from transforms.offline.gather import Gather
 from transforms.s3_storage import create_file
 
 __all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "count_keys", "LEDGER_PART_LINES",
-           "write_text", "SampleAndCountFn", "range_bounds", "range_cuts", "already_joined",
-           "remove_parts"]
+           "write_text", "already_joined", "remove_parts", "remove_runs"]
 
 LEDGER_PART_LINES = 200_000   # lines per sorted run of the ledger at most (~40 MB held)
 _COPY_CHUNK = 1 << 20
@@ -40,60 +36,6 @@ def write_text(path: str, text: str) -> str:
 
 def _ledger_line(reject):
     return (reject.kind, reject.path, reject.reason, reject.detail), reject.to_json() + "\n"
-
-
-class SampleAndCountFn(beam.CombineFn):
-    """(sort key, line) pairs -> (sample of at most `size` sort keys, number of pairs).
-
-    The sample is the keys of the `size` lines with the lowest CRC-32 (bottom-k): uniform as
-    far as the hash is, the same on every runner, and merged exactly. One combine where a
-    count and a random sample were two global combines of the same lines."""
-
-    def __init__(self, size: int):
-        self._size = size
-
-    def create_accumulator(self):
-        return [], 0
-
-    def add_input(self, accumulator, item):
-        key, line = item
-        return self.add_hashed(accumulator, ((zlib.crc32(line.encode("utf-8")), key),))
-
-    def add_hashed(self, accumulator, hashed_keys):
-        """Adds (hash, sort key) pairs: for subclasses that add many items per element."""
-        sample, count = accumulator
-        for hashed_key in hashed_keys:
-            sample.append(hashed_key)
-            count += 1
-            if len(sample) >= 2 * self._size:
-                sample = heapq.nsmallest(self._size, sample)
-        return sample, count
-
-    def merge_accumulators(self, accumulators):
-        samples, total = [], 0
-        for sample, count in accumulators:
-            samples.extend(sample)
-            total += count
-        return heapq.nsmallest(self._size, samples), total
-
-    def extract_output(self, accumulator):
-        sample, count = accumulator
-        return [key for _hash, key in heapq.nsmallest(self._size, sample)], count
-
-
-def range_bounds(sample_and_count, part_lines: int) -> list:
-    """Sort keys that cut `count` lines into ranges of about `part_lines` (from a sample)."""
-    sample, count = sample_and_count
-    parts = min(len(sample), math.ceil(count / part_lines)) if count else 0
-    ordered = sorted(sample)
-    return sorted({ordered[len(ordered) * k // parts] for k in range(1, parts)})
-
-
-def range_cuts(items, sample_fn: SampleAndCountFn, per_range: int) -> beam.pvalue.AsSingleton:
-    """The sort keys that cut `items` (what `sample_fn` samples) into ranges of about
-    `per_range`, as a side input: `range_bounds` of the sample, combined without Beam's
-    default (`gather.combined`; no sample: no cuts)."""
-    return combined(items, sample_fn, "SampleAndCount", range_bounds, "RangeBounds", (per_range,))
 
 
 class _SortedRunsFn(LeanDoFn):
@@ -177,12 +119,17 @@ def _join_runs(runs: list, path: str, runs_dir: str) -> str:
     with create_file(path) as out:
         for chunk in _merged_bytes(sorted(runs)):
             out.write(chunk)
+    remove_runs(runs, runs_dir)
+    return path
+
+
+def remove_runs(runs: list, runs_dir: str) -> None:
+    """Deletes the merged runs and their folder, and what a failed bundle wrote there too (a
+    local folder goes whole; on an object store what is left is listed)."""
     remove_parts(runs, runs_dir)
-    # Runs a failed bundle wrote, on an object store (a local folder went whole just above)
     left = file_reads.match(FileSystems.join(runs_dir, "*"))
     if left:
         file_changes.delete([metadata.path for metadata in left])
-    return path
 
 
 def already_joined(parts: list, path: str, parts_dir: str) -> bool:
