@@ -14,7 +14,7 @@
     write_shards   WriteShards: deterministic sharded TFRecords (+ index rows, DALI indexes)
     dali_index     the DALI index lines (tfrecord2idx format) of a shard being written
     index_table    index.parquet rows
-    index_writer   index.parquet, sorted by path, written in ranges
+    index_writer   index.parquet, sorted by path, merged from sorted runs
     outputs        rejects.jsonl (merged from sorted runs) and small JSON outputs
     tft_analysis   AnalyzeAndWriteTransform (tft_totals: its one combine; tft_outputs: output
                    names, summary); tft_graph, tft_assets, tft_write: the transform traced and
