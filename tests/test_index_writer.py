@@ -55,10 +55,12 @@ def _write(tmp_path, rows, part_rows, name, bundles=1, in_lists=None, parts=None
         return handle.read()
 
 
-@pytest.mark.parametrize("part_rows", [9, 100_000])
-def test_index_is_sorted_by_path_and_the_same_whatever_the_runs(tmp_path, part_rows,
+@pytest.mark.parametrize("part_rows,fan_in", [(9, 64), (9, 3), (100_000, 64)])
+def test_index_is_sorted_by_path_and_the_same_whatever_the_runs(tmp_path, part_rows, fan_in,
                                                                     monkeypatch):
-    monkeypatch.setattr(index_writer, "_BATCH_ROWS", 16)  # several batches per range
+    from transforms.offline import outputs
+    monkeypatch.setattr(index_writer, "_BATCH_ROWS", 16)  # several batches per run
+    monkeypatch.setattr(outputs, "MERGE_FAN_IN", fan_in)  # 3: ~20 runs merged in passes
     rows = _rows(200)
     shuffled = rows[::-1]
     written = _write(tmp_path, rows, part_rows, "out")

@@ -37,8 +37,11 @@ def _write(tmp_path, rejects, part_lines, name) -> str:
     return text
 
 
-@pytest.mark.parametrize("part_lines", [7, 100_000])
-def test_ledger_is_sorted_and_the_same_whatever_the_run_size(tmp_path, part_lines):
+@pytest.mark.parametrize("part_lines,fan_in", [(7, 64), (7, 3), (100_000, 64)])
+def test_ledger_is_sorted_and_the_same_whatever_the_run_size(tmp_path, monkeypatch, part_lines,
+                                                             fan_in):
+    from transforms.offline import outputs
+    monkeypatch.setattr(outputs, "MERGE_FAN_IN", fan_in)  # 3: 43 runs merged in 3 passes
     rejects = _rejects(300)
     expected = "".join(r.to_json() + "\n" for r in sorted(
         rejects, key=lambda r: ((r.kind, r.path, r.reason, r.detail), r.to_json())))

@@ -26,7 +26,7 @@ from transforms import file_reads
 from transforms.offline.beam_steps import LeanDoFn
 from transforms.offline.gather import Gather
 from transforms.offline.index_table import index_part
-from transforms.offline.outputs import already_joined, remove_runs
+from transforms.offline.outputs import already_joined, fewer_runs, remove_runs
 from transforms.s3_storage import create_file
 
 __all__ = ["WriteIndexTable", "IndexParts", "INDEX_PART_ROWS"]
@@ -184,22 +184,38 @@ def _merged_groups(handles: list, schema: pa.Schema, group_rows: int):
         yield pa.concat_tables(pending).combine_chunks()
 
 
-def _join_runs(runs: list, path: str, runs_dir: str, schema: pa.Schema,
-               group_rows: int) -> str:
-    """Merges the sorted runs into the Parquet file `path` (`_merged_groups`, a row group
-    each), then removes them and their folder. A retried bundle may find runs removed: then
-    `path` is already complete."""
-    if already_joined(runs, path, runs_dir):
-        return path
-    handles = [file_reads.open_file(run) for run in sorted(runs)]
+def _merged_tables(runs: list, schema: pa.Schema, group_rows: int):
+    """`_merged_groups` of the runs at these paths, each open while the tables are read."""
+    handles = [file_reads.open_file(run) for run in runs]
     try:
-        with create_file(path) as out, pq.ParquetWriter(
-                pa.PythonFile(_Sink(out), mode="w"), schema, compression="none") as writer:
-            for table in _merged_groups(handles, schema, group_rows):
-                writer.write_table(table)
+        yield from _merged_groups(handles, schema, group_rows)
     finally:
         for handle in handles:
             handle.close()
+
+
+def _run_merger(schema: pa.Schema):
+    """A `fewer_runs` merge: runs into one run of `_BATCH_ROWS`-row batches."""
+    def merge_into(runs: list, path: str) -> None:
+        with create_file(path) as handle, pa.ipc.new_stream(
+                pa.PythonFile(_Sink(handle), mode="w"), schema) as stream:
+            for table in _merged_tables(runs, schema, _BATCH_ROWS):
+                stream.write_table(table)
+    return merge_into
+
+
+def _join_runs(runs: list, path: str, runs_dir: str, schema: pa.Schema,
+               group_rows: int) -> str:
+    """Merges the sorted runs into the Parquet file `path` (`_merged_groups`, a row group
+    each; `MERGE_FAN_IN` runs at most at once: `outputs.fewer_runs`), then removes them and
+    their folder. A retried bundle may find runs removed: then `path` is already complete."""
+    if already_joined(runs, path, runs_dir):
+        return path
+    merged = fewer_runs(runs, runs_dir, _run_merger(schema))
+    with create_file(path) as out, pq.ParquetWriter(
+            pa.PythonFile(_Sink(out), mode="w"), schema, compression="none") as writer:
+        for table in _merged_tables(merged, schema, group_rows):
+            writer.write_table(table)
     remove_runs(runs, runs_dir)
     return path
 

@@ -22,9 +22,11 @@ from transforms.offline.gather import Gather
 from transforms.s3_storage import create_file
 
 __all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "count_keys", "LEDGER_PART_LINES",
-           "write_text", "already_joined", "remove_parts", "remove_runs"]
+           "MERGE_FAN_IN", "write_text", "already_joined", "remove_parts", "remove_runs",
+           "fewer_runs"]
 
 LEDGER_PART_LINES = 200_000   # lines per sorted run of the ledger at most (~40 MB held)
+MERGE_FAN_IN = 64             # sorted runs read at once by a merge (the rest: more passes)
 _COPY_CHUNK = 1 << 20
 
 
@@ -108,6 +110,33 @@ def _merged_bytes(runs: list):
         yield "".join(held).encode("utf-8")
 
 
+def _merge_into(runs: list, path: str) -> None:
+    with create_file(path) as out:
+        for chunk in _merged_bytes(runs):
+            out.write(chunk)
+
+
+def fewer_runs(runs: list, runs_dir: str, merge_into) -> list:
+    """`runs` (sorted runs' paths), merged `MERGE_FAN_IN` at a time by `merge_into(runs, path)`
+    into new runs under `runs_dir` until `MERGE_FAN_IN` at most are left: a merge sort's
+    passes. A merge reads a buffer of each of its runs at once; on a runner with many small
+    bundles (a run each) the runs may number in the thousands, where the local runner's are a
+    few. The new runs are removed with the folder (`remove_runs`)."""
+    runs = sorted(runs)
+    while len(runs) > MERGE_FAN_IN:
+        merged = []
+        for start in range(0, len(runs), MERGE_FAN_IN):
+            group = runs[start:start + MERGE_FAN_IN]
+            if len(group) == 1:
+                merged.extend(group)
+                continue
+            path = FileSystems.join(runs_dir, f"pass-{uuid.uuid4().hex}")
+            merge_into(group, path)
+            merged.append(path)
+        runs = merged
+    return runs
+
+
 def _join_runs(runs: list, path: str, runs_dir: str) -> str:
     """Merges the sorted runs into `path` (streamed), then removes them and their folder.
 
@@ -116,9 +145,7 @@ def _join_runs(runs: list, path: str, runs_dir: str) -> str:
     `path` is the finished ledger and only the rest of the cleanup is left."""
     if already_joined(runs, path, runs_dir):
         return path
-    with create_file(path) as out:
-        for chunk in _merged_bytes(sorted(runs)):
-            out.write(chunk)
+    _merge_into(fewer_runs(runs, runs_dir, _merge_into), path)
     remove_runs(runs, runs_dir)
     return path
 
