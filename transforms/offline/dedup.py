@@ -14,7 +14,8 @@ full hashes, either way round, same keep rule; the detail says which hash matche
 
 A bucket with more than `hot_bucket_values` distinct values is split into parts by a hash of
 the value, each pair of parts searched on its own, so no worker compares more than two parts;
-the best neighbour of each image is then combined with `min` per path. Details and why:
+the best neighbour of each image is then combined with `min` per path (on Beam's local runner
+the finds join the records as they are, and the marking takes the smallest). Details and why:
 docs/architecture.md ("Near-duplicate search").
 """
 from __future__ import annotations
@@ -330,7 +331,8 @@ class DropNearDuplicates(beam.PTransform):
     this distance; None: off. `archive_centers`: PCollection of (rel, center_phash, run_id) of
     archived images indexed with a centre hash, for the crop search (None: none). `lanes`:
     the band search's and the join's shuffles in lanes (`gather.GroupByKeyInLanes`; None: key
-    by key). `routed`: as `DropExactDuplicates`'."""
+    by key, each record's finds combined to its closest before the join). `routed`: as
+    `DropExactDuplicates`'."""
 
     def __init__(self, max_hamming: int, archive,
                  hot_bucket_values: int | None = HOT_BUCKET_VALUES,
@@ -363,9 +365,15 @@ class DropNearDuplicates(beam.PTransform):
                          | "SearchBands" >> _BandSearch(*search))
         if self._crop_max_hamming is not None:
             found.extend(self._crop_search(records))
-        neighbours = (tuple(found)
-                      | "AllFound" >> beam.Flatten()
-                      | "ClosestNeighbour" >> beam.CombinePerKey(min))
+        if self._lanes is None:  # each record's closest neighbour before the join's shuffle
+            neighbours = (tuple(found)
+                          | "AllFound" >> beam.Flatten()
+                          | "ClosestNeighbour" >> beam.CombinePerKey(min))
+        else:
+            # Beam's local runner: the finds join the records in lanes as they are (the
+            # marking takes the closest), where a Flatten and a combine were two more stages;
+            # a combine there would see each find one by one in the one process anyway.
+            neighbours = tuple(found)
         mark_args = (max_hamming,) if self._crop_max_hamming is None else (
             max_hamming, self._crop_max_hamming)
         joined = ({"records": records, "neighbours": neighbours}
