@@ -14,19 +14,17 @@ per row there.
 from __future__ import annotations
 
 import bisect
-import uuid
 
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindows
 
 from transforms import file_reads
 from transforms.offline.beam_steps import LeanDoFn
 from transforms.offline.gather import Gather
 from transforms.offline.index_table import index_part
-from transforms.offline.outputs import already_joined, fewer_runs, remove_runs
+from transforms.offline.outputs import SortedRunsFn, already_joined, fewer_runs, remove_runs
 from transforms.s3_storage import create_file
 
 __all__ = ["WriteIndexTable", "IndexParts", "INDEX_PART_ROWS"]
@@ -90,40 +88,25 @@ class _Sink:
         self.closed = True
 
 
-class _SortedRunsFn(LeanDoFn):
-    """Record batches -> the paths of sorted runs under `runs_dir`: a bundle's rows, about
-    `run_rows` at most a run, sorted by (path, sha256) and written by this step as an Arrow
-    stream of `_BATCH_ROWS`-row batches (the merge reads a batch of each run at a time), in
-    the global window. A run a failed bundle wrote is in no committed output: the merge removes
-    it with the folder."""
+class _SortedRunsFn(SortedRunsFn):
+    """Record batches -> sorted runs of their rows, `run_rows` rows at most a run (a batch
+    more at most), sorted by (path, sha256) and written as an Arrow stream of
+    `_BATCH_ROWS`-row batches (the merge reads a batch of each run at a time)."""
+
+    SUFFIX = ".arrows"
 
     def __init__(self, runs_dir: str, schema: pa.Schema, run_rows: int):
-        self._runs_dir = runs_dir
+        super().__init__(runs_dir, run_rows)
         self._schema = schema
-        self._run_rows = run_rows
 
-    def start_bundle(self):
-        self._held: list = []
-        self._rows = 0
+    def _size(self, batch: pa.RecordBatch) -> int:
+        return batch.num_rows
 
-    def process(self, batch: pa.RecordBatch):
-        self._held.append(batch)
-        self._rows += batch.num_rows
-        if self._rows >= self._run_rows:
-            yield self._write_run()
-
-    def finish_bundle(self):
-        if self._rows:
-            yield GlobalWindows.windowed_value(self._write_run())
-
-    def _write_run(self) -> str:
-        held, self._held, self._rows = self._held, [], 0
+    def _write(self, held: list, path: str) -> None:
         table = pa.Table.from_batches(held, schema=self._schema).sort_by(_SORT)
-        path = FileSystems.join(self._runs_dir, f"run-{uuid.uuid4().hex}.arrows")
         with create_file(path) as handle, pa.ipc.new_stream(
                 pa.PythonFile(_Sink(handle), mode="w"), self._schema) as stream:
             stream.write_table(table, max_chunksize=_BATCH_ROWS)
-        return path
 
 
 class _Run:
@@ -216,7 +199,7 @@ def _join_runs(runs: list, path: str, runs_dir: str, schema: pa.Schema,
             pa.PythonFile(_Sink(out), mode="w"), schema, compression="none") as writer:
         for table in _merged_tables(merged, schema, group_rows):
             writer.write_table(table)
-    remove_runs(runs, runs_dir)
+    remove_runs(runs_dir)
     return path
 
 

@@ -23,7 +23,7 @@ from transforms.s3_storage import create_file
 
 __all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "count_keys", "LEDGER_PART_LINES",
            "MERGE_FAN_IN", "write_text", "already_joined", "remove_parts", "remove_runs",
-           "fewer_runs"]
+           "fewer_runs", "SortedRunsFn"]
 
 LEDGER_PART_LINES = 200_000   # lines per sorted run of the ledger at most (~40 MB held)
 MERGE_FAN_IN = 64             # sorted runs read at once by a merge (the rest: more passes)
@@ -40,22 +40,28 @@ def _ledger_line(reject):
     return (reject.kind, reject.path, reject.reason, reject.detail), reject.to_json() + "\n"
 
 
-class _SortedRunsFn(LeanDoFn):
-    """Rejects -> the paths of sorted runs of their ledger lines under `runs_dir`: a bundle's
-    lines, `run_lines` at most a run, sorted by (sort key, line) and written by this step
-    (global window). A run a failed bundle wrote is in no committed output: the join removes
-    it with the folder."""
+class SortedRunsFn(LeanDoFn):
+    """Elements -> the paths of sorted runs under `runs_dir`, written by this step (global
+    window): a bundle's elements as `_held(element)`, `run_size` at most a run (each weighs
+    `_size(element)`; a run may pass it by one element), sorted and written by a subclass's
+    `_write(held, path)`. A run a failed bundle wrote is in no committed output: the merge
+    removes it with the folder (`remove_runs`). The first pass of a merge sort, for the
+    rejects ledger and the index."""
 
-    def __init__(self, runs_dir: str, run_lines: int):
+    SUFFIX = ""  # the runs' file name extension
+
+    def __init__(self, runs_dir: str, run_size: int):
         self._runs_dir = runs_dir
-        self._run_lines = run_lines
+        self._run_size = run_size
 
     def start_bundle(self):
         self._held: list = []
+        self._weight = 0
 
-    def process(self, reject):
-        self._held.append(_ledger_line(reject))
-        if len(self._held) >= self._run_lines:
+    def process(self, element):
+        self._held.append(self._hold(element))
+        self._weight += self._size(element)
+        if self._weight >= self._run_size:
             yield self._write_run()
 
     def finish_bundle(self):
@@ -63,11 +69,30 @@ class _SortedRunsFn(LeanDoFn):
             yield GlobalWindows.windowed_value(self._write_run())
 
     def _write_run(self) -> str:
-        held, self._held = self._held, []
-        held.sort()
-        path = FileSystems.join(self._runs_dir, f"run-{uuid.uuid4().hex}")
-        write_text(path, "".join(line for _key, line in held))
+        held, self._held, self._weight = self._held, [], 0
+        path = FileSystems.join(self._runs_dir, f"run-{uuid.uuid4().hex}{self.SUFFIX}")
+        self._write(held, path)
         return path
+
+    def _hold(self, element):
+        return element
+
+    def _size(self, element) -> int:
+        return 1
+
+    def _write(self, held: list, path: str) -> None:
+        raise NotImplementedError
+
+
+class _LedgerRunsFn(SortedRunsFn):
+    """Rejects -> sorted runs of their ledger lines, by (sort key, line)."""
+
+    def _hold(self, reject):
+        return _ledger_line(reject)
+
+    def _write(self, held: list, path: str) -> None:
+        held.sort()
+        write_text(path, "".join(line for _key, line in held))
 
 
 def _lines(handle):
@@ -146,17 +171,18 @@ def _join_runs(runs: list, path: str, runs_dir: str) -> str:
     if already_joined(runs, path, runs_dir):
         return path
     _merge_into(fewer_runs(runs, runs_dir, _merge_into), path)
-    remove_runs(runs, runs_dir)
+    remove_runs(runs_dir)
     return path
 
 
-def remove_runs(runs: list, runs_dir: str) -> None:
-    """Deletes the merged runs and their folder, and what a failed bundle wrote there too (a
-    local folder goes whole; on an object store what is left is listed)."""
-    remove_parts(runs, runs_dir)
+def remove_runs(runs_dir: str) -> None:
+    """Deletes everything under `runs_dir`, and the folder when it is a local one: the merged
+    runs, a merge's passes and what a failed bundle wrote (in no output, so listed here)."""
     left = file_reads.match(FileSystems.join(runs_dir, "*"))
     if left:
         file_changes.delete([metadata.path for metadata in left])
+    if file_reads.exists(runs_dir):  # a local folder, now empty
+        file_changes.delete([runs_dir])
 
 
 def already_joined(parts: list, path: str, parts_dir: str) -> bool:
@@ -201,7 +227,7 @@ class WriteRejectsLedger(beam.PTransform):
         path = self._path
         runs_dir = path + ".parts"
         return (rejects
-                | "SortedRuns" >> beam.ParDo(_SortedRunsFn(runs_dir, self._part_lines))
+                | "SortedRuns" >> beam.ParDo(_LedgerRunsFn(runs_dir, self._part_lines))
                 | "JoinRuns" >> Gather(_join_runs, path, runs_dir))  # a path each
 
 
