@@ -8,11 +8,11 @@ import math
 
 import apache_beam as beam
 import pytest
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
 from runners.bench import bench_scale
 from runners.bench.scale_sim import MAX_HAMMING, STEPS, ScaleCorpus
+from tests.beamutil import beam_pipeline
 
 
 def test_corpus_is_a_pure_function_of_the_index_with_copies_and_hot_clusters():
@@ -90,7 +90,7 @@ CHECKS = {
 def test_every_step_runs_on_the_simulated_corpus(step, tmp_path):
     corpus = ScaleCorpus(N, seed=1)
     expected = _expected(corpus)
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     STEPS[step](pipeline, corpus, str(tmp_path))
     checks = CHECKS[step](expected) if step in CHECKS else {}
     if step == "dedup_near":

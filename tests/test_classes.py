@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from runners import cli
+from tests.beamutil import beam_pipeline
 from tests.imageutil import write_photo
 from tests.jobutil import copy_output, index_rows, run_job
 from transforms.offline import classes
@@ -137,7 +138,7 @@ def test_the_table_side_input_is_sized_for_beams_cache_without_walking_its_names
     def is_class_names(tables):
         assert [type(t) for t in tables] == [classes.ClassNames] and tables[0] == ["a", "b"]
 
-    with beam.Pipeline() as pipeline:
+    with beam_pipeline() as pipeline:
         labelled = pipeline | beam.Create([_labelled("b"), _labelled("a")])
         assert_that(labelled | classes.ClassTable([], frozen=False), is_class_names)
 
@@ -150,7 +151,7 @@ def test_the_table_extends_with_the_sorted_new_names_once_each(few_bundles):
     def is_extended(tables):
         assert tables == [["c", "a", "b"]]
 
-    with beam.Pipeline() as pipeline:
+    with beam_pipeline() as pipeline:
         labelled = (pipeline
                     | beam.Create([_labelled("b"), _labelled("c"), _labelled("a"),
                                    _labelled("b")])

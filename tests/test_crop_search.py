@@ -9,13 +9,12 @@ import io
 import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
 from runners.bench import quality_eval
 from runners.jobs import nightly
-from tests.beamutil import fn_api_pipeline
+from tests.beamutil import beam_pipeline, fn_api_pipeline
 from tests.imageutil import encode, photo, write_bytes
 from tests.jobutil import index_rows, rejects, run_job
 from tests.tiers import shared_fixture
@@ -178,7 +177,7 @@ def test_hot_crop_buckets_searched_in_parts_give_the_same_decisions():
         if k % 11 == 0:
             archive.append((f"old/{k}.jpg", _near(rng, base, int(rng.integers(0, 7))), "run1"))
             centers.append((f"old/{k}.jpg", _near(rng, base, int(rng.integers(0, 7))), "run1"))
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     kept = pipeline | "Tonight" >> beam.Create(records)
     archived = pipeline | "Archive" >> beam.Create(archive)
     archived_centers = pipeline | "ArchiveCenters" >> beam.Create(centers)

@@ -16,7 +16,7 @@ import tensorflow as tf
 from tensorflow_metadata.proto.v0 import statistics_pb2
 from tfx_bsl import sketches
 
-from tests.beamutil import merged_in_parts
+from tests.beamutil import beam_pipeline, merged_in_parts
 from tests.jobutil import read_records, shard_files
 from transforms import codec
 from transforms.reporting.feature_stats import (
@@ -362,7 +362,7 @@ def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path,
     shards = _many_distinct_shards(shards=3, per_shard=40)
     items = [("train", (index, _folded(shards[index]))) for index in (2, 0, 1)] + [
         ("test", (0, _folded(shards[0][:5])))]
-    with beam.Pipeline() as pipeline:
+    with beam_pipeline() as pipeline:
         _ = (pipeline | beam.Create(items, reshuffle=False)
              | fs.WriteFeatureStatistics(str(tmp_path)))
     for split, expected in (("train", _written_in_order(shards, [0, 1, 2], 0)),

@@ -8,10 +8,10 @@ import zlib
 
 import apache_beam as beam
 import pytest
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import FixedWindows
 
+from tests.beamutil import beam_pipeline
 from transforms.offline import gather
 from transforms.offline.gather import (
     FoldToOne,
@@ -57,7 +57,7 @@ def _labels(pipeline) -> list[str]:
     ([], {"sum": 0, "count": 0}),
 ])
 def test_fold_to_one_is_combine_globally_with_its_default(values, expected):
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     numbers = pipeline | beam.Create(values, reshuffle=False)
     ours = numbers | "Ours" >> FoldToOne(_SumAndCount())
     beams = numbers | "Beams" >> beam.CombineGlobally(_SumAndCount())
@@ -107,7 +107,7 @@ def _joined(records) -> list:
 
 
 def test_join_by_key_is_co_group_by_key_with_packed_tags_shuffled_as_bytes():
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     records, inputs = _join_inputs(pipeline)
     ours = inputs | "Ours" >> JoinByKey({"records": lambda r: (r.sha256, r)},
                                         packed=("records",))
@@ -161,7 +161,7 @@ def test_group_by_key_in_lanes_is_group_by_key(monkeypatch, held, lists):
     monkeypatch.setattr(gather, "_HELD", held)  # the DoFn runs in this process
     pairs = [("a", 1), (("t", 2), 2), ("a", 3), ("b", 4), ("é", 5), ("a", 6)]
     expected = [("a", [1, 3, 6]), (("t", 2), [2]), ("b", [4]), ("é", [5])]
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     created = pipeline | beam.Create(pairs, reshuffle=False)
     for label, lanes in (("Lanes", 3), ("ByKey", None), ("Beams", "beam")):
         step = beam.GroupByKey() if lanes == "beam" else GroupByKeyInLanes(lanes)
@@ -177,7 +177,7 @@ def test_group_by_key_in_lanes_is_group_by_key(monkeypatch, held, lists):
 
 
 def test_join_by_key_in_lanes_is_co_group_by_key_with_packed_values_in_lists():
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     records, inputs = _join_inputs(pipeline)
     ours = inputs | "Ours" >> JoinByKey({"records": lambda r: (r.sha256, r)},
                                         packed=("records",), lanes=2)
@@ -193,7 +193,7 @@ def test_join_by_key_in_lanes_is_co_group_by_key_with_packed_values_in_lists():
 
 
 def test_a_shuffle_in_lanes_refuses_a_window_other_than_the_global_one():
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     windowed = (pipeline | beam.Create([("a", 1)]) | beam.WindowInto(FixedWindows(10)))
     with pytest.raises(ValueError, match="needs the global window"):
         windowed | GroupByKeyInLanes(4)
@@ -204,7 +204,7 @@ def test_a_shuffle_in_lanes_refuses_a_window_other_than_the_global_one():
 @pytest.mark.parametrize("held,sizes", [(gather._HELD, [5]), (2, [2, 2, 1])])
 def test_in_lists_sends_a_bundles_elements_as_lists(monkeypatch, held, sizes):
     monkeypatch.setattr(gather, "_HELD", held)
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     numbers = pipeline | beam.Create([1, 2, 3, 4, 5], reshuffle=False)
     lists = numbers | InLists()
     assert_that(lists | "Sizes" >> beam.Map(len), equal_to(sizes), label="Sizes")
@@ -228,7 +228,7 @@ def test_group_by_key_in_lanes_makes_each_elements_pairs_and_keeps_groups_of_min
     words = ["ab", "bc", "cd", "aa"]
     everything = [("a", ["aa", "aa", "ab"]), ("b", ["ab", "bc"]), ("c", ["bc", "cd"]),
                   ("d", ["cd"])]
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     created = pipeline | beam.Create(words, reshuffle=False)
     for label, least, expected in (("All", 1, everything),
                                    ("Two", 2, everything[:3]), ("Three", 3, everything[:1])):
@@ -240,7 +240,7 @@ def test_group_by_key_in_lanes_makes_each_elements_pairs_and_keeps_groups_of_min
 
 
 def test_in_lists_with_each_holds_what_each_makes_of_the_elements():
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     lists = (pipeline | beam.Create([1, 2, 3], reshuffle=False)
              | InLists(lambda number: (number, number * 10)))
     assert_that(lists, equal_to([[(1, 10), (2, 20), (3, 30)]]))

@@ -10,9 +10,9 @@ import random
 import apache_beam as beam
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests.beamutil import beam_pipeline
 from transforms.offline import index_writer
 from transforms.offline.index_table import INDEX_SCHEMA, index_part, make_row
 from transforms.reporting.index_summary import summary_of, summary_output
@@ -36,7 +36,7 @@ def _write(tmp_path, rows, part_rows, name, bundles=1, in_lists=None, parts=None
     """The index of `rows` (in lists of `in_lists` rows when given; as `index_part`s of
     `parts` rows each when given, as a shard's writer makes them) as written."""
     path = os.path.join(tmp_path, name, "index.parquet")
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     if in_lists or parts:
         rows = [rows[i:i + (in_lists or parts)]
                 for i in range(0, len(rows), in_lists or parts)]
@@ -100,7 +100,7 @@ def test_a_failed_bundles_run_is_not_merged_and_goes_with_the_folder(tmp_path):
 def test_index_parts_hold_at_most_a_batch_of_rows_and_their_summary(monkeypatch):
     monkeypatch.setattr(index_writer, "_BATCH_ROWS", 16)
     rows = _rows(40)
-    with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+    with beam_pipeline() as pipeline:
         parts = (pipeline | beam.Create([rows]) | index_writer.IndexParts(in_lists=True)
                  | beam.Map(lambda part: (part.batch.to_pylist(),
                                           summary_output(pickle.loads(part.summary)))))

@@ -11,6 +11,7 @@ import zlib
 import numpy as np
 import pytest
 
+from tests.beamutil import beam_pipeline
 from transforms.offline import image_hash, near_search
 
 
@@ -194,7 +195,6 @@ def _detail(neighbour, max_hamming: int) -> str:
 
 def test_drop_near_duplicates_equals_brute_force_with_and_without_hot_bucket_split():
     import apache_beam as beam
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from apache_beam.testing.util import assert_that, equal_to
 
     from transforms.offline.dedup import DropNearDuplicates
@@ -208,7 +208,7 @@ def test_drop_near_duplicates_equals_brute_force_with_and_without_hot_bucket_spl
     expected = [r.rejected("near_duplicate", _detail(best[r.path], 4)) if r.path in best else r
                 for r in records]
     assert 0 < len(best) < len(records)
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     kept = pipeline | "Tonight" >> beam.Create(records)
     archived = pipeline | "Archive" >> beam.Create([(rel, ph, run) for run, rel, ph in archive])
     whole = kept | "Whole" >> DropNearDuplicates(4, archived, hot_bucket_values=None)

@@ -3,16 +3,16 @@ what the whole-PCollection steps give."""
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests.beamutil import beam_pipeline
 from transforms.offline import per_bundle
 from transforms.offline.gather import FoldToOne
 from transforms.offline.per_bundle import CombineInBundles, DistinctPerBundle
 
 
 def test_distinct_per_bundle_then_distinct_is_each_value_once():
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     words = pipeline | beam.Create(["ab", "bc", "", "cab"], reshuffle=False)
     values = words | DistinctPerBundle(list)
     assert_that(values, equal_to(["a", "b", "c"]), label="OncePerBundle")
@@ -31,7 +31,7 @@ class _Counted(beam.combiners.CountCombineFn):
 
 
 def test_combine_in_bundles_is_fold_to_one_also_over_nothing_and_over_bundles():
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     numbers = pipeline | beam.Create([1, 2, 3, 4, 5])  # reshuffled: bundles of its own
     for label, pcoll, expected in (
             ("Some", numbers, 5), ("Nothing", pipeline | "Empty" >> beam.Create([]), 0)):

@@ -7,8 +7,8 @@ import random
 
 import apache_beam as beam
 import pytest
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+from tests.beamutil import beam_pipeline
 from transforms.offline.outputs import WriteRejectsLedger
 from transforms.offline.rejects import BOX_ROW, IMAGE, LABEL_ROW, Reject
 
@@ -28,7 +28,7 @@ def _rejects(n: int, seed: int = 0) -> list[Reject]:
 
 def _write(tmp_path, rejects, part_lines, name) -> str:
     path = os.path.join(tmp_path, name, "rejects.jsonl")
-    pipeline = beam.Pipeline(runner=FnApiRunner())
+    pipeline = beam_pipeline()
     (pipeline | beam.Create(rejects) | WriteRejectsLedger(path, part_lines=part_lines))
     pipeline.run().wait_until_finish()
     with open(path, encoding="utf-8") as handle:

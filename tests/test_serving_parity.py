@@ -17,13 +17,13 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from PIL import Image
 
 from configs.schema import load_config
 from pipelines.serving import PREDICTIONS, SERVING_INPUT, build_serving_model
 from pipelines.training_input import make_dataset
 from runners.demo.data import photo_like
+from tests.beamutil import beam_pipeline
 from tests.tiers import shared_fixture, slow_fixture
 from transforms import codec
 from transforms.offline import tft_analysis as ta
@@ -74,7 +74,7 @@ def snapshot(tmp_path_factory):
             encoded=encoded, image_format=image_format, height=height, width=width,
             filename=f"{index}.{image_format}", sha256=f"{index:064x}",
             label=CLASSES.index(label), label_text=label))
-    with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+    with beam_pipeline() as pipeline:
         _ = (pipeline
              | "Accepted" >> beam.Create(records)
              | "Analyze" >> ta.AnalyzeAndWriteTransform(

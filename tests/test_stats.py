@@ -8,11 +8,9 @@ import pickle
 import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import BeamAssertException, assert_that
 
-from tests.beamutil import merged_in_parts
+from tests.beamutil import fn_api_pipeline, merged_in_parts
 from transforms.codec import QUALITY_METRICS
 from transforms.offline.index_table import make_row
 from transforms.reporting.index_summary import packed_summary
@@ -108,7 +106,7 @@ def test_summarize_in_beam_pipeline_gives_exact_counts_pixel_stats_and_examples(
                     raise BeamAssertException(
                         f"pixel {key}[{channel}]: expected {expected_values[channel]}, got {got}")
 
-    with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+    with fn_api_pipeline() as pipeline:
         summary = (pipeline
                    | beam.Create(ROWS, reshuffle=False)
                    | beam.CombineGlobally(SummarizeIndexFn()))

@@ -7,9 +7,9 @@ import os
 
 import apache_beam as beam
 import pytest
-from apache_beam.testing import test_pipeline
 
 from pipelines import snapshot
+from tests.beamutil import fn_api_pipeline
 from transforms.offline.outputs import WriteJson
 
 
@@ -31,6 +31,6 @@ def test_snapshot_json_writer_writes_finite_data(tmp_path):
 def test_write_json_transform_refuses_nan(tmp_path):
     path = str(tmp_path / "counts.json")
     with pytest.raises(Exception, match="not JSON compliant"):
-        with test_pipeline.TestPipeline() as pipeline:
+        with fn_api_pipeline() as pipeline:
             pipeline | beam.Create([{"x": math.nan}]) | WriteJson(path)
     assert not os.path.exists(path)

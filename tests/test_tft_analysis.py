@@ -16,10 +16,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from PIL import Image
 
 from runners.demo.data import photo_like
+from tests.beamutil import beam_pipeline
 from tests.tiers import slow_fixture
 from transforms import codec
 from transforms.decode import decode_for_model, decode_image, pick_jpeg_ratio
@@ -74,7 +74,7 @@ def analyzed(tmp_path_factory):
         encoded_images.append(encoded)
     output_dir = str(tmp_path_factory.mktemp("transform"))
     job_summary_path = os.path.join(str(tmp_path_factory.mktemp("summary")), "summary.json")
-    with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+    with beam_pipeline() as pipeline:
         class_table = pipeline | "ClassTable" >> beam.Create([list(CLASS_TABLE)])
         _ = (pipeline
              | "Accepted" >> beam.Create(records)
@@ -183,7 +183,7 @@ def test_class_frequencies_file_is_the_one_tft_vocabulary_writes(analyzed):
             return {"s": inputs["s"]}
         temp = str(analyzed["dir"]) + f"_tft_vocabulary_{len(labels)}"
         metadata = tft.DatasetMetadata.from_feature_spec({"s": tf.io.FixedLenFeature([], tf.string)})
-        with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+        with beam_pipeline() as pipeline:
             rows = pipeline | beam.Create([{"s": label.encode("utf-8")} for label in labels],
                                           reshuffle=False)
             with tft_beam.Context(temp_dir=temp + "/tmp"):

@@ -11,11 +11,10 @@ import pickle
 import apache_beam as beam
 import pytest
 import tensorflow as tf
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from configs.schema import OutputConfig
+from tests.beamutil import fn_api_pipeline
 from transforms import codec
 from transforms.offline.gather import unpacked
 from transforms.offline.image_record import ImageRecord
@@ -84,7 +83,7 @@ def test_records_go_to_the_shard_of_their_hash_and_every_shard_is_written(tmp_pa
     every_shard = [_shard(split, i, 2) for split in ("train", "validation") for i in range(2)]
     per_shard = {rel: sum(shard == rel for shard in shard_of.values()) for rel in every_shard}
     assert sorted(per_shard.values()) == [0, 1, 1, 1]  # one shard gets no record
-    with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+    with fn_api_pipeline() as pipeline:
         written = (pipeline | "Records" >> beam.Create(records)
                    | WriteShards(str(staging), OutputConfig(num_shards=2),
                                  *_side_inputs(pipeline), lanes=3))  # in lanes (the job's)
@@ -115,7 +114,7 @@ def test_records_in_a_gzip_shard_are_ordered_by_sha256(tmp_path):
     records = [_record(images, f"{i}.png", bytes([i]) * (10 + i), "train", "cat")
                for i in range(4)]
     rel = _shard("train", 0, 1) + ".gz"
-    with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+    with fn_api_pipeline() as pipeline:
         written = (pipeline | "Records" >> beam.Create(records)
                    | WriteShards(str(staging), OutputConfig(num_shards=1, compression="gzip"),
                                  *_side_inputs(pipeline)))
@@ -203,7 +202,7 @@ def test_assign_shards_keys_each_record_by_the_shard_of_its_hash(in_lists):
     train_shards = [2, 2, 2, 1, 0, 0, 2]
     expected = [(("train", train_shards[i]), f"{i}.jpg") for i in range(7)]
     expected += [(("test", 0), "7.jpg"), (("test", 0), "8.jpg")]
-    with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+    with fn_api_pipeline() as pipeline:
         keyed, plan = (pipeline | beam.Create(records)
                        | AssignShards(output, in_lists=in_lists))
         assert_that(keyed | beam.MapTuple(lambda key, entry: (key, unpacked(entry[2]).path)),
@@ -227,7 +226,7 @@ def _changed_since_validated(tmp_path):
 def test_a_file_that_changed_since_it_was_validated_fails_the_job(tmp_path):
     record = _changed_since_validated(tmp_path)
     with pytest.raises(Exception, match="changed while the job ran"):
-        with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+        with fn_api_pipeline() as pipeline:
             _ = (pipeline | "Records" >> beam.Create([record])
                  | WriteShards(str(tmp_path / "staging"), OutputConfig(num_shards=1),
                                *_side_inputs(pipeline)))
@@ -254,7 +253,7 @@ def _write(records, staging, output: OutputConfig, processes: int) -> dict:
         with open(out, "w") as handle:
             json.dump(sorted(repr(item) for item in items), handle)
 
-    with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+    with fn_api_pipeline() as pipeline:
         written = (pipeline | "Records" >> beam.Create(records)
                    | WriteShards(str(staging), output, *_side_inputs(pipeline), processes))
         _ = ((written.index | beam.Map(_part_contents), written.features,
@@ -310,7 +309,7 @@ def test_a_file_that_changed_fails_the_job_from_a_writing_child_with_its_cause(t
     with pytest.raises(Exception, match=f"Writing the shard {shard} failed in its process "
                                         r"\(error\): RuntimeError: .*a.png changed while the job "
                                         "ran"):
-        with test_pipeline.TestPipeline(runner=FnApiRunner()) as pipeline:
+        with fn_api_pipeline() as pipeline:
             _ = (pipeline | "Records" >> beam.Create([record])
                  | WriteShards(str(tmp_path / "staging"), OutputConfig(num_shards=1),
                                *_side_inputs(pipeline), processes=1))
