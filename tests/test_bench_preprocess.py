@@ -294,6 +294,29 @@ def test_one_tiny_run_prints_the_table_and_the_targets(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "job_out")  # job output removed after timing
 
 
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("flags, expected", [(["--make_test"], ["make test", "corpora"]),
+                                             ([], ["corpora"])])
+def test_make_test_is_timed_first_and_only_with_its_flag(monkeypatch, tmp_path, flags,
+                                                         expected):
+    """Target 6 is an absolute time: the suite runs before any corpus is made or timed."""
+    from runners.bench import bench_costs
+    calls = []
+
+    def corpora(*args):
+        calls.append("corpora")
+        raise _Stop
+
+    monkeypatch.setattr(bench_costs, "time_test_suite", lambda workdir: calls.append("make test"))
+    monkeypatch.setattr(bench, "_corpora", corpora)
+    with pytest.raises(_Stop):
+        bench.run(flags + ["--workdir", str(tmp_path)])
+    assert calls == expected
+
+
 def test_the_camera_launcher_pairs_are_n_and_a_tenth_in_turn(monkeypatch, tmp_path):
     """`--camera_launcher N`: per repetition, the job on N camera photos, then on N // 10."""
     made, timed = [], []

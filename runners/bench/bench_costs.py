@@ -256,7 +256,11 @@ def _median_of_rounds(code_text: str, workdir: str, rounds: int, pick) -> float:
 
 def time_test_suite(workdir: str) -> TestSuite:
     """Runs `make test`'s pytest command (`pytest -n 2 -q tests`, bytecode caches written
-    whatever PYTHONDONTWRITEBYTECODE says: the Makefile) and times it."""
+    whatever PYTHONDONTWRITEBYTECODE says: the Makefile) and times it. The bench runs it
+    first, before any corpus is made or timed: it is the one absolute time among the targets
+    (the others are ratios of runs side by side), and a machine that has just run the bench's
+    ~10 minutes of jobs on every core runs it slower (on 2026-12-07's host 187 and 193 s right
+    after a bench, 171-180 s after a pause; docs/benchmarks.md, forty-eighth round)."""
     seconds, code = _run_wall([sys.executable, "-m", "pytest", "-n", "2", "-q", "tests"],
                               os.path.join(workdir, "make_test.log"),
                               PYTHONDONTWRITEBYTECODE="")

@@ -106,7 +106,8 @@ def _parser() -> argparse.ArgumentParser:
                              "import alone), for the floor of "
                              "the end-to-end targets (0: no floor; default 3)")
     parser.add_argument("--make_test", action="store_true",
-                        help="also time `make test`'s pytest command (target 6)")
+                        help="also time `make test`'s pytest command (target 6), first, "
+                             "before any corpus is made or timed")
     parser.add_argument("--baseline", default=None,
                         help="decisions.json of an earlier bench run: shards and verdicts must "
                              "be the same (target 7)")
@@ -339,9 +340,9 @@ def _launcher_pairs(args, workdir: str, name: str, count: int) -> tuple:
 def _costs(args, workdir: str, photos, class_pairs: tuple, threads: int, min_variance: float,
            analysis_size: int):
     """The issue-22 figures: `photos` (the photo corpus's CorpusCost), `class_pairs` (target
-    2's (many-class JobRun, photo JobRun) pairs), the other corpora, start-up, the test suite,
-    identity against --baseline, and target 4's floor imports (the bare imports' CPU,
-    TensorFlow's import alone; None without --floor_rounds); writes decisions.json."""
+    2's (many-class JobRun, photo JobRun) pairs), the other corpora, start-up, identity
+    against --baseline, and target 4's floor imports (the bare imports' CPU, TensorFlow's
+    import alone; None without --floor_rounds); writes decisions.json."""
     from runners.bench import bench_costs
     costs = [photos]
     for name in ("thumbnails", "camera"):
@@ -367,7 +368,6 @@ def _costs(args, workdir: str, photos, class_pairs: tuple, threads: int, min_var
         startup = bench_costs.measure_startup(
             prepare_corpus(workdir, args.startup_images, args.seed), workdir,
             rounds=args.repetitions)
-    tests = bench_costs.time_test_suite(workdir) if args.make_test else None
     floor_imports = ((bench_costs.measure_imports_cpu(workdir, args.floor_rounds),
                       bench_costs.measure_decoder_import_s(workdir, args.floor_rounds))
                      if args.floor_rounds else (None, None))
@@ -376,7 +376,7 @@ def _costs(args, workdir: str, photos, class_pairs: tuple, threads: int, min_var
                 if args.baseline else None)  # read before this run's file may replace it
     with open(os.path.join(workdir, "decisions.json"), "w", encoding="utf-8") as handle:
         json.dump(current, handle, indent=1, sort_keys=True)
-    return costs, startup, tests, baseline, floor_imports
+    return costs, startup, baseline, floor_imports
 
 
 def run(argv=None) -> BenchResult:
@@ -391,6 +391,8 @@ def run(argv=None) -> BenchResult:
     workdir = os.path.abspath(args.workdir)
     os.makedirs(workdir, exist_ok=True)
     load_at_start = os.getloadavg()[0]
+    from runners.bench import bench_costs
+    tests = bench_costs.time_test_suite(workdir) if args.make_test else None  # first: its doc
     corpus, small, what = _corpora(args, workdir)
     threads = args.decode_threads or _cores_used(args.workers)
     min_variance = (config.quality.min_std or 0.0) ** 2
@@ -410,7 +412,7 @@ def run(argv=None) -> BenchResult:
                         statistics.median(naive[0]),
                         job_scale_decode_ms(paths, config.quality.analysis_size, threads),
                         tuple(zip(job_runs, small_runs)))
-    costs, startup, tests, baseline, floor_imports = _costs(
+    costs, startup, baseline, floor_imports = _costs(
         args, workdir, photos, tuple(zip(class_runs, job_runs)), threads, min_variance,
         config.quality.analysis_size)
     workers_text = {"default": "default local run (no runner flags)",
