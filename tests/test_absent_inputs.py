@@ -6,20 +6,19 @@ import dataclasses
 import json
 
 import apache_beam as beam
-from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.testing.util import equal_to
 
 from configs.schema import load_config
 from pipelines.job import PreprocessJob
 from pipelines.phase_outputs import Counted, Inputs, Inspected
 from pipelines.preprocess_graph import Accounting, InspectAndLabel, ReadInputs
-from tests.beamutil import fn_api_pipeline, paths_part
+from tests.beamutil import assert_that, fn_api_pipeline, paths_part
 from transforms.offline.gather import JoinByKey
 
 JOB = PreprocessJob(data_roots=("/data",), label_csvs=(), box_csvs=(), class_table=(),
                     frozen_classes=False, staging_dir="/out/.staging/r", config=load_config())
 _CSV_AND_ARCHIVE_FIELDS = ("label_items", "label_rows", "label_rejects", "box_items",
                            "box_rows", "box_rejects", "archive_rows")
-
 
 
 def _read_inputs(job, inspect: bool = False) -> tuple[Inputs, list[str]]:

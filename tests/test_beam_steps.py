@@ -7,10 +7,10 @@ from __future__ import annotations
 import apache_beam as beam
 import pytest
 from apache_beam.coders import VarIntCoder
-from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.testing.util import equal_to
 from apache_beam.transforms import userstate
 
-from tests.beamutil import fn_api_pipeline
+from tests.beamutil import assert_that, fn_api_pipeline
 from transforms.offline import beam_steps
 from transforms.offline.beam_steps import Filter, FlatMap, LeanDoFn, Map
 

@@ -8,11 +8,11 @@ import math
 
 import apache_beam as beam
 import pytest
-from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.testing.util import equal_to
 
 from runners.bench import bench_scale
 from runners.bench.scale_sim import MAX_HAMMING, STEPS, ScaleCorpus
-from tests.beamutil import beam_pipeline
+from tests.beamutil import assert_that, beam_pipeline
 
 
 def test_corpus_is_a_pure_function_of_the_index_with_copies_and_hot_clusters():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from runners import cli
-from tests.beamutil import beam_pipeline
+from tests.beamutil import assert_that, beam_pipeline
 from tests.imageutil import write_photo
 from tests.jobutil import copy_output, index_rows, run_job
 from transforms.offline import classes
@@ -118,7 +118,6 @@ def test_the_table_side_input_is_sized_for_beams_cache_without_walking_its_names
     import apache_beam as beam
     from apache_beam.coders import coders
     from apache_beam.runners.worker import statecache
-    from apache_beam.testing.util import assert_that
 
     names = [f"class_{i:05d}" for i in range(5000)]
     table = classes.ClassNames(names)
@@ -146,7 +145,6 @@ def test_the_table_side_input_is_sized_for_beams_cache_without_walking_its_names
 @pytest.mark.parametrize("few_bundles", [False, True])
 def test_the_table_extends_with_the_sorted_new_names_once_each(few_bundles):
     import apache_beam as beam
-    from apache_beam.testing.util import assert_that
 
     def is_extended(tables):
         assert tables == [["c", "a", "b"]]

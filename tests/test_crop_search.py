@@ -9,12 +9,12 @@ import io
 import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.testing.util import equal_to
 from PIL import Image
 
 from runners.bench import quality_eval
 from runners.jobs import nightly
-from tests.beamutil import beam_pipeline, fn_api_pipeline
+from tests.beamutil import assert_that, beam_pipeline, fn_api_pipeline
 from tests.imageutil import encode, photo, write_bytes
 from tests.jobutil import index_rows, rejects, run_job
 from tests.tiers import shared_fixture

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.testing.util import equal_to
 
-from tests.beamutil import fn_api_pipeline
+from tests.beamutil import assert_that, fn_api_pipeline
 from transforms.offline.dedup import DropExactDuplicates, DropNearDuplicates
 from transforms.offline.image_record import ImageRecord
 

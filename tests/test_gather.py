@@ -8,10 +8,10 @@ import zlib
 
 import apache_beam as beam
 import pytest
-from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.testing.util import equal_to
 from apache_beam.transforms.window import FixedWindows
 
-from tests.beamutil import beam_pipeline
+from tests.beamutil import assert_that, beam_pipeline
 from transforms.offline import gather
 from transforms.offline.gather import (
     FoldToOne,

@@ -10,9 +10,9 @@ import random
 import apache_beam as beam
 import pyarrow.parquet as pq
 import pytest
-from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.testing.util import equal_to
 
-from tests.beamutil import beam_pipeline
+from tests.beamutil import assert_that, beam_pipeline
 from transforms.offline import index_writer
 from transforms.offline.index_table import INDEX_SCHEMA, index_part, make_row
 from transforms.reporting.index_summary import summary_of, summary_output

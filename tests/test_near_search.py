@@ -11,7 +11,7 @@ import zlib
 import numpy as np
 import pytest
 
-from tests.beamutil import beam_pipeline
+from tests.beamutil import assert_that, beam_pipeline
 from transforms.offline import image_hash, near_search
 
 
@@ -195,7 +195,7 @@ def _detail(neighbour, max_hamming: int) -> str:
 
 def test_drop_near_duplicates_equals_brute_force_with_and_without_hot_bucket_split():
     import apache_beam as beam
-    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.testing.util import equal_to
 
     from transforms.offline.dedup import DropNearDuplicates
     from transforms.offline.image_record import ImageRecord

@@ -3,9 +3,9 @@ what the whole-PCollection steps give."""
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.testing.util import equal_to
 
-from tests.beamutil import beam_pipeline
+from tests.beamutil import assert_that, beam_pipeline
 from transforms.offline import per_bundle
 from transforms.offline.gather import FoldToOne
 from transforms.offline.per_bundle import CombineInBundles, DistinctPerBundle

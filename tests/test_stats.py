@@ -8,9 +8,9 @@ import pickle
 import apache_beam as beam
 import numpy as np
 import pytest
-from apache_beam.testing.util import BeamAssertException, assert_that
+from apache_beam.testing.util import BeamAssertException
 
-from tests.beamutil import fn_api_pipeline, merged_in_parts
+from tests.beamutil import assert_that, fn_api_pipeline, merged_in_parts
 from transforms.codec import QUALITY_METRICS
 from transforms.offline.index_table import make_row
 from transforms.reporting.index_summary import packed_summary

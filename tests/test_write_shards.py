@@ -11,10 +11,10 @@ import pickle
 import apache_beam as beam
 import pytest
 import tensorflow as tf
-from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.testing.util import equal_to
 
 from configs.schema import OutputConfig
-from tests.beamutil import fn_api_pipeline
+from tests.beamutil import assert_that, fn_api_pipeline
 from transforms import codec
 from transforms.offline.gather import unpacked
 from transforms.offline.image_record import ImageRecord
