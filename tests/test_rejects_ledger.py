@@ -54,8 +54,9 @@ def test_no_rejects_is_an_empty_ledger(tmp_path):
 
 def test_a_retried_join_finds_the_ledger_whole_and_removes_the_parts_left(tmp_path, monkeypatch):
     """`already_joined`: a retried join whose ledger is complete (a part already removed) removes
-    the parts left and their folder, looking each part up once; with every part there, or no
-    ledger yet, it leaves everything for the join."""
+    the folder of parts with what is left in it (a failed bundle's run too), looking parts up
+    until one is missing; with every part there, or no ledger yet, it leaves everything for the
+    join."""
     from transforms import file_reads
     from transforms.offline import outputs
     parts_dir = tmp_path / "parts"
@@ -67,12 +68,13 @@ def test_a_retried_join_finds_the_ledger_whole_and_removes_the_parts_left(tmp_pa
     assert not outputs.already_joined(parts, ledger, str(parts_dir))  # no ledger yet
     open(ledger, "w").close()
     assert not outputs.already_joined(parts, ledger, str(parts_dir))  # every part still there
-    os.remove(parts[0])
+    os.remove(parts[1])
+    open(parts_dir / "a-failed-bundles-run", "w").close()
     looked_up = []
     exists = file_reads.exists
     monkeypatch.setattr(file_reads, "exists", lambda path: looked_up.append(path) or exists(path))
     assert outputs.already_joined(parts, ledger, str(parts_dir))
-    assert sorted(looked_up) == sorted([ledger, *parts, str(parts_dir)])
+    assert looked_up == [ledger, parts[0], parts[1], str(parts_dir)]
     assert not parts_dir.exists() and os.path.exists(ledger)
 
 

@@ -241,6 +241,23 @@ def test_access_denied_by_bucket_policy(local_s3):
         local_s3.client.delete_bucket_policy(Bucket="pm-denied")
 
 
+def test_a_retried_join_removes_every_run_left_on_s3_a_failed_bundles_too(local_s3):
+    """On an object store a folder goes when its last object does: a retried join that finds
+    its output whole removes every object left under the runs' prefix, the runs no list names
+    (a failed bundle's) included."""
+    from transforms.offline import outputs
+    bucket = local_s3.bucket("pm-join")
+    keys = ["staging/runs/run-0", "staging/runs/run-1", "staging/runs/failed-bundle-run",
+            "staging/rejects.jsonl"]
+    for key in keys:
+        local_s3.client.put_object(Bucket="pm-join", Key=key, Body=b"x")
+    local_s3.client.delete_object(Bucket="pm-join", Key="staging/runs/run-0")
+    runs = [f"{bucket}/staging/runs/run-0", f"{bucket}/staging/runs/run-1"]
+    assert outputs.already_joined(runs, f"{bucket}/staging/rejects.jsonl",
+                                  f"{bucket}/staging/runs")
+    assert local_s3.keys("pm-join") == ["staging/rejects.jsonl"]
+
+
 def test_lock_create_heartbeat_and_loss(local_s3):
     url = local_s3.bucket("pm-lock") + "/out"
     with run_lock.RunLock(url, "run-a", heartbeat_s=0.05) as lock:

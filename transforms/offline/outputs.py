@@ -22,7 +22,7 @@ from transforms.offline.gather import Gather
 from transforms.s3_storage import create_file
 
 __all__ = ["WriteRejectsLedger", "WriteJson", "count_into", "count_keys", "LEDGER_PART_LINES",
-           "MERGE_FAN_IN", "write_text", "already_joined", "remove_parts", "remove_runs",
+           "MERGE_FAN_IN", "write_text", "already_joined", "remove_runs",
            "fewer_runs", "SortedRunsFn"]
 
 LEDGER_PART_LINES = 200_000   # lines per sorted run of the ledger at most (~40 MB held)
@@ -187,23 +187,15 @@ def remove_runs(runs_dir: str) -> None:
 
 def already_joined(parts: list, path: str, parts_dir: str) -> bool:
     """Whether a retried join finds `path` complete (some parts already removed); then it
-    removes what is left of the parts. Each part is looked up once (on an object store, one
-    request each)."""
+    removes what is left under `parts_dir` as the join would have (`remove_runs`: a failed
+    bundle's run too, which no list names and an object store keeps without a folder to go
+    with). Each part is looked up once (on an object store, one request each)."""
     if not (parts and file_reads.exists(path)):
         return False
-    left = [part for part in parts if file_reads.exists(part)]
-    if len(left) == len(parts):
+    if all(file_reads.exists(part) for part in parts):
         return False
-    remove_parts(left, parts_dir)
+    remove_runs(parts_dir)
     return True
-
-
-def remove_parts(parts: list, parts_dir: str) -> None:
-    """Deletes the written parts, then their folder when it is a local one (now empty)."""
-    if parts:
-        file_changes.delete(parts)
-    if file_reads.exists(parts_dir):  # a local folder, now empty
-        file_changes.delete([parts_dir])
 
 
 class WriteRejectsLedger(beam.PTransform):
