@@ -103,9 +103,16 @@ class _SortedRunsFn(SortedRunsFn):
         return batch.num_rows
 
     def _write(self, held: list, path: str) -> None:
-        table = pa.Table.from_batches(held, schema=self._schema).sort_by(_SORT)
-        with create_file(path) as handle, pa.ipc.new_stream(
-                pa.PythonFile(_Sink(handle), mode="w"), self._schema) as stream:
+        _write_run(path, self._schema,
+                   [pa.Table.from_batches(held, schema=self._schema).sort_by(_SORT)])
+
+
+def _write_run(path: str, schema: pa.Schema, tables) -> None:
+    """The rows of `tables`, in order, as the Arrow stream `path` of `_BATCH_ROWS`-row batches
+    at most: a run as the merge reads it."""
+    with create_file(path) as handle, pa.ipc.new_stream(
+            pa.PythonFile(_Sink(handle), mode="w"), schema) as stream:
+        for table in tables:
             stream.write_table(table, max_chunksize=_BATCH_ROWS)
 
 
@@ -180,10 +187,7 @@ def _merged_tables(runs: list, schema: pa.Schema, group_rows: int):
 def _run_merger(schema: pa.Schema):
     """A `fewer_runs` merge: runs into one run of `_BATCH_ROWS`-row batches."""
     def merge_into(runs: list, path: str) -> None:
-        with create_file(path) as handle, pa.ipc.new_stream(
-                pa.PythonFile(_Sink(handle), mode="w"), schema) as stream:
-            for table in _merged_tables(runs, schema, _BATCH_ROWS):
-                stream.write_table(table)
+        _write_run(path, schema, _merged_tables(runs, schema, _BATCH_ROWS))
     return merge_into
 
 

@@ -189,7 +189,8 @@ def already_joined(parts: list, path: str, parts_dir: str) -> bool:
     """Whether a retried join finds `path` complete (some parts already removed); then it
     removes what is left under `parts_dir` as the join would have (`remove_runs`: a failed
     bundle's run too, which no list names and an object store keeps without a folder to go
-    with). Each part is looked up once (on an object store, one request each)."""
+    with). The parts are looked up in turn until one is missing (on an object store, one
+    request each)."""
     if not (parts and file_reads.exists(path)):
         return False
     if all(file_reads.exists(part) for part in parts):
