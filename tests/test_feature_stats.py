@@ -293,29 +293,25 @@ def _folded(records) -> bytes:
 
 
 def _written_in_order(shards, order, cut: int) -> bytes:
-    """The two combines of `WriteFeatureStatistics` run the way a runner may: shards added in
-    `order`, each block's accumulator cut in two parts at `cut`, pickled, merged; blocks
-    added in reverse."""
+    """`WriteFeatureStatistics`' steps run the way a runner may: shards handed over in
+    `order`, each block's merged (`_block_part`), the blocks added to the split's combine in
+    reverse and its accumulator cut in two at `cut`, pickled, merged."""
     from transforms.reporting import feature_stats_files as fs
     by_block: dict = {}
     for index in order:
         (_split, block), item = fs._by_block(("train", (index, _folded(shards[index]))))
         by_block.setdefault(block, []).append(item)
-    per_block, per_split = fs._ShardsInOrder(), fs._BlocksInOrder()
-    blocks = []
-    for block, items in by_block.items():
-        parts = []
-        for part in (items[:cut], items[cut:]):
-            accumulator = per_block.create_accumulator()
-            for item in part:
-                accumulator = per_block.add_input(accumulator, item)
-            parts.append(pickle.loads(pickle.dumps(accumulator)))
-        merged = per_block.extract_output(per_block.merge_accumulators(parts))
-        blocks.append(fs._by_split((("train", block), merged)))
-    accumulator = per_split.create_accumulator()
-    for _split, item in reversed(blocks):
-        accumulator = per_split.add_input(accumulator, pickle.loads(pickle.dumps(item)))
-    return per_split.extract_output(accumulator).SerializeToString(deterministic=True)
+    blocks = [(block, fs._block_part(fs._in_order(items)))
+              for block, items in reversed(by_block.items())]
+    per_split = fs._BlocksInOrder()
+    parts = []
+    for part in (blocks[:cut], blocks[cut:]):
+        accumulator = per_split.create_accumulator()
+        for item in part:
+            accumulator = per_split.add_input(accumulator, item)
+        parts.append(pickle.loads(pickle.dumps(accumulator)))
+    return per_split.extract_output(per_split.merge_accumulators(parts)).SerializeToString(
+        deterministic=True)
 
 
 def test_the_same_shards_give_the_same_statistics_whatever_order_they_were_written_in(
@@ -344,17 +340,21 @@ def test_a_split_of_one_shard_has_the_statistics_of_its_records_in_order():
     assert _written_in_order([shard], [0], 0) == expected.SerializeToString(deterministic=True)
 
 
-def test_a_shard_handed_over_twice_is_an_error():
+def test_a_shard_or_block_handed_over_twice_is_an_error():
     from transforms.reporting import feature_stats_files as fs
-    per_block = fs._ShardsInOrder()
     (shard,) = _many_distinct_shards(shards=1, per_shard=3)
-    first = per_block.add_input(per_block.create_accumulator(), (0, _folded(shard)))
-    again = per_block.add_input(per_block.create_accumulator(), (0, _folded(shard)))
     with pytest.raises(ValueError, match="Statistics part 0 was handed over twice"):
-        per_block.merge_accumulators([first, again])
+        fs._in_order([(0, _folded(shard)), (1, _folded(shard)), (0, _folded(shard))])
+    per_split = fs._BlocksInOrder()
+    first = per_split.add_input(per_split.create_accumulator(), (0, _folded(shard)))
+    again = per_split.add_input(per_split.create_accumulator(), (0, _folded(shard)))
+    with pytest.raises(ValueError, match="Statistics part 0 was handed over twice"):
+        per_split.extract_output(per_split.merge_accumulators([first, again]))
 
 
-def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path, monkeypatch):
+@pytest.mark.parametrize("processes", [0, 1], ids=["here", "in_a_child"])
+def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path, monkeypatch,
+                                                                        processes):
     import apache_beam as beam
 
     from transforms.reporting import feature_stats_files as fs
@@ -364,7 +364,7 @@ def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path,
         ("test", (0, _folded(shards[0][:5])))]
     with beam_pipeline() as pipeline:
         _ = (pipeline | beam.Create(items, reshuffle=False)
-             | fs.WriteFeatureStatistics(str(tmp_path)))
+             | fs.WriteFeatureStatistics(str(tmp_path), processes))
     for split, expected in (("train", _written_in_order(shards, [0, 1, 2], 0)),
                             ("test", _written_in_order([shards[0][:5]], [0], 0))):
         with open(tmp_path / feature_stats_name(split), "rb") as handle:
@@ -373,3 +373,22 @@ def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path,
         assert dataset.name == split
         dataset.name = ""
         assert dataset.SerializeToString(deterministic=True) == expected
+
+
+def test_a_block_whose_merge_fails_in_its_child_fails_the_job_with_the_cause():
+    import re
+
+    from apache_beam.transforms.window import GlobalWindow
+
+    from transforms.reporting import feature_stats_files as fs
+    merge = fs._MergeBlockFn(processes=1)
+    merge.setup()
+    block = (("train", 3), [(193, b"not a pickle"), (192, b"nor this")])
+    try:
+        with pytest.raises(RuntimeError, match=re.escape(
+                "Merging the feature statistics of the train split's shard block 3 failed in "
+                "its process (error): UnpicklingError: invalid load key, 'n'.")):
+            list(merge.process(block, timestamp=0, window=GlobalWindow()))
+            list(merge.finish_bundle())
+    finally:
+        merge.teardown()
