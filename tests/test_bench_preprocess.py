@@ -59,6 +59,24 @@ def test_table_rows_show_median_minimum_and_cpu():
                     "naive": ["25.0", "20.0", "-"]}
 
 
+def test_the_header_says_how_busy_the_machine_was_at_the_start_and_the_end():
+    text = bench.format_report(_result([50.0], [100.0], [10.0], load=((0.4, 0.0891),
+                                                                        (1.5, 0.1404))))
+    assert text.splitlines()[1] == (
+        "machine load average 0.4 at the start, 1.5 at the end (wall times stretch when it is "
+        "above the cores; CPU per image much less); a fixed Python loop 0.089 s of CPU at the "
+        "start, 0.140 s at the end (the same work: CPU figures grow with it when the host is "
+        "busy; ~0.09 s quiet)")
+
+
+def test_machine_state_is_the_load_average_and_the_fixed_loops_cpu(monkeypatch):
+    monkeypatch.setattr(loops, "_LOOP_ROUNDS", 1000)
+    monkeypatch.setattr(loops.os, "getloadavg", lambda: (0.7, 0.5, 0.3))
+    load, loop = loops.machine_state()
+    assert load == 0.7
+    assert 0.0 <= loop < 0.05
+
+
 def test_every_target_is_a_row_with_a_verdict():
     text = bench.format_report(_result([50.0], [100.0], [10.0], _memory()))
     numbers = [line.split()[0] for line in text.splitlines()[text.splitlines().index(

@@ -10,13 +10,30 @@ import resource
 import time
 
 __all__ = ["time_decode_limit", "job_scale_ratios", "job_scale_decode_ms", "time_naive_loop",
-           "InspectCost", "time_inspect", "own_cpu_seconds"]
+           "InspectCost", "time_inspect", "own_cpu_seconds", "machine_state"]
 
 
 def own_cpu_seconds() -> float:
     """User + system CPU of this process, all threads."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+_LOOP_ROUNDS = 3_000_000  # the fixed loop of `machine_state`: ~0.09 s of CPU on a quiet core
+
+
+def machine_state() -> tuple[float, float]:
+    """(the 1-minute load average, CPU seconds of a fixed Python loop, the least of three):
+    how busy the machine is as figures are measured. The load average counts this machine's
+    own work; the loop is the same work every time, so its time also grows when the host's
+    other machines share this one's cores, and every CPU figure with it: 0.085-0.10 s on the
+    quiet 2-core machine of docs/benchmarks.md, 0.16-0.18 s at its busiest (2026-12-07)."""
+    def loop() -> float:
+        started, total = time.process_time(), 0
+        for number in range(_LOOP_ROUNDS):
+            total += number * number
+        return time.process_time() - started
+    return os.getloadavg()[0], min(loop() for _ in range(3))
 
 
 def _decoding(paths, decode, threads: int):

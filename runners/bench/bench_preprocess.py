@@ -24,6 +24,7 @@ import sys
 
 from runners.bench.bench_loops import (
     job_scale_decode_ms,
+    machine_state,
     own_cpu_seconds,
     time_decode_limit,
     time_inspect,
@@ -330,8 +331,7 @@ def _job_pairs(args, workdir: str, tag: str, big: Corpus, small: Corpus | None) 
 
 
 def _launcher_pairs(args, workdir: str, name: str, count: int) -> tuple:
-    """(big JobRun, small JobRun) per repetition on `count` images of corpus `name` and a
-    tenth as many, in turn: the launcher's marginal CPU alone (no naive loop, no decode)."""
+    """(big JobRun, small JobRun) per repetition on `count` images of `name` and a tenth."""
     return tuple(_job_pairs(args, workdir, f"{name}_launcher",
                             _other_corpus(workdir, name, count, args.seed),
                             _other_corpus(workdir, name, count // 10, args.seed)))
@@ -390,7 +390,7 @@ def run(argv=None) -> BenchResult:
         raise UsageError(str(exc)) from exc
     workdir = os.path.abspath(args.workdir)
     os.makedirs(workdir, exist_ok=True)
-    load_at_start = os.getloadavg()[0]
+    state_at_start = machine_state()
     from runners.bench import bench_costs
     tests = bench_costs.time_test_suite(workdir) if args.make_test else None  # first: its doc
     corpus, small, what = _corpora(args, workdir)
@@ -432,7 +432,7 @@ def run(argv=None) -> BenchResult:
         cores=_cores_used("default"), corpus=what, profile=corpus_profile(corpus),
         inspect=inspect, nightly=nightly, identity=identity,
         scale=_scale_check(args, workdir, min_variance),
-        date=datetime.date.today().isoformat(), load=(load_at_start, os.getloadavg()[0]),
+        date=datetime.date.today().isoformat(), load=(state_at_start, machine_state()),
         costs=CostResult(tuple(costs), startup, tests, identity, baseline, floor_imports[0],
                          _cores_used(args.workers), floor_imports[1]))
 

@@ -115,7 +115,7 @@ class BenchResult:
     identity: IdentityCheck | None = None
     scale: ScaleCheck | None = None
     date: str = ""
-    load: tuple = ()         # 1-minute load average at the start and at the end
+    load: tuple = ()         # bench_loops.machine_state() at the start and at the end
     costs: object = None     # bench_costs.CostResult: the four corpora, issue 22's targets
 
 
@@ -267,9 +267,12 @@ def format_report(result: BenchResult) -> str:
              f"{result.workers}, decode threads: {result.decode_threads}, cores: {result.cores}"
              + (f", overrides: {' '.join(result.overrides)}" if result.overrides else "")]
     if result.load:
-        lines.append(f"machine load average {result.load[0]:.1f} at the start, "
-                     f"{result.load[1]:.1f} at the end (wall times stretch when it is above "
-                     f"the cores; CPU per image much less)")
+        (load, loop), (end_load, end_loop) = result.load
+        lines.append(f"machine load average {load:.1f} at the start, {end_load:.1f} at the end "
+                     f"(wall times stretch when it is above the cores; CPU per image much "
+                     f"less); a fixed Python loop {loop:.3f} s of CPU at the start, "
+                     f"{end_loop:.3f} s at the end (the same work: CPU figures grow with it "
+                     f"when the host is busy; ~0.09 s quiet)")
     lines.append("")
     lines += _contender_lines(result) + [""] + _run_lines(result) + [""]
     rows = targets(result)
