@@ -298,7 +298,7 @@ class WriteSnapshot(beam.PTransform):
                  size_quantiles=config.transform.size_quantiles,
                  exif_orientation=config.decode.exif_orientation, beside=written.files)
              | "WriteTransformSummary" >> staged_run.write_transform_summary(staging))
-        written.features | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging, writers)
+        written.features | "WriteFeatureStatistics" >> WriteFeatureStatistics(staging)
         (written.files
          | "ShardFileDicts" >> Map(lambda files: [dataclasses.asdict(f) for f in files])
          | "WriteShardList" >> staged_run.write_shard_list(staging))

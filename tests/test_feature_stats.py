@@ -294,14 +294,14 @@ def _folded(records) -> bytes:
 
 def _written_in_order(shards, order, cut: int) -> bytes:
     """`WriteFeatureStatistics`' steps run the way a runner may: shards handed over in
-    `order`, each block's merged (`_block_part`), the blocks added to the split's combine in
+    `order`, each block's merged (`_merged_block`), the blocks added to the split's combine in
     reverse and its accumulator cut in two at `cut`, pickled, merged."""
     from transforms.reporting import feature_stats_files as fs
     by_block: dict = {}
     for index in order:
         (_split, block), item = fs._by_block(("train", (index, _folded(shards[index]))))
         by_block.setdefault(block, []).append(item)
-    blocks = [(block, fs._block_part(fs._in_order(items)))
+    blocks = [fs._merged_block((("train", block), items))[1]
               for block, items in reversed(by_block.items())]
     per_split = fs._BlocksInOrder()
     parts = []
@@ -352,9 +352,7 @@ def test_a_shard_or_block_handed_over_twice_is_an_error():
         per_split.extract_output(per_split.merge_accumulators([first, again]))
 
 
-@pytest.mark.parametrize("processes", [0, 1], ids=["here", "in_a_child"])
-def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path, monkeypatch,
-                                                                        processes):
+def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path, monkeypatch):
     import apache_beam as beam
 
     from transforms.reporting import feature_stats_files as fs
@@ -364,7 +362,7 @@ def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path,
         ("test", (0, _folded(shards[0][:5])))]
     with beam_pipeline() as pipeline:
         _ = (pipeline | beam.Create(items, reshuffle=False)
-             | fs.WriteFeatureStatistics(str(tmp_path), processes))
+             | fs.WriteFeatureStatistics(str(tmp_path)))
     for split, expected in (("train", _written_in_order(shards, [0, 1, 2], 0)),
                             ("test", _written_in_order([shards[0][:5]], [0], 0))):
         with open(tmp_path / feature_stats_name(split), "rb") as handle:
@@ -374,21 +372,3 @@ def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path,
         dataset.name = ""
         assert dataset.SerializeToString(deterministic=True) == expected
 
-
-def test_a_block_whose_merge_fails_in_its_child_fails_the_job_with_the_cause():
-    import re
-
-    from apache_beam.transforms.window import GlobalWindow
-
-    from transforms.reporting import feature_stats_files as fs
-    merge = fs._MergeBlockFn(processes=1)
-    merge.setup()
-    block = (("train", 3), [(193, b"not a pickle"), (192, b"nor this")])
-    try:
-        with pytest.raises(RuntimeError, match=re.escape(
-                "Merging the feature statistics of the train split's shard block 3 failed in "
-                "its process (error): UnpicklingError: invalid load key, 'n'.")):
-            list(merge.process(block, timestamp=0, window=GlobalWindow()))
-            list(merge.finish_bundle())
-    finally:
-        merge.teardown()

@@ -4,10 +4,9 @@ KMV sketches, the deterministic Misra-Gries of `misra_gries`), and how records a
 accumulators are added together (`add_records`, `merged`, `shard_accumulator`,
 `merged_parts`).
 
-Apart from `feature_stats` (a Beam CombineFn and the protos) so that children of the decoders'
-forkserver, which import no Beam, do the work: the shard writer folds a shard's records
-(`shard_accumulator`) and a merging child merges a block of shards' accumulators
-(`PartsMerger`); the job's launcher then merges one accumulator per block.
+Apart from `feature_stats` (a Beam CombineFn and the protos) so that the shard writer, a child
+of the decoders' forkserver that imports no Beam, folds a shard's records itself
+(`shard_accumulator`): the job's launcher then only merges the shards' accumulators.
 """
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ from transforms.offline.packing import packed, unpacked
 from transforms.reporting.exact_sums import ExactSum, add_exactly, first_extremes
 from transforms.reporting.misra_gries import MisraGries
 
-__all__ = ["SplitAccumulator", "add_records", "merged", "shard_accumulator", "merged_parts",
-           "PartsMerger"]
+__all__ = ["SplitAccumulator", "add_records", "merged", "shard_accumulator", "merged_parts"]
 
 _EPS = 0.01                      # TFDV's quantiles sketch error
 _MAX_ELEMENTS = 1 << 32
@@ -336,13 +334,3 @@ def merged_parts(parts) -> bytes:
     """Pickled accumulators (`packed`), merged in the order given, pickled."""
     return packed(merged(map(unpacked, parts)))
 
-
-class PartsMerger:
-    """What a statistics-merging child runs (`isolation.ChildPool`): `merged_parts` of each
-    item, a list of pickled accumulators in merge order."""
-
-    def setup(self) -> None:
-        pass
-
-    def run(self, parts: list) -> bytes:
-        return merged_parts(parts)

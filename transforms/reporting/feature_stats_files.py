@@ -9,21 +9,18 @@ they finished changed the train split's file of 2,000 photos over 21,841 classes
 `feature_sketches.shard_accumulator`), and the shards merged in index order:
 `_SHARDS_PER_BLOCK` at a time, then block by block, so that no merge holds every shard (an
 accumulator of a shard of 853 photos pickles to 0.4 MB; 10,000 shards are 157 blocks).
-A block's shards are merged in a child process when the shards were written in them
-(`_MergeBlockFn`): loading and merging a shard's accumulator is the one cost of the launcher
-that grows with the number of shards rather than of images.
+A block's shards are merged in one step (`_merged_block`); a block of one shard is passed on
+unloaded, so a split of one shard is loaded once, where its statistics are made.
 """
 from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam.io.filesystems import CompressionTypes, FileSystems
-from apache_beam.utils.windowed_value import WindowedValue
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
-from transforms.offline import isolation
-from transforms.offline.beam_steps import LeanDoFn, Map
+from transforms.offline.beam_steps import Map
 from transforms.offline.packing import unpacked
-from transforms.reporting.feature_sketches import PartsMerger, merged_parts
+from transforms.reporting.feature_sketches import merged_parts
 from transforms.reporting.feature_stats import FeatureStatsFn, to_statistics_list
 from transforms.s3_storage import create_file
 from transforms.snapshot_layout import feature_stats_name
@@ -42,7 +39,6 @@ def _write_split(item, staging_dir: str) -> str:
 # Shards whose statistics are merged in one place first (`WriteFeatureStatistics`): a split's
 # final merge then holds one accumulator per block, not one per shard.
 _SHARDS_PER_BLOCK = 64
-_MERGE_TIMEOUT_S = 3600.0  # one block's merge in a child: seconds even for 64 large shards
 
 
 def _in_order(parts) -> list:
@@ -56,62 +52,13 @@ def _in_order(parts) -> list:
     return [by_position[position] for position in sorted(by_position)]
 
 
-def _block_part(parts: list) -> bytes:
-    """A block's shards' pickled accumulators in index order (`_in_order`) -> merged,
-    pickled; a block of one shard is that shard's, as it came."""
-    return parts[0] if len(parts) == 1 else merged_parts(parts)
-
-
-class _MergeBlockFn(LeanDoFn):
-    """((split, block), its shards' (index, pickled accumulator) pairs) -> (split, (block,
-    `_block_part`)). With `processes`, a block of several shards is merged in a child of the
-    decoders' forkserver (`isolation.ChildPool`, one a worker: merging is a small part of
-    the writing): the worker then hands over the block's bytes and takes back one
-    accumulator's, where loading and merging each camera shard's cost the launcher ~1.2 ms
-    (2026-12-08). Its failure fails the job with its cause, as the same error here would."""
-
-    def __init__(self, processes: int = 0):
-        self._processes = processes
-
-    def setup(self):
-        self._pool = None
-        self._waiting: dict = {}  # key -> (split, block, timestamp, window)
-        self._next_key = 0
-
-    def process(self, item, timestamp=beam.DoFn.TimestampParam,
-                window=beam.DoFn.WindowParam):
-        (split, block), shards = item
-        parts = _in_order(shards)
-        if len(parts) == 1 or not self._processes:
-            yield split, (block, _block_part(parts))
-            return
-        if self._pool is None:
-            self._pool = isolation.ChildPool(PartsMerger(), 1, _MERGE_TIMEOUT_S,
-                                             preload=isolation.DECODER_PRELOAD,
-                                             role="statistics merging", per_child=1,
-                                             timeout_name=None)
-        key, self._next_key = self._next_key, self._next_key + 1
-        self._waiting[key] = (split, block, timestamp, window)
-        self._pool.put(key, parts)
-        yield from self._emit(self._pool.poll(wait=False))
-
-    def finish_bundle(self):
-        while self._waiting:
-            yield from self._emit(self._pool.poll(wait=True))
-
-    def teardown(self):
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.close()
-
-    def _emit(self, done):
-        for key, result in done:
-            split, block, timestamp, window = self._waiting.pop(key)
-            if isinstance(result, isolation.Failure):
-                raise RuntimeError(f"Merging the feature statistics of the {split} split's "
-                                   f"shard block {block} failed in its process "
-                                   f"({result.kind}): {result.detail}")
-            yield WindowedValue((split, (block, result)), timestamp, [window])
+def _merged_block(item) -> tuple:
+    """((split, block), its shards' (index, pickled `shard_accumulator`) pairs) -> (split,
+    (block, the shards' accumulators merged in index order, pickled)); a block of one shard
+    is that shard's, as it came."""
+    (split, block), shards = item
+    parts = _in_order(shards)
+    return split, (block, parts[0] if len(parts) == 1 else merged_parts(parts))
 
 
 class _BlocksInOrder(beam.CombineFn):
@@ -145,18 +92,16 @@ class WriteFeatureStatistics(beam.PTransform):
     """(split, (shard index, the shard's pickled `shard_accumulator`)) pairs -> `Split-<split>/
     FeatureStats.pb` under `staging_dir` for every split with records; outputs the written
     paths. The same file every run of the same records: shards are merged in index order,
-    `_SHARDS_PER_BLOCK` at a time and then block by block, so no merge holds every shard.
-    `processes`: a block's shards are merged in a child process (`_MergeBlockFn`); 0: here."""
+    `_SHARDS_PER_BLOCK` at a time and then block by block, so no merge holds every shard."""
 
-    def __init__(self, staging_dir: str, processes: int = 0):
+    def __init__(self, staging_dir: str):
         super().__init__()
         self._staging_dir = staging_dir
-        self._processes = processes
 
     def expand(self, features):
         return (features
                 | "ByBlock" >> Map(_by_block)
                 | "GroupByBlock" >> beam.GroupByKey()
-                | "MergeBlock" >> beam.ParDo(_MergeBlockFn(self._processes))
+                | "MergeBlock" >> Map(_merged_block)
                 | "CombinePerSplit" >> beam.CombinePerKey(_BlocksInOrder())
                 | "WriteSplitStatistics" >> Map(_write_split, self._staging_dir))
