@@ -371,4 +371,3 @@ def test_write_feature_statistics_writes_each_splits_merged_statistics(tmp_path,
         assert dataset.name == split
         dataset.name = ""
         assert dataset.SerializeToString(deterministic=True) == expected
-

@@ -333,4 +333,3 @@ def shard_accumulator(records) -> SplitAccumulator:
 def merged_parts(parts) -> bytes:
     """Pickled accumulators (`packed`), merged in the order given, pickled."""
     return packed(merged(map(unpacked, parts)))
-
