@@ -61,6 +61,26 @@ def test_end_to_end_target_depends_on_corpus_and_size():
     assert verdicts["thumbnails: end to end vs naive, 1000 images"] is True
 
 
+def test_the_scale_run_is_target_4_at_its_size_with_the_photos_floor():
+    from runners.bench.bench_report import ScaleCheck
+    photos = dataclasses.replace(_cost(job_seconds=10.0, naive_rate=40.0), job_decode_ms=2.0)
+    result = costs.CostResult((photos,), imports_cpu_s=4.0, cores=2, decoder_import_s=2.0)
+    missed = ScaleCheck(images=20000, job_rate=98.0, naive_rate=40.0)  # 2.45x < 3x
+    row, = [row for row in costs.cost_targets(result, missed)
+            if row[1] == "photos: end to end vs naive, 20000 images"]
+    # allowed 20,000 / (40 x 3) = 166.7 s; floor max((4 + 40) / 2, 2 + 40 / 2) = 22.0 s
+    assert row[2:] == ("2.45x (98 vs 40 images/s); floor 22.0 s, allowed 166.7 s; one run "
+                       "(--scale_images)", ">= 3x", False)
+    met = ScaleCheck(images=20000, job_rate=121.0, naive_rate=40.0)
+    assert _verdicts(costs.CostResult((photos,)))[
+        "photos: end to end vs naive, 1000 images"] is True  # no scale run: no row
+    assert [row[4] for row in costs.cost_targets(costs.CostResult((photos,)), met)
+            if row[1].endswith("20000 images")] == [True]
+    below = ScaleCheck(images=5000, job_rate=90.0, naive_rate=40.0)  # under 20,000: 2x
+    assert [row[3] for row in costs.cost_targets(result, below)
+            if row[1].endswith("5000 images")] == [">= 2x"]
+
+
 def test_many_classes_within_five_percent_of_four():
     photos = _cost(cpu=(100.0, 3.0))
     many = _cost("classes", small_images=None, cpu=(104.0, 0.0))

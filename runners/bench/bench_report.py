@@ -284,5 +284,5 @@ def format_report(result: BenchResult) -> str:
                      f"{wanted:<{widths[2] + 2}}{_verdict(passed)}")
     if result.costs is not None:
         from runners.bench.bench_costs import format_costs
-        lines += ["", format_costs(result.costs)]
+        lines += ["", format_costs(result.costs, result.scale)]
     return "\n".join(lines)
