@@ -1,8 +1,7 @@
 """The accumulators behind the feature statistics (`feature_stats`): a split's
 (`SplitAccumulator`) and its features' (`_Feature`: counts, exact sums, tfx_bsl's quantiles and
 KMV sketches, the deterministic Misra-Gries of `misra_gries`), and how records and
-accumulators are added together (`add_records`, `merged`, `shard_accumulator`,
-`merged_parts`).
+accumulators are added together (`add_records`, `merged`, `shard_accumulator`).
 
 Apart from `feature_stats` (a Beam CombineFn and the protos) so that the shard writer, a child
 of the decoders' forkserver that imports no Beam, folds a shard's records itself
@@ -18,11 +17,10 @@ import numpy as np
 import pyarrow as pa
 from tfx_bsl import sketches
 
-from transforms.offline.packing import packed, unpacked
 from transforms.reporting.exact_sums import ExactSum, add_exactly, first_extremes
 from transforms.reporting.misra_gries import MisraGries
 
-__all__ = ["SplitAccumulator", "add_records", "merged", "shard_accumulator", "merged_parts"]
+__all__ = ["SplitAccumulator", "add_records", "merged", "shard_accumulator"]
 
 _EPS = 0.01                      # TFDV's quantiles sketch error
 _MAX_ELEMENTS = 1 << 32
@@ -328,8 +326,3 @@ def shard_accumulator(records) -> SplitAccumulator:
     """One shard's records (`record_features` tuples, in the order written) folded alone: the
     part `feature_stats_files` merges in shard order."""
     return add_records(SplitAccumulator(), records).fold()
-
-
-def merged_parts(parts) -> bytes:
-    """Pickled accumulators (`packed`), merged in the order given, pickled."""
-    return packed(merged(map(unpacked, parts)))

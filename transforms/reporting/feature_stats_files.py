@@ -19,8 +19,8 @@ from apache_beam.io.filesystems import CompressionTypes, FileSystems
 from tensorflow_metadata.proto.v0 import statistics_pb2
 
 from transforms.offline.beam_steps import Map
-from transforms.offline.packing import unpacked
-from transforms.reporting.feature_sketches import merged_parts
+from transforms.offline.packing import packed, unpacked
+from transforms.reporting.feature_sketches import merged
 from transforms.reporting.feature_stats import FeatureStatsFn, to_statistics_list
 from transforms.s3_storage import create_file
 from transforms.snapshot_layout import feature_stats_name
@@ -58,7 +58,7 @@ def _merged_block(item) -> tuple:
     is that shard's, as it came."""
     (split, block), shards = item
     parts = _in_order(shards)
-    return split, (block, parts[0] if len(parts) == 1 else merged_parts(parts))
+    return split, (block, parts[0] if len(parts) == 1 else packed(merged(map(unpacked, parts))))
 
 
 class _BlocksInOrder(beam.CombineFn):
