@@ -359,8 +359,7 @@ def _scale_row(photos: CorpusCost, scale, result: CostResult) -> tuple | None:
     floor from the photos' per-image decode at the job's scale (the same generator)."""
     job = dataclasses.replace(photos.job, images=scale.images,
                               seconds=scale.images / scale.job_rate)
-    at_scale = dataclasses.replace(photos, job=job, small=None, naive_rate=scale.naive_rate,
-                                   pairs=(), class_pairs=(), launcher_pairs=())
+    at_scale = dataclasses.replace(photos, job=job, naive_rate=scale.naive_rate)
     wanted = _naive_target(at_scale)
     if wanted is None:
         return None
